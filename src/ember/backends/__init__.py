@@ -1,0 +1,9 @@
+"""Layer 9: backends. The interpreter is built in; others register by name or plugin."""
+from ember.backends.api import Backend, Executable
+from ember.backends.interpreter import InterpreterBackend
+from ember.backends.registry import available_backends, get_backend, register_backend
+
+register_backend("interpreter", InterpreterBackend)
+
+__all__ = ["Backend", "Executable", "InterpreterBackend", "available_backends", "get_backend",
+           "register_backend"]

@@ -1,0 +1,41 @@
+"""The backend protocol: the narrow interface every target implements.
+
+A backend names itself, says which ops it executes natively (`supports`) and which high-level
+ops it wants lowered (`should_lower`), picks its graph optimization pipeline (a list of pass
+names) and compiles a verified low-level program into an Executable."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from ember.graph import Node
+from ember.lir.ir import Program
+
+
+class Executable(Protocol):
+    """A compiled program. `run` takes arrays in program input order, already validated by
+    the runtime, and returns arrays in program output order."""
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]: ...
+
+
+class Backend:
+    """Defaults suit a backend that executes exactly the primitive ops."""
+
+    name: str = ""
+
+    def supports(self, node: Node) -> bool:
+        return node.opdef.primitive
+
+    def should_lower(self, node: Node) -> bool:
+        return not self.supports(node)
+
+    def pipeline(self) -> list[str]:
+        from ember.transforms import DEFAULT_PIPELINE
+
+        return list(DEFAULT_PIPELINE)
+
+    def compile(self, program: Program) -> Executable:
+        raise NotImplementedError(f"backend {self.name} does not compile programs")

@@ -1,0 +1,38 @@
+"""Backends by name: the built-in ones plus plugins found through the `ember.backends`
+entry-point group (each entry point loads a zero-argument factory returning a Backend)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import metadata
+
+from ember.backends.api import Backend
+from ember.support.errors import EmberError
+
+BackendFactory = Callable[[], Backend]
+_BUILTIN: dict[str, BackendFactory] = {}
+
+
+def register_backend(name: str, factory: BackendFactory) -> None:
+    if name in _BUILTIN:
+        raise ValueError(f"backend '{name}' is registered twice")
+    _BUILTIN[name] = factory
+
+
+def _plugins() -> dict[str, metadata.EntryPoint]:
+    return {ep.name: ep for ep in metadata.entry_points(group="ember.backends")}
+
+
+def available_backends() -> list[str]:
+    return sorted(set(_BUILTIN) | set(_plugins()))
+
+
+def get_backend(name: str) -> Backend:
+    if name in _BUILTIN:
+        return _BUILTIN[name]()
+    plugin = _plugins().get(name)
+    if plugin is None:
+        raise EmberError(f"unknown backend '{name}' (available: {', '.join(available_backends())})")
+    backend = plugin.load()()
+    if not isinstance(backend, Backend):
+        raise EmberError(f"backend plugin '{name}' did not return an ember Backend")
+    return backend

@@ -1,0 +1,171 @@
+"""The `ember` command (also `python -m ember`).
+
+    ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
+    ember dump MODEL --stage graph|optimized|lowered|lir [--format text|dot]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ember.support.errors import EmberError
+
+_REFERENCE_HELP = ("an .npz holding in_<input name> arrays (used as inputs) and out_<i> arrays "
+                   "(the expected outputs, in model output order)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ember", description="Ember neural-network compiler")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="compile a model, run it, print outputs and latency")
+    run.add_argument("model")
+    run.add_argument("--backend", default="interpreter")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+    run.add_argument("--reference", metavar="REF.npz", help=_REFERENCE_HELP)
+    run.add_argument("--tolerance", type=float, default=1e-4,
+                     help="max |error| relative to max(1, max |reference|) (default 1e-4)")
+    run.add_argument("--repeat", type=int, default=10, help="timed runs for the latency (default 10)")
+    run.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
+                     help="bind an input's symbolic dimensions")
+    run.add_argument("--save", metavar="DIR", help="save outputs as DIR/<name>.npy")
+
+    dump = commands.add_parser("dump", help="print one compilation stage")
+    dump.add_argument("model")
+    dump.add_argument("--stage", choices=["graph", "optimized", "lowered", "lir"], default="graph")
+    dump.add_argument("--format", choices=["text", "dot"], default="text")
+    dump.add_argument("--backend", default="interpreter")
+    dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        return _dump(args)
+    except EmberError as err:
+        print(f"ember: error: {err}", file=sys.stderr)
+        return 1
+
+
+def _shapes(items: list[str]) -> dict[str, tuple[int, ...]] | None:
+    shapes = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
+        except ValueError:
+            raise EmberError(f"--shape {item!r} is not NAME=D0,D1,...") from None
+    return shapes or None
+
+
+def _inputs(model: Any, items: list[str], reference: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    given: dict[str, np.ndarray] = {}
+    for item in items:
+        name, _, path = item.partition("=")
+        if not path:
+            raise EmberError(f"--input {item!r} is not NAME=FILE.npy")
+        try:
+            given[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise EmberError(f"cannot read input '{name}' from {path}: {err}") from None
+    rng = np.random.default_rng(0)
+    for spec in model.inputs:
+        if spec.name in given:
+            continue
+        if f"in_{spec.name}" in reference:
+            given[spec.name] = reference[f"in_{spec.name}"]
+        elif spec.type.dtype.is_float:
+            given[spec.name] = rng.standard_normal(spec.type.shape).astype(spec.type.dtype.numpy)
+        else:
+            given[spec.name] = np.zeros(spec.type.shape, spec.type.dtype.numpy)
+    return given
+
+
+def _run(args: argparse.Namespace) -> int:
+    import ember
+
+    start = time.perf_counter()
+    model = ember.compile(args.model, backend=args.backend, input_shapes=_shapes(args.shape))
+    compile_seconds = time.perf_counter() - start
+    reference: dict[str, np.ndarray] = {}
+    if args.reference:
+        try:
+            reference = dict(np.load(args.reference, allow_pickle=False))
+        except (OSError, ValueError) as err:
+            raise EmberError(f"cannot read reference {args.reference}: {err}") from None
+    inputs = _inputs(model, args.input, reference)
+    outputs = model.run(inputs)
+    times = []
+    for _ in range(max(args.repeat, 1)):
+        start = time.perf_counter()
+        model.run(inputs)
+        times.append(time.perf_counter() - start)
+
+    print(f"model: {args.model} (backend {model.backend}, compiled in {compile_seconds:.2f} s)")
+    for name, value in outputs.items():
+        print(f"output {name}: {value.dtype}{list(value.shape)} mean={float(np.mean(value)):.6g} "
+              f"min={float(np.min(value)):.6g} max={float(np.max(value)):.6g}")
+    status = 0
+    if reference:
+        status = _compare(outputs, reference, args.tolerance)
+    print(f"latency: median {statistics.median(times) * 1e3:.3f} ms over {len(times)} runs")
+    if args.save:
+        folder = Path(args.save)
+        folder.mkdir(parents=True, exist_ok=True)
+        for index, value in enumerate(outputs.values()):
+            # Files are named by position: output names come from the model file.
+            np.save(folder / f"output_{index}.npy", value)
+    return status
+
+
+def _compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], tolerance: float) -> int:
+    status = 0
+    for index, (name, value) in enumerate(outputs.items()):
+        expected = reference.get(f"out_{index}")
+        if expected is None:
+            continue
+        if expected.shape != value.shape:
+            print(f"check {name}: FAIL shape {list(value.shape)} vs reference {list(expected.shape)}")
+            status = 1
+            continue
+        error = float(np.max(np.abs(value.astype(np.float64) - expected))) if value.size else 0.0
+        scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
+        ok = error / scale <= tolerance
+        status |= 0 if ok else 1
+        print(f"check {name}: {'ok' if ok else 'FAIL'} (max abs error {error:.3g}, relative {error / scale:.3g}, "
+              f"tolerance {tolerance:g})")
+    return status
+
+
+def _dump(args: argparse.Namespace) -> int:
+    from ember.driver import compile_model
+    from ember.graph import graph_to_dot, print_graph
+    from ember.lir.text import print_program
+
+    captured: dict[str, str] = {}
+
+    def observe(stage: str, artifact: Any) -> None:
+        if stage != args.stage:
+            return
+        if stage == "lir":
+            if args.format == "dot":
+                raise EmberError("the lir stage has no dot form; use --format text")
+            captured[stage] = print_program(artifact)
+        else:
+            captured[stage] = graph_to_dot(artifact) if args.format == "dot" else print_graph(artifact)
+
+    import ember  # noqa: F401  (registers passes and lowerings)
+
+    compile_model(args.model, backend=args.backend, input_shapes=_shapes(args.shape), observer=observe)
+    sys.stdout.write(captured[args.stage])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

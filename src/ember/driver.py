@@ -1,0 +1,102 @@
+"""The compile pipeline end to end:
+
+    import -> verify -> optimize (backend's pipeline) -> lower (backend's should_lower)
+           -> clean up (constant-fold, dce) -> irgen -> verify -> backend.compile
+
+An observer, if given, sees every stage's artifact: ("graph", Graph) after import,
+("optimized", Graph), ("lowered", Graph), ("lir", Program). `ember dump` uses it."""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ember.backends import Backend, get_backend
+from ember.graph import Graph, verify_graph
+from ember.lir.irgen import generate_program
+from ember.lir.ir import BufferKind, Program
+from ember.lir.verify import verify_program
+from ember.lowering import lower_graph
+from ember.passes import PassManager
+from ember.runtime import CompiledModel, TensorSpec
+
+Observer = Callable[[str, Any], None]
+STAGES = ("graph", "optimized", "lowered", "lir")
+CLEANUP_PIPELINE = ["constant-fold", "dce"]
+
+
+def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Imports an ONNX model (path or ModelProto) into a verified graph."""
+    from ember.frontends.onnx import load_onnx
+
+    if not isinstance(model, str | os.PathLike) and type(model).__name__ != "ModelProto":
+        from ember.support.errors import EmberError
+
+        raise EmberError(f"compile() takes a path to an ONNX file or an onnx.ModelProto, got {type(model).__name__}")
+    graph = load_onnx(model, input_shapes=input_shapes)
+    verify_graph(graph)
+    return graph
+
+
+def optimize_graph(graph: Graph, backend: Backend) -> None:
+    PassManager(backend.pipeline(), verify=True).run(graph)
+
+
+def lower_for_backend(graph: Graph, backend: Backend) -> None:
+    lower_graph(graph, backend.should_lower)
+    PassManager(CLEANUP_PIPELINE, verify=True).run(graph)
+
+
+def compile_model(model: Any, backend: str | Backend = "interpreter",
+                  input_shapes: Mapping[str, Sequence[int]] | None = None,
+                  observer: Observer | None = None) -> CompiledModel:
+    """Imports an ONNX model and compiles it (see compile_graph)."""
+    started = time.perf_counter()
+    graph = load_model(model, input_shapes)
+    compiled = compile_graph(graph, backend, observer)
+    compiled.stats["compile_seconds"] = time.perf_counter() - started
+    return compiled
+
+
+def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
+                  observer: Observer | None = None) -> CompiledModel:
+    """Compiles a verified graph; the graph is optimized and lowered in place."""
+    started = time.perf_counter()
+    target = get_backend(backend) if isinstance(backend, str) else backend
+    notify = observer or (lambda stage, artifact: None)
+
+    ops = {"imported": graph.op_counts()}
+    inputs = [TensorSpec(p.name, p.type) for p in graph.inputs]
+    outputs = [TensorSpec(o.name, o.value.type) for o in graph.outputs]
+    notify("graph", graph)
+
+    optimize_graph(graph, target)
+    ops["optimized"] = graph.op_counts()
+    notify("optimized", graph)
+
+    lower_for_backend(graph, target)
+    ops["lowered"] = graph.op_counts()
+    notify("lowered", graph)
+
+    program = generate_program(graph)
+    verify_program(program)
+    notify("lir", program)
+
+    executable = target.compile(program)
+    stats = _program_stats(program)
+    stats["ops"] = ops
+    stats["compile_seconds"] = time.perf_counter() - started
+    return CompiledModel(executable, inputs, outputs, stats, target.name)
+
+
+def _program_stats(program: Program) -> dict[str, Any]:
+    activations = program.activations()
+    return {
+        "weight_bytes": program.weight_bytes(),
+        "activation_bytes_unshared": sum(b.type.nbytes for b in activations),
+        "activation_buffers": len(activations),
+        "instructions": len(program.compute_instrs()),
+        "io_bytes": sum(b.type.nbytes for b in program.inputs + program.outputs
+                        if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT)),
+    }

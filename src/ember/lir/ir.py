@@ -1,0 +1,150 @@
+"""The low-level IR: an address-only instruction list over buffers.
+
+Buffers are weights (constant data), inputs and outputs (placeholders bound at run time) and
+activations, whose lifetimes `alloc` / `dealloc` mark. Every instruction operand is a buffer
+qualified @in (read), @out (written) or @inout (read and written); the qualifiers decide which
+memory optimizations are legal. There is no SSA and no control flow.
+
+The instruction table INSTRS is derived from the op table: every primitive op is one
+instruction whose results come first as @out operands (Glow's convention), followed by its
+operands as @in. Imports ops/, types and support/."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ember.ops import OPS, NoAttrs, OpDef
+from ember.types import TensorType
+
+
+class BufferKind(enum.Enum):
+    WEIGHT = "weight"
+    INPUT = "input"
+    OUTPUT = "output"
+    ACTIVATION = "activation"
+
+
+class OperandKind(enum.Enum):
+    IN = "@in"
+    OUT = "@out"
+    INOUT = "@inout"
+
+    @property
+    def reads(self) -> bool:
+        return self is not OperandKind.OUT
+
+    @property
+    def writes(self) -> bool:
+        return self is not OperandKind.IN
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A region of memory. `data` is set for weights only; `external_name` is the model's
+    name for inputs and outputs. `offset` is the arena offset once memory is planned."""
+
+    name: str
+    type: TensorType
+    kind: BufferKind
+    data: np.ndarray | None = None
+    external_name: str | None = None
+    offset: int | None = None
+
+    @property
+    def sigil(self) -> str:
+        return "@" if self.kind is BufferKind.WEIGHT else "%"
+
+    def __repr__(self) -> str:
+        return f"{self.sigil}{self.name}: {self.type}"
+
+
+@dataclass(frozen=True)
+class InstrDef:
+    """One instruction: its operand kinds in order (the last repeats when `variadic`), the
+    op whose semantics it has (None for alloc/dealloc/copy) and its attribute class."""
+
+    name: str
+    operand_kinds: tuple[OperandKind, ...]
+    op: OpDef | None = None
+    attrs: type = NoAttrs
+    variadic: bool = False
+
+    def kind_of(self, index: int) -> OperandKind:
+        if self.variadic and index >= len(self.operand_kinds):
+            return self.operand_kinds[-1]
+        return self.operand_kinds[index]
+
+
+ALLOC, DEALLOC, COPY = "alloc", "dealloc", "copy"
+
+INSTRS: dict[str, InstrDef] = {
+    ALLOC: InstrDef(ALLOC, (OperandKind.OUT,)),
+    DEALLOC: InstrDef(DEALLOC, (OperandKind.IN,)),
+    COPY: InstrDef(COPY, (OperandKind.OUT, OperandKind.IN)),
+}
+
+
+def _instr_from_op(op: OpDef) -> InstrDef:
+    kinds = (OperandKind.OUT,) * len(op.results) + (OperandKind.IN,) * len(op.operands)
+    return InstrDef(op.name, kinds, op, op.attrs, op.variadic)
+
+
+def register_primitive_instrs() -> None:
+    """Adds one instruction per primitive op; idempotent, so ops defined later (plugins) can
+    be picked up by calling it again."""
+    for op in OPS.values():
+        if op.primitive and op.name not in INSTRS:
+            INSTRS[op.name] = _instr_from_op(op)
+
+
+register_primitive_instrs()
+
+
+@dataclass(eq=False)
+class Instr:
+    """An instruction. `operands` are buffers (None for an absent optional operand); `source`
+    names the graph node it came from, for comments and diagnostics."""
+
+    name: str
+    operands: list[Buffer | None]
+    attrs: Any = field(default_factory=NoAttrs)
+    source: str = ""
+
+    @property
+    def idef(self) -> InstrDef:
+        return INSTRS[self.name]
+
+    def kinds(self) -> list[OperandKind]:
+        return [self.idef.kind_of(i) for i in range(len(self.operands))]
+
+    def outputs(self) -> list[Buffer]:
+        return [b for b, k in zip(self.operands, self.kinds()) if b is not None and k.writes]
+
+    def inputs(self) -> list[Buffer]:
+        return [b for b, k in zip(self.operands, self.kinds()) if b is not None and k.reads]
+
+
+@dataclass
+class Program:
+    """One compiled function: its buffers and its instruction list."""
+
+    name: str
+    weights: list[Buffer] = field(default_factory=list)
+    inputs: list[Buffer] = field(default_factory=list)
+    outputs: list[Buffer] = field(default_factory=list)
+    instrs: list[Instr] = field(default_factory=list)
+
+    def activations(self) -> list[Buffer]:
+        return [i.operands[0] for i in self.instrs if i.name == ALLOC]
+
+    def buffers(self) -> list[Buffer]:
+        return self.weights + self.inputs + self.outputs + self.activations()
+
+    def weight_bytes(self) -> int:
+        return sum(b.type.nbytes for b in self.weights)
+
+    def compute_instrs(self) -> list[Instr]:
+        return [i for i in self.instrs if i.name not in (ALLOC, DEALLOC)]

@@ -1,0 +1,80 @@
+"""Verifier of the low-level IR: declared buffers, operand kinds, lifetimes and types."""
+from __future__ import annotations
+
+from ember.lir.ir import ALLOC, COPY, DEALLOC, INSTRS, Buffer, BufferKind, Instr, Program
+from ember.ops import OpError
+from ember.support.errors import VerificationError
+
+
+def verify_program(program: Program) -> None:
+    """Raises VerificationError naming the first broken rule and the instruction index:
+    1. every operand is a declared buffer, weights carry data of their type;
+    2. activations are used only between their alloc and dealloc, each allocated once;
+    3. weights and inputs are never written;
+    4. operand counts and types agree with the instruction's op (re-inferred).
+    """
+    names: set[str] = set()
+    for buffer in program.weights + program.inputs + program.outputs:
+        _declare(names, buffer)
+        if buffer.kind is BufferKind.WEIGHT and (
+            buffer.data is None or tuple(buffer.data.shape) != buffer.type.shape
+        ):
+            raise VerificationError(f"weight '{buffer.name}' has no data of type {buffer.type}")
+    static = set(map(id, program.weights + program.inputs + program.outputs))
+    live: set[int] = set()
+    ever: set[int] = set()
+    for index, instr in enumerate(program.instrs):
+        where = f"instruction {index} ({instr.name}, from '{instr.source}')"
+        if instr.name not in INSTRS:
+            raise VerificationError(f"{where}: unknown instruction")
+        if instr.name == ALLOC:
+            buffer = instr.operands[0]
+            if buffer.kind is not BufferKind.ACTIVATION or id(buffer) in ever:
+                raise VerificationError(f"{where}: '{buffer.name}' is not a fresh activation")
+            _declare(names, buffer)
+            live.add(id(buffer))
+            ever.add(id(buffer))
+            continue
+        idef = INSTRS[instr.name]
+        if len(instr.operands) > len(idef.operand_kinds) and not idef.variadic:
+            raise VerificationError(
+                f"{where}: takes at most {len(idef.operand_kinds)} operands, got {len(instr.operands)}"
+            )
+        for buffer, kind in zip(instr.operands, instr.kinds()):
+            if buffer is None:
+                continue
+            if id(buffer) not in static and id(buffer) not in live:
+                raise VerificationError(f"{where}: '{buffer.name}' is used outside its lifetime")
+            if kind.writes and buffer.kind in (BufferKind.WEIGHT, BufferKind.INPUT):
+                raise VerificationError(f"{where}: writes {buffer.kind.value} '{buffer.name}'")
+        if instr.name == DEALLOC:
+            live.discard(id(instr.operands[0]))
+            continue
+        _check_types(instr, where)
+
+
+def _declare(names: set[str], buffer: Buffer) -> None:
+    if buffer.name in names:
+        raise VerificationError(f"buffer name '{buffer.name}' is declared twice")
+    names.add(buffer.name)
+
+
+def _check_types(instr: Instr, where: str) -> None:
+    idef = instr.idef
+    if instr.name == COPY:
+        dest, src = instr.operands
+        if dest.type.shape != src.type.shape or dest.type.dtype != src.type.dtype:
+            raise VerificationError(f"{where}: copies {src.type} into {dest.type}")
+        return
+    op = idef.op
+    results = len(op.results)
+    outs, ins = instr.operands[:results], instr.operands[results:]
+    if any(b is None for b in outs):
+        raise VerificationError(f"{where}: missing result buffer")
+    try:
+        expected = op.infer_types(instr.attrs, [None if b is None else b.type for b in ins])
+    except OpError as err:
+        raise VerificationError(f"{where}: {err}") from None
+    for buffer, type_ in zip(outs, expected):
+        if buffer.type != type_:
+            raise VerificationError(f"{where}: result '{buffer.name}' is {buffer.type}, op gives {type_}")

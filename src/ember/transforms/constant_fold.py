@@ -1,0 +1,39 @@
+"""Constant folding through the op table's reference semantics."""
+from __future__ import annotations
+
+from ember.graph import Constant, Graph
+from ember.passes import GraphPass, register_pass
+
+# Folding a node whose result is much larger than its operands (Expand, Tile, ConstantOfShape
+# chains) would bloat the weights; keep such nodes unless the result is small.
+_MAX_GROWTH_BYTES = 1 << 16
+
+
+@register_pass
+class ConstantFold(GraphPass):
+    """Rules:
+    1. A node whose operands are all constants (absent optionals allowed) becomes constants
+       computed by the op's reference semantics; uses are redirected to them.
+    2. Skipped when the results are larger than the operands by more than 64 KiB, so
+       broadcasting ops do not inflate the weights.
+    The folded node is left for `dce` to remove."""
+
+    name = "constant-fold"
+
+    def run(self, graph: Graph) -> bool:
+        changed = False
+        for node in list(graph.nodes):
+            if not all(v is None or isinstance(v, Constant) for v in node.inputs):
+                continue
+            in_bytes = sum(v.type.nbytes for v in node.inputs if v is not None)
+            out_bytes = sum(v.type.nbytes for v in node.outputs)
+            if out_bytes - in_bytes > _MAX_GROWTH_BYTES:
+                continue
+            arrays = [None if v is None else v.data for v in node.inputs]
+            results = node.opdef.evaluate(node.attrs, arrays)
+            for out, data in zip(node.outputs, results, strict=True):
+                graph.replace_all_uses(out, graph.add_constant(data, out.name))
+            changed = True
+        if changed:
+            graph.remove_unused()
+        return changed

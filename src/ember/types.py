@@ -1,0 +1,151 @@
+"""Layer 1: element types, static shapes, tensor types and quantization parameters.
+
+Imports only NumPy, ml_dtypes (for bfloat16, a dependency of onnx) and support/."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+class DType(enum.Enum):
+    """Element types. The value is the short name used in the text IRs."""
+
+    FLOAT32 = "f32"
+    FLOAT16 = "f16"
+    BFLOAT16 = "bf16"
+    FLOAT64 = "f64"
+    INT8 = "i8"
+    INT16 = "i16"
+    INT32 = "i32"
+    INT64 = "i64"
+    UINT8 = "u8"
+    UINT16 = "u16"
+    UINT32 = "u32"
+    UINT64 = "u64"
+    BOOL = "bool"
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _TO_NUMPY[self]
+
+    @property
+    def itemsize(self) -> int:
+        return self.numpy.itemsize
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.FLOAT64)
+
+    @property
+    def is_int(self) -> bool:
+        return not self.is_float and self is not DType.BOOL
+
+    @staticmethod
+    def from_numpy(dtype: np.dtype | type) -> DType:
+        dt = np.dtype(dtype)
+        for member, npdt in _TO_NUMPY.items():
+            if npdt == dt:
+                return member
+        raise TypeError(f"no Ember element type for NumPy dtype {dt}")
+
+    @staticmethod
+    def from_name(name: str) -> DType:
+        try:
+            return DType(name)
+        except ValueError:
+            raise ValueError(f"unknown element type '{name}'") from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TO_NUMPY: dict[DType, np.dtype] = {
+    DType.FLOAT32: np.dtype(np.float32),
+    DType.FLOAT16: np.dtype(np.float16),
+    DType.BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+    DType.FLOAT64: np.dtype(np.float64),
+    DType.INT8: np.dtype(np.int8),
+    DType.INT16: np.dtype(np.int16),
+    DType.INT32: np.dtype(np.int32),
+    DType.INT64: np.dtype(np.int64),
+    DType.UINT8: np.dtype(np.uint8),
+    DType.UINT16: np.dtype(np.uint16),
+    DType.UINT32: np.dtype(np.uint32),
+    DType.UINT64: np.dtype(np.uint64),
+    DType.BOOL: np.dtype(np.bool_),
+}
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class QuantParams:
+    """Affine quantization: real = scale * (stored - zero_point). Per-tensor when `axis` is
+    None, else `scale` and `zero_point` hold one entry per slice along `axis`."""
+
+    scale: tuple[float, ...]
+    zero_point: tuple[int, ...]
+    axis: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.scale) != len(self.zero_point):
+            raise ValueError("quantization scale and zero point differ in length")
+        if self.axis is None and len(self.scale) != 1:
+            raise ValueError("per-tensor quantization takes exactly one scale")
+        if any(not (s > 0 and math.isfinite(s)) for s in self.scale):
+            raise ValueError("quantization scales must be positive and finite")
+
+    def __str__(self) -> str:
+        if self.axis is None:
+            return f"q({self.scale[0]!r},{self.zero_point[0]})"
+        scales = ",".join(repr(s) for s in self.scale)
+        zps = ",".join(str(z) for z in self.zero_point)
+        return f"q(axis={self.axis},[{scales}],[{zps}])"
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """The type of every value in both IRs: element type, static shape, optional quantization."""
+
+    dtype: DType
+    shape: Shape
+    quant: QuantParams | None = None
+
+    def __post_init__(self) -> None:
+        if any((not isinstance(d, int)) or d < 0 for d in self.shape):
+            raise ValueError(f"shape dimensions must be non-negative integers, got {self.shape}")
+        if self.quant is not None and self.dtype not in (DType.INT8, DType.UINT8, DType.INT32):
+            raise ValueError(f"quantized types must be i8, u8 or i32, got {self.dtype}")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def with_shape(self, shape: Shape) -> TensorType:
+        return TensorType(self.dtype, tuple(shape), self.quant)
+
+    def with_dtype(self, dtype: DType) -> TensorType:
+        return TensorType(dtype, self.shape)
+
+    @staticmethod
+    def of(array: np.ndarray) -> TensorType:
+        return TensorType(DType.from_numpy(array.dtype), tuple(int(d) for d in array.shape))
+
+    def __str__(self) -> str:
+        dims = ",".join(str(d) for d in self.shape)
+        text = f"{self.dtype.value}[{dims}]"
+        if self.quant is not None:
+            text += str(self.quant)
+        return text

@@ -1,0 +1,23 @@
+"""Shared fixtures: the path to ../shared/models (tests that need it skip when absent)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_MODELS = REPO.parent / "shared" / "models"
+EXAMPLES = REPO / "examples"
+
+
+def shared_model_names() -> list[str]:
+    if not SHARED_MODELS.is_dir():
+        return []
+    return sorted(p.stem for p in SHARED_MODELS.glob("*.onnx"))
+
+
+def require_shared_models() -> Path:
+    if not SHARED_MODELS.is_dir():
+        pytest.skip(f"../shared/models not found at {SHARED_MODELS}: shared reference models are absent "
+                    "(they exist in the team's CI, not in a user's clone)")
+    return SHARED_MODELS
