@@ -13,6 +13,7 @@ from ember.ops import OPS
 from ember.ops.nn import BatchNormAttrs, GemmAttrs
 from ember.ops.reduce import LayerNormAttrs, ReduceAttrs, SoftmaxAttrs
 from ember.ops.rnn import GRUAttrs
+from ember.ops.tensor import ReshapeAttrs
 from ember.types import DType, TensorType
 from tests.helpers import evaluate_graph, random_inputs, relative_error
 
@@ -22,9 +23,8 @@ rng = np.random.default_rng(1)
 
 def test_every_op_is_executable_or_lowerable():
     for name, op in OPS.items():
-        if op.primitive:
-            assert name in INSTRS, f"primitive {name} has no instruction"
-        else:
+        assert name in INSTRS, f"{name} has no instruction"
+        if not op.primitive:
             assert name in LOWERINGS, f"non-primitive {name} has no lowering rule"
 
 
@@ -101,3 +101,24 @@ def test_gemm_lowering_text():
         '%fc.bias: f32[1,2] = Add(%fc.matmul, @b) name="fc.bias"',
         'output "y" = %fc.bias',
     ]
+
+
+def test_fused_ops_unfuse_to_their_parts():
+    from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs
+
+    g = Graph("fused")
+    x = g.add_input("x", TensorType(F32, (1, 2, 5, 5)))
+    w = _const(g, 3, 2, 3, 3)
+    b = _const(g, 3)
+    res = g.add_input("res", TensorType(F32, (1, 3, 5, 5)))
+    y = g.add("FusedConv", x, w, b, res,
+              attrs=FusedConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1, "clip", 0.0, 6.0), name="fc")
+    flat = g.add("Reshape", y, attrs=ReshapeAttrs((3, 25)))
+    z = g.add("FullyConnected", flat, _const(g, 25, 4), _const(g, 4), None,
+              attrs=FullyConnectedAttrs("leaky_relu", 0.1), name="fully")
+    g.set_outputs([("z", z)])
+    inputs = random_inputs(g)
+    before = evaluate_graph(g, inputs)
+    lower_graph(g)
+    assert g.op_counts() == {"Add": 2, "Clip": 1, "Conv": 1, "LeakyRelu": 1, "MatMul": 1, "Reshape": 1}
+    assert relative_error(evaluate_graph(g, inputs)["z"], before["z"]) < 1e-5

@@ -20,6 +20,7 @@ from ember.lir.verify import verify_program
 from ember.lowering import lower_graph
 from ember.passes import PassManager
 from ember.runtime import CompiledModel, TensorSpec
+from ember.support.errors import EmberError, UnsupportedError
 
 Observer = Callable[[str, Any], None]
 STAGES = ("graph", "optimized", "lowered", "lir")
@@ -31,8 +32,6 @@ def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = No
     from ember.frontends.onnx import load_onnx
 
     if not isinstance(model, str | os.PathLike) and type(model).__name__ != "ModelProto":
-        from ember.support.errors import EmberError
-
         raise EmberError(f"compile() takes a path to an ONNX file or an onnx.ModelProto, got {type(model).__name__}")
     graph = load_onnx(model, input_shapes=input_shapes)
     verify_graph(graph)
@@ -46,6 +45,13 @@ def optimize_graph(graph: Graph, backend: Backend) -> None:
 def lower_for_backend(graph: Graph, backend: Backend) -> None:
     lower_graph(graph, backend.should_lower)
     PassManager(CLEANUP_PIPELINE, verify=True).run(graph)
+    refused: dict[str, list[str]] = {}
+    for node in graph.nodes:
+        if not backend.supports(node):
+            refused.setdefault(node.op, []).append(node.name)
+    if refused:
+        listing = "; ".join(f"{op} (nodes: {', '.join(names)})" for op, names in sorted(refused.items()))
+        raise UnsupportedError(f"backend '{backend.name}' cannot run: {listing}")
 
 
 def compile_model(model: Any, backend: str | Backend = "interpreter",

@@ -5,8 +5,8 @@ activations, whose lifetimes `alloc` / `dealloc` mark. Every instruction operand
 qualified @in (read), @out (written) or @inout (read and written); the qualifiers decide which
 memory optimizations are legal. There is no SSA and no control flow.
 
-The instruction table INSTRS is derived from the op table: every primitive op is one
-instruction whose results come first as @out operands (Glow's convention), followed by its
+The instruction table INSTRS is derived from the op table: every op is one instruction
+(backends lower the ops they do not run natively before irgen) whose results come first as @out operands (Glow's convention), followed by its
 operands as @in. Imports ops/, types and support/."""
 from __future__ import annotations
 
@@ -92,15 +92,15 @@ def _instr_from_op(op: OpDef) -> InstrDef:
     return InstrDef(op.name, kinds, op, op.attrs, op.variadic)
 
 
-def register_primitive_instrs() -> None:
-    """Adds one instruction per primitive op; idempotent, so ops defined later (plugins) can
-    be picked up by calling it again."""
+def register_op_instrs() -> None:
+    """Adds one instruction per op; idempotent, so ops defined later (plugins) can be picked
+    up by calling it again."""
     for op in OPS.values():
-        if op.primitive and op.name not in INSTRS:
+        if op.name not in INSTRS:
             INSTRS[op.name] = _instr_from_op(op)
 
 
-register_primitive_instrs()
+register_op_instrs()
 
 
 @dataclass(eq=False)

@@ -53,7 +53,7 @@ def generate_program(graph: Graph) -> Program:
 
     for index, node in enumerate(graph.nodes):
         if node.op not in INSTRS:
-            raise UnsupportedError(f"{node.location}: {node.op} was not lowered to primitives")
+            raise UnsupportedError(f"{node.location}: {node.op} has no instruction")
         for out in node.outputs:
             if out in direct_outputs:
                 buffers[out] = direct_outputs[out]

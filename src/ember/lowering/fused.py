@@ -1,0 +1,47 @@
+"""Unfusing: FusedConv and FullyConnected back into their parts, for backends that do not
+run them natively (the interpreter among them, so the oracle checks the fusion passes)."""
+from __future__ import annotations
+
+from ember.graph import Graph, Node, Value
+from ember.lowering.engine import lowering
+from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs
+from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs
+
+
+def _activation(graph: Graph, y: Value, activation: str, alpha: float, beta: float, name: str) -> Value:
+    if activation == "none":
+        return y
+    if activation == "relu":
+        return graph.add("Relu", y, name=name)
+    if activation == "clip":
+        return graph.add("Clip", y, attrs=ClipAttrs(alpha, beta), name=name)
+    if activation == "leaky_relu":
+        return graph.add("LeakyRelu", y, attrs=AlphaAttrs(alpha), name=name)
+    if activation == "hard_sigmoid":
+        return graph.add("HardSigmoid", y, attrs=AlphaBetaAttrs(alpha, beta), name=name)
+    return graph.add({"sigmoid": "Sigmoid", "tanh": "Tanh"}[activation], y, name=name)
+
+
+@lowering("FusedConv")
+def lower_fused_conv(graph: Graph, node: Node) -> list[Value]:
+    x, w, b, residual = node.inputs
+    attrs: FusedConvAttrs = node.attrs
+    y = graph.add("Conv", x, w, b, attrs=attrs.conv, name=f"{node.name}.conv")
+    if residual is not None:
+        y = graph.add("Add", y, residual, name=f"{node.name}.residual")
+    return [_activation(graph, y, attrs.activation, attrs.alpha, attrs.beta, f"{node.name}.act")]
+
+
+@lowering("FullyConnected")
+def lower_fully_connected(graph: Graph, node: Node) -> list[Value]:
+    x, w, b, residual = node.inputs
+    attrs: FullyConnectedAttrs = node.attrs
+    y = graph.add("MatMul", x, w, name=f"{node.name}.matmul")
+    if b is not None:
+        y = graph.add("Add", y, b, name=f"{node.name}.bias")
+    if residual is not None:
+        y = graph.add("Add", y, residual, name=f"{node.name}.residual")
+    return [_activation(graph, y, attrs.activation, attrs.alpha, attrs.beta, f"{node.name}.act")]
+
+
+
