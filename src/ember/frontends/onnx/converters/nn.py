@@ -1,0 +1,121 @@
+"""Converters for dense and windowed ONNX ops: MatMul, Gemm, Conv, MaxPool, AveragePool,
+GlobalAveragePool, GlobalMaxPool and BatchNormalization (inference form). Window attributes
+are resolved here: auto_pad becomes explicit pads, defaults become explicit values."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from ember.frontends.onnx.context import NodeContext
+from ember.frontends.onnx.registry import converter
+from ember.graph.ir import Value
+from ember.ops.nn import BatchNormAttrs, ConvAttrs, GemmAttrs, PoolAttrs
+from ember.ops.reduce import ReduceAttrs
+from ember.support.errors import ImportError_, UnsupportedError
+
+
+@converter("MatMul")
+def matmul(ctx: NodeContext) -> list[Value]:
+    return ctx.result("MatMul", [ctx.require(0), ctx.require(1)])
+
+
+@converter("Gemm")
+def gemm(ctx: NodeContext) -> list[Value]:
+    attrs = GemmAttrs(alpha=ctx.attr_float("alpha", 1.0), beta=ctx.attr_float("beta", 1.0),
+                      transA=bool(ctx.attr_int("transA", 0)), transB=bool(ctx.attr_int("transB", 0)))
+    return ctx.result("Gemm", [ctx.require(0), ctx.require(1), ctx.input(2)], attrs)
+
+
+def same_pads(sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+              upper: bool) -> tuple[int, ...]:
+    """Explicit pads (begins then ends) for auto_pad SAME_UPPER / SAME_LOWER: the output has
+    ceil(size / stride) elements; an odd total pad puts the extra one at the end (UPPER) or
+    the beginning (LOWER)."""
+    begins, ends = [], []
+    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+        out = math.ceil(size / s)
+        total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
+        small, large = total // 2, total - total // 2
+        begins.append(small if upper else large)
+        ends.append(large if upper else small)
+    return tuple(begins + ends)
+
+
+def window_attrs(ctx: NodeContext, sizes: Sequence[int], kernel: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """(strides, pads, dilations) of a Conv/Pool node over spatial `sizes`."""
+    n = len(kernel)
+    strides = ctx.attr_ints("strides", None) or (1,) * n
+    dilations = ctx.attr_ints("dilations", None) or (1,) * n
+    if len(strides) != n or len(dilations) != n:
+        raise ImportError_(f"strides {list(strides)} and dilations {list(dilations)} must have one value per "
+                           f"spatial axis ({n})")
+    auto_pad = ctx.attr_str("auto_pad", "NOTSET")
+    if auto_pad == "NOTSET":
+        pads = ctx.attr_ints("pads", None) or (0,) * (2 * n)
+        if len(pads) != 2 * n:
+            raise ImportError_(f"pads {list(pads)} must have {2 * n} values (begins, then ends)")
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * n)
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = same_pads(sizes, kernel, strides, dilations, auto_pad == "SAME_UPPER")
+    else:
+        raise ImportError_(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    return tuple(strides), tuple(pads), tuple(dilations)
+
+
+@converter("Conv")
+def conv(ctx: NodeContext) -> list[Value]:
+    x, w, b = ctx.require(0, "X"), ctx.require(1, "W"), ctx.input(2)
+    if x.type.rank < 3 or w.type.rank != x.type.rank:
+        raise ImportError_(f"input {x.type} and weight {w.type} must have equal rank >= 3")
+    kernel = w.type.shape[2:]
+    declared = ctx.attr_ints("kernel_shape", None)
+    if declared is not None and tuple(declared) != kernel:
+        raise ImportError_(f"kernel_shape {list(declared)} does not match the weight shape {list(w.type.shape)}")
+    strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
+    attrs = ConvAttrs(strides, pads, dilations, ctx.attr_int("group", 1))
+    return ctx.result("Conv", [x, w, b], attrs)
+
+
+def _pool(ctx: NodeContext, op: str, count_include_pad: bool) -> list[Value]:
+    x = ctx.require(0)
+    if x.type.rank < 3:
+        raise ImportError_(f"input {x.type} must have rank >= 3")
+    kernel = ctx.attr_ints("kernel_shape")
+    if len(kernel) != x.type.rank - 2:
+        raise ImportError_(f"kernel_shape {list(kernel)} does not match input {x.type}")
+    strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
+    attrs = PoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
+                      count_include_pad)
+    return ctx.result(op, [x], attrs)
+
+
+@converter("MaxPool")
+def max_pool(ctx: NodeContext) -> list[Value]:
+    ctx.check_unused(1, "the Indices output")
+    return _pool(ctx, "MaxPool", False)  # storage_order only affects Indices
+
+
+@converter("AveragePool")
+def average_pool(ctx: NodeContext) -> list[Value]:
+    return _pool(ctx, "AveragePool", bool(ctx.attr_int("count_include_pad", 0)))
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(ctx: NodeContext) -> list[Value]:
+    x = ctx.require(0)
+    if x.type.rank < 3:
+        raise ImportError_(f"input {x.type} must have rank >= 3")
+    op = "ReduceMean" if ctx.op_type == "GlobalAveragePool" else "ReduceMax"
+    return ctx.result(op, [x], ReduceAttrs(tuple(range(2, x.type.rank)), keepdims=True))
+
+
+@converter("BatchNormalization")
+def batch_norm(ctx: NodeContext) -> list[Value]:
+    if ctx.opset >= 14 and ctx.attr_int("training_mode", 0):
+        raise UnsupportedError("BatchNormalization in training mode is not supported "
+                               "(Ember compiles inference)")
+    for i, what in ((1, "running mean"), (2, "running variance"), (3, "saved mean"), (4, "saved variance")):
+        ctx.check_unused(i, f"the training-only {what} output")
+    inputs = [ctx.require(i, what) for i, what in enumerate(("X", "scale", "B", "input_mean", "input_var"))]
+    return ctx.result("BatchNormalization", inputs, BatchNormAttrs(ctx.attr_float("epsilon", 1e-5)))

@@ -1,0 +1,60 @@
+"""ONNX element types and tensors as Ember sees them: TensorProto data types to DType, and
+TensorProto (initializers, attribute tensors) to NumPy arrays with Ember's dtypes."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from ember.support.errors import ImportError_
+from ember.types import DType
+
+ONNX_TO_DTYPE: dict[int, DType] = {
+    TensorProto.FLOAT: DType.FLOAT32,
+    TensorProto.FLOAT16: DType.FLOAT16,
+    TensorProto.BFLOAT16: DType.BFLOAT16,
+    TensorProto.DOUBLE: DType.FLOAT64,
+    TensorProto.INT8: DType.INT8,
+    TensorProto.INT16: DType.INT16,
+    TensorProto.INT32: DType.INT32,
+    TensorProto.INT64: DType.INT64,
+    TensorProto.UINT8: DType.UINT8,
+    TensorProto.UINT16: DType.UINT16,
+    TensorProto.UINT32: DType.UINT32,
+    TensorProto.UINT64: DType.UINT64,
+    TensorProto.BOOL: DType.BOOL,
+}
+
+
+def onnx_type_name(elem_type: int) -> str:
+    try:
+        return TensorProto.DataType.Name(elem_type)
+    except ValueError:
+        return f"unknown type {elem_type}"
+
+
+def to_dtype(elem_type: int, what: str) -> DType:
+    """The DType for an ONNX element type; `what` names the tensor for the error."""
+    try:
+        return ONNX_TO_DTYPE[elem_type]
+    except KeyError:
+        supported = ", ".join(onnx_type_name(t).lower() for t in ONNX_TO_DTYPE)
+        raise ImportError_(
+            f"{what} has element type {onnx_type_name(elem_type)}, which Ember does not support "
+            f"(supported: {supported})"
+        ) from None
+
+
+def tensor_to_array(tensor: TensorProto, what: str) -> np.ndarray:
+    """Converts a TensorProto whose data is inline (external data already resolved)."""
+    dtype = to_dtype(tensor.data_type, what)
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as err:  # noqa: BLE001  (any decoding failure is a bad model)
+        raise ImportError_(f"cannot decode the data of {what}: {err}") from None
+    if dtype is DType.BFLOAT16 and array.dtype != np.dtype(ml_dtypes.bfloat16):
+        # Older onnx releases return the raw bits as uint16.
+        array = np.asarray(array, dtype=np.uint16).view(ml_dtypes.bfloat16)
+    if array.dtype != dtype.numpy:
+        array = array.astype(dtype.numpy)
+    return np.asarray(array, order="C")  # (np.ascontiguousarray would make 0-d arrays 1-d)

@@ -1,0 +1,234 @@
+"""load_onnx: builds a graph IR from an ONNX model. Owns the import pipeline (load, scan for
+unsupported ops, inputs and initializers, node conversion in dependency order, outputs,
+verification) and turns every failure into an ImportError_ (or UnsupportedError for the
+up-front scan) that names the model, node or input concerned."""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
+
+from ember.frontends.onnx import converters as _converters  # noqa: F401  (registration)
+from ember.frontends.onnx.context import NodeContext
+from ember.frontends.onnx.dtypes import onnx_type_name, tensor_to_array, to_dtype
+from ember.frontends.onnx.loader import DEFAULT_DOMAINS, load_model
+from ember.frontends.onnx.registry import CONVERTERS
+from ember.graph.ir import Graph, Value
+from ember.graph.verify import verify_graph
+from ember.support.errors import EmberError, ImportError_, UnsupportedError, node_location
+from ember.types import TensorType
+
+
+def load_onnx(model: str | os.PathLike | ModelProto,
+              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Imports an ONNX model (a file path or a ModelProto) as a verified graph.
+
+    input_shapes binds the shape of inputs whose ONNX shape has symbolic or unknown
+    dimensions (Ember compiles static shapes); a given shape replaces the declared one and
+    must agree with its fixed dimensions."""
+    loaded = load_model(model)
+    proto = loaded.model.graph
+    names = node_names(proto.node)
+    check_supported(proto, names, loaded.opset)
+    if proto.sparse_initializer:
+        raise UnsupportedError(f"{loaded.label}: sparse initializers "
+                               f"('{proto.sparse_initializer[0].values.name}') are not supported")
+
+    graph = Graph(proto.name or "main")
+    env: dict[str, Value] = {}
+    initializers = _add_initializers(graph, proto, env)
+    _add_inputs(graph, proto, initializers, dict(input_shapes or {}), env)
+    used = {name for node in proto.node for name in node.input if name} | {o.name for o in proto.output}
+    for index in _topological_order(proto.node, names, set(env)):
+        _convert_node(graph, proto.node[index], names[index], loaded.opset, env, used)
+    _set_outputs(graph, proto, env)
+    graph.remove_unused()
+    try:
+        verify_graph(graph)
+    except EmberError as err:
+        raise ImportError_(f"the graph imported from {loaded.label} does not verify: {err}") from None
+    return graph
+
+
+def node_names(nodes: Sequence[NodeProto]) -> list[str]:
+    """Each node's name, or a deterministic one (op type and index) for unnamed nodes."""
+    return [node.name or f"{node.op_type}_{i}" for i, node in enumerate(nodes)]
+
+
+def check_supported(graph: GraphProto, names: Sequence[str], opset: int) -> None:
+    """Raises one UnsupportedError listing every node Ember cannot convert, by op type."""
+    bad: dict[str, list[str]] = {}
+    notes: dict[str, str] = {}
+    for node, name in zip(graph.node, names):
+        if node.domain not in DEFAULT_DOMAINS:
+            key = f"{node.domain}.{node.op_type}"
+            notes[key] = f"domain '{node.domain}' is not supported"
+        elif node.op_type not in CONVERTERS:
+            key = node.op_type
+        elif not CONVERTERS[node.op_type].supports(opset):
+            key = node.op_type
+            notes[key] = f"supported in {CONVERTERS[node.op_type].describe_range()}"
+        else:
+            continue
+        bad.setdefault(key, []).append(name)
+    if bad:
+        parts = []
+        for key, nodes in bad.items():
+            note = f"; {notes[key]}" if key in notes else ""
+            parts.append(f"{key} (nodes: {', '.join(nodes)}{note})")
+        raise UnsupportedError(f"unsupported ONNX ops (opset {opset}): {'; '.join(parts)}")
+
+
+def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> set[str]:
+    names: set[str] = set()
+    for tensor in proto.initializer:
+        what = f"initializer '{tensor.name}'"
+        if not tensor.name:
+            raise ImportError_("an initializer has no name")
+        if tensor.name in names:
+            raise ImportError_(f"{what} is defined twice")
+        array = tensor_to_array(tensor, what)
+        env[tensor.name] = graph.add_constant(array, tensor.name, exact=True)
+        names.add(tensor.name)
+    return names
+
+
+def _add_inputs(graph: Graph, proto: GraphProto, initializers: set[str], input_shapes: dict[str, Sequence[int]],
+                env: dict[str, Value]) -> None:
+    inputs = [vi for vi in proto.input if vi.name not in initializers]
+    unknown = sorted(set(input_shapes) - {vi.name for vi in inputs})
+    if unknown:
+        known = ", ".join(f"'{vi.name}'" for vi in inputs) or "none"
+        raise ImportError_(f"input_shapes names {', '.join(repr(n) for n in unknown)}, which "
+                           f"{'is' if len(unknown) == 1 else 'are'} not a model input (inputs: {known})")
+    for vi in inputs:
+        if vi.name in env:
+            raise ImportError_(f"graph input '{vi.name}' is declared twice")
+        env[vi.name] = graph.add_input(vi.name, input_type(vi, input_shapes.get(vi.name)))
+
+
+def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
+    """The static type of a graph input, binding symbolic dims from `bound`."""
+    what = f"input '{vi.name}'"
+    if vi.type.WhichOneof("value") != "tensor_type":
+        raise ImportError_(f"{what} is not a tensor (it is a {vi.type.WhichOneof('value') or 'untyped value'}); "
+                           "Ember supports tensor inputs only")
+    tensor_type = vi.type.tensor_type
+    dtype = to_dtype(tensor_type.elem_type, what)
+    declared = list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
+    if bound is not None:
+        try:
+            shape = tuple(int(d) for d in bound)
+        except (TypeError, ValueError):
+            raise ImportError_(f"input_shapes['{vi.name}'] must be a sequence of integers, got {bound!r}") from None
+        if any(d < 0 for d in shape):
+            raise ImportError_(f"input_shapes['{vi.name}'] = {list(shape)} has a negative dimension")
+        if declared is not None:
+            if len(declared) != len(shape):
+                raise ImportError_(f"input_shapes['{vi.name}'] = {list(shape)} has rank {len(shape)}, "
+                                   f"but the model declares rank {len(declared)}")
+            for i, (dim, d) in enumerate(zip(declared, shape)):
+                if dim.WhichOneof("value") == "dim_value" and dim.dim_value != d:
+                    raise ImportError_(f"input_shapes['{vi.name}'] = {list(shape)} sets dimension {i} to {d}, "
+                                       f"but the model fixes it to {dim.dim_value}")
+        return TensorType(dtype, shape)
+    if declared is None:
+        raise ImportError_(f"{what} has no declared shape; Ember compiles static shapes: "
+                           f"pass input_shapes={{'{vi.name}': [...]}} to load_onnx")
+    shape = []
+    for i, dim in enumerate(declared):
+        if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0:
+            shape.append(int(dim.dim_value))
+            continue
+        label = f"symbolic dimension '{dim.dim_param}'" if dim.dim_param else "an unknown dimension"
+        example = ", ".join(str(d.dim_value) if d.WhichOneof("value") == "dim_value" else (d.dim_param or "?")
+                            for d in declared)
+        raise ImportError_(f"{what} has {label} at dimension {i}; Ember compiles static shapes: "
+                           f"pass input_shapes={{'{vi.name}': [{example}]}} with every dimension set")
+    return TensorType(dtype, tuple(shape))
+
+
+def _topological_order(nodes: Sequence[NodeProto], names: Sequence[str], available: set[str]) -> list[int]:
+    """Node indices in an order where every input is defined first (the file order when
+    it already is one)."""
+    available = set(available)
+    order: list[int] = []
+    pending = list(range(len(nodes)))
+    while pending:
+        rest = []
+        for i in pending:
+            if all(not name or name in available for name in nodes[i].input):
+                order.append(i)
+                available.update(name for name in nodes[i].output if name)
+            else:
+                rest.append(i)
+        if len(rest) == len(pending):
+            i = rest[0]
+            missing = next(n for n in nodes[i].input if n and n not in available)
+            raise ImportError_(f"{node_location(names[i], nodes[i].op_type)}: input '{missing}' is not produced "
+                               "by any node, graph input or initializer (or the graph has a cycle)")
+        pending = rest
+    return order
+
+
+def _located(location: str, err: Exception) -> str:
+    message = str(err)
+    return message if location in message else f"{location}: {message}"
+
+
+def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dict[str, Value],
+                  used: set[str]) -> None:
+    ctx = NodeContext(graph, node, name, opset, env, used)
+    try:
+        results = CONVERTERS[node.op_type].fn(ctx)
+        if isinstance(results, Value):
+            results = [results]
+        results = list(results)
+        for i, out_name in enumerate(node.output):
+            if not out_name:
+                continue
+            value = results[i] if i < len(results) else None
+            if value is None:
+                if out_name in used:
+                    raise UnsupportedError(f"output {i} ('{out_name}') is used, but Ember cannot produce it")
+                continue
+            if out_name in env:
+                raise ImportError_(f"output '{out_name}' is already defined by another node, input or initializer")
+            env[out_name] = value
+    except EmberError as err:
+        raise ImportError_(_located(ctx.location, err)) from None
+    except Exception as err:  # noqa: BLE001  (a converter bug must still name the node)
+        raise ImportError_(f"{ctx.location}: internal error while converting: {type(err).__name__}: {err}") from err
+
+
+def _set_outputs(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> None:
+    outputs = []
+    for vi in proto.output:
+        value = env.get(vi.name)
+        if value is None:
+            raise ImportError_(f"graph output '{vi.name}' is not produced by any node, input or initializer")
+        _check_output_type(vi, value)
+        outputs.append((vi.name, value))
+    graph.set_outputs(outputs)
+
+
+def _check_output_type(vi: ValueInfoProto, value: Value) -> None:
+    if vi.type.WhichOneof("value") != "tensor_type":
+        return
+    tensor_type = vi.type.tensor_type
+    inferred = value.type
+    what = f"graph output '{vi.name}'"
+    if tensor_type.elem_type:
+        declared = to_dtype(tensor_type.elem_type, what)
+        if declared is not inferred.dtype:
+            raise ImportError_(f"{what} is declared {onnx_type_name(tensor_type.elem_type).lower()} "
+                               f"({declared}), but Ember infers {inferred}")
+    if tensor_type.HasField("shape"):
+        dims = tensor_type.shape.dim
+        if len(dims) != inferred.rank:
+            raise ImportError_(f"{what} is declared with rank {len(dims)}, but Ember infers {inferred}")
+        for i, dim in enumerate(dims):
+            if dim.WhichOneof("value") == "dim_value" and dim.dim_value != inferred.shape[i]:
+                raise ImportError_(f"{what} is declared with dimension {i} = {dim.dim_value}, "
+                                   f"but Ember infers {inferred}")

@@ -1,0 +1,149 @@
+"""Reading an ONNX model: from a file path or a ModelProto, with external tensor data
+resolved safely (only inside the model's folder), and the default-domain opset checked.
+
+Nothing here builds IR; importer.py does that from the ModelProto this returns."""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
+
+from ember.support.errors import ImportError_
+
+MIN_OPSET = 11
+MAX_OPSET = 21
+DEFAULT_DOMAINS = ("", "ai.onnx")
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")  # Windows absolute paths
+
+
+@dataclass
+class LoadedModel:
+    model: ModelProto
+    label: str  # how errors name the model: its path, or "the ModelProto"
+    opset: int  # the default-domain opset version
+
+
+def load_model(model: str | os.PathLike | ModelProto) -> LoadedModel:
+    if isinstance(model, ModelProto):
+        label = "the given ModelProto"
+        external = next(iter(_external_tensors(model)), None)
+        if external is not None:
+            raise ImportError_(
+                f"{label} stores tensor '{external.name}' as external data "
+                f"('{_external_info(external).get('location', '?')}') but its folder is unknown: "
+                "pass the model's file path to load_onnx instead, or load the data first "
+                "(onnx.load(path) with load_external_data=True)"
+            )
+        proto = model
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        label = f"'{path}'"
+        proto = _read_file(path)
+        _resolve_external_data(proto, path)
+    else:
+        raise ImportError_(f"load_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
+    _check_model(proto, label)
+    return LoadedModel(proto, label, _default_opset(proto, label))
+
+
+def _read_file(path: Path) -> ModelProto:
+    if not path.exists():
+        raise ImportError_(f"ONNX model file '{path}' does not exist")
+    if not path.is_file():
+        raise ImportError_(f"ONNX model path '{path}' is not a file")
+    if path.stat().st_size == 0:
+        raise ImportError_(f"cannot read ONNX model '{path}': the file is empty")
+    try:
+        return onnx.load(os.fspath(path), load_external_data=False)
+    except Exception as err:  # noqa: BLE001  (DecodeError and anything else the parser raises)
+        reason = str(err).strip() or type(err).__name__
+        raise ImportError_(f"cannot read ONNX model '{path}': {reason} "
+                           "(the file is truncated or not an ONNX model)") from None
+
+
+def _check_model(proto: ModelProto, label: str) -> None:
+    """Bytes that happen to parse as a protobuf are not necessarily a model."""
+    if proto.ir_version <= 0 or not proto.HasField("graph"):
+        raise ImportError_(f"{label} is not an ONNX model: it has no IR version or no graph "
+                           "(the file is truncated or not an ONNX model)")
+    if not proto.graph.output:
+        raise ImportError_(f"{label}: the ONNX graph declares no outputs (is the file truncated?)")
+
+
+def _default_opset(proto: ModelProto, label: str) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions:
+        raise ImportError_(f"{label} imports no opset of the default ONNX domain "
+                           "(the file is truncated or not an ONNX model)")
+    opset = max(versions)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ImportError_(f"{label} uses ONNX opset {opset}; Ember supports opsets {MIN_OPSET} to "
+                           f"{MAX_OPSET} (convert it with onnx.version_converter)")
+    return opset
+
+
+# external data ----------------------------------------------------------------------------
+
+def _graph_tensors(graph: GraphProto) -> Iterator[TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == AttributeProto.TENSOR:
+                yield attr.t
+            elif attr.type == AttributeProto.TENSORS:
+                yield from attr.tensors
+            elif attr.type == AttributeProto.GRAPH:
+                yield from _graph_tensors(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    yield from _graph_tensors(sub)
+
+
+def _external_tensors(proto: ModelProto) -> Iterator[TensorProto]:
+    return (t for t in _graph_tensors(proto.graph) if t.data_location == TensorProto.EXTERNAL)
+
+
+def _external_info(tensor: TensorProto) -> dict[str, str]:
+    return {entry.key: entry.value for entry in tensor.external_data}
+
+
+def _resolve_external_data(proto: ModelProto, model_path: Path) -> None:
+    """Reads every external tensor's bytes into raw_data, refusing locations outside the
+    model's folder (absolute paths, '..' escapes, symlinks that point out)."""
+    folder = Path(os.path.realpath(model_path.parent if str(model_path.parent) else "."))
+    for tensor in _external_tensors(proto):
+        info = _external_info(tensor)
+        what = f"external data of tensor '{tensor.name}' in '{model_path}'"
+        location = info.get("location")
+        if not location:
+            raise ImportError_(f"{what} has no location")
+        if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
+            raise ImportError_(f"{what}: location '{location}' is an absolute path; external data "
+                               "must lie inside the model's folder")
+        target = Path(os.path.realpath(folder / location))
+        if target != folder and folder not in target.parents:
+            raise ImportError_(f"{what}: location '{location}' escapes the model's folder '{folder}' "
+                               "(via '..' or a symlink); refusing to read it")
+        if not target.is_file():
+            raise ImportError_(f"{what}: file '{location}' does not exist in '{folder}'")
+        size = target.stat().st_size
+        try:
+            offset = int(info.get("offset", "0"))
+            length = int(info["length"]) if "length" in info else size - offset
+        except ValueError:
+            raise ImportError_(f"{what}: offset '{info.get('offset')}' or length '{info.get('length')}' "
+                               "is not an integer") from None
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ImportError_(f"{what}: offset {offset} and length {length} do not fit "
+                               f"'{location}' ({size} bytes)")
+        with open(target, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        tensor.raw_data = data
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT

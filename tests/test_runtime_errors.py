@@ -1,0 +1,58 @@
+"""Bad input at run time and compile time gives a clear ember error, never a NumPy traceback."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.support.errors import EmberError, InputError
+from tests.conftest import EXAMPLES
+
+
+@pytest.fixture(scope="module")
+def lenet():
+    return ember.compile(EXAMPLES / "lenet.onnx")
+
+
+def test_public_face(lenet):
+    assert lenet.input_names == ["image"]
+    assert lenet.output_names == ["probabilities"]
+    for key in ("ops", "weight_bytes", "instructions"):
+        assert key in lenet.stats
+    assert lenet.stats["ops"]["imported"]["Conv"] == 2
+
+
+def test_missing_and_unknown_inputs_are_named(lenet):
+    with pytest.raises(InputError, match=r"missing inputs \['image'\]"):
+        lenet.run({})
+    image = np.zeros((1, 1, 28, 28), np.float32)
+    with pytest.raises(InputError, match=r"unknown inputs \['extra'\]"):
+        lenet.run({"image": image, "extra": image})
+
+
+def test_wrong_shape_and_dtype_are_named(lenet):
+    with pytest.raises(InputError, match=r"input 'image' must have shape \[1, 1, 28, 28\], got \[1, 28, 28\]"):
+        lenet.run({"image": np.zeros((1, 28, 28), np.float32)})
+    with pytest.raises(InputError, match=r"input 'image' must have element type float32 \(f32\), got float64"):
+        lenet.run({"image": np.zeros((1, 1, 28, 28))})
+    with pytest.raises(InputError, match="must be a NumPy array"):
+        lenet.run({"image": [[0.0]]})
+    with pytest.raises(InputError, match="takes a dict"):
+        lenet.run([np.zeros((1, 1, 28, 28), np.float32)])
+
+
+def test_non_contiguous_input_is_accepted(lenet):
+    image = np.asfortranarray(np.random.default_rng(0).random((1, 1, 28, 28), dtype=np.float32))
+    expected = lenet.run({"image": np.ascontiguousarray(image)})["probabilities"]
+    np.testing.assert_array_equal(lenet.run({"image": image})["probabilities"], expected)
+
+
+def test_bad_model_arguments(tmp_path):
+    with pytest.raises(EmberError, match="path to an ONNX file or an onnx.ModelProto"):
+        ember.compile(42)
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\x00\x01not a model at all" * 10)
+    with pytest.raises(EmberError, match="garbage.onnx"):
+        ember.compile(garbage)
+    with pytest.raises(EmberError, match="unknown backend 'warp-drive'"):
+        ember.compile(EXAMPLES / "lenet.onnx", backend="warp-drive")
