@@ -8,7 +8,7 @@ from importlib import metadata
 from ember.backends.api import Backend
 from ember.support.errors import EmberError
 
-BackendFactory = Callable[[], Backend]
+BackendFactory = Callable[..., Backend]
 _BUILTIN: dict[str, BackendFactory] = {}
 
 
@@ -26,13 +26,17 @@ def available_backends() -> list[str]:
     return sorted(set(_BUILTIN) | set(_plugins()))
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, **options) -> Backend:
+    """A backend instance; `options` (e.g. num_threads) go to its factory."""
     if name in _BUILTIN:
-        return _BUILTIN[name]()
+        try:
+            return _BUILTIN[name](**options)
+        except TypeError as err:
+            raise EmberError(f"backend '{name}' does not take options {sorted(options)}: {err}") from None
     plugin = _plugins().get(name)
     if plugin is None:
         raise EmberError(f"unknown backend '{name}' (available: {', '.join(available_backends())})")
-    backend = plugin.load()()
+    backend = plugin.load()(**options)
     if not isinstance(backend, Backend):
         raise EmberError(f"backend plugin '{name}' did not return an ember Backend")
     return backend

@@ -122,7 +122,9 @@ class Graph:
         add nodes out of order call sort() afterwards."""
         opdef = get_op(op)
         attrs = NoAttrs() if attrs is None else attrs
-        node = Node(op, self._node_names.unique(name or op), inputs, attrs)
+        # Absent trailing optionals are stored as None: every node has its full operand list.
+        node = Node(op, self._node_names.unique(name or op), opdef.pad_optional(inputs), attrs)
+        inputs = node.inputs
         try:
             types = opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
         except OpError as err:

@@ -72,11 +72,17 @@ class OpDef:
             if value is None and not optional:
                 raise OpError(f"{self.name}: operand '{self.operand_name(i)}' is required")
 
+    def pad_optional(self, values: Sequence[object]) -> list:
+        """Trailing optional operands that were left out, as None, so rules can unpack."""
+        if self.variadic:
+            return list(values)
+        return list(values) + [None] * (len(self.operands) - len(values))
+
     def infer_types(self, attrs: Any, in_types: Sequence[TensorType | None]) -> tuple[TensorType, ...]:
         self.check_arity(in_types)
         if not isinstance(attrs, self.attrs):
             raise OpError(f"{self.name} takes attributes {self.attrs.__name__}, got {type(attrs).__name__}")
-        out = self.infer(attrs, in_types)
+        out = self.infer(attrs, self.pad_optional(in_types))
         if len(out) != len(self.results):
             raise OpError(f"{self.name}: inference gave {len(out)} results, expected {len(self.results)}")
         return out
@@ -85,7 +91,7 @@ class OpDef:
         """Runs the reference semantics and checks the results against the inferred types,
         so a reference that drifts from inference fails loudly instead of computing quietly."""
         types = self.infer_types(attrs, [None if a is None else TensorType.of(a) for a in arrays])
-        results = self.reference(attrs, arrays)
+        results = self.reference(attrs, self.pad_optional(arrays))
         checked = []
         for result, expected in zip(results, types, strict=True):
             result = np.asarray(result)

@@ -1,0 +1,40 @@
+"""CpuBackend: which ops run natively, which are lowered, and compile = codegen + build + load."""
+from __future__ import annotations
+
+import os
+
+from ember.backends.api import Backend
+from ember.backends.cpu.build import build_library
+from ember.backends.cpu.native import NativeProgram
+from ember.codegen import generate_c
+from ember.codegen.c_types import C_TYPES
+from ember.codegen.kernels import C_KERNELS
+from ember.graph import Node
+from ember.lir.ir import Program
+
+# High-level ops the C kernels run directly instead of lowering them.
+NATIVE_HIGH_LEVEL = {"FusedConv", "FullyConnected"}
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, num_threads: int | None = None, sanitize: bool = False) -> None:
+        self.num_threads = num_threads or os.cpu_count() or 1
+        self.sanitize = sanitize
+
+    def supports(self, node: Node) -> bool:
+        if node.op not in C_KERNELS:
+            return False
+        if not node.opdef.primitive and node.op not in NATIVE_HIGH_LEVEL:
+            return False
+        values = [v for v in node.inputs + node.outputs if v is not None]
+        return all(v.type.dtype in C_TYPES and v.type.quant is None for v in values)
+
+    def should_lower(self, node: Node) -> bool:
+        return not self.supports(node)
+
+    def compile(self, program: Program) -> NativeProgram:
+        cprogram = generate_c(program, self.num_threads)
+        library = build_library(cprogram.source, sanitize=self.sanitize)
+        return NativeProgram(library, cprogram, program)

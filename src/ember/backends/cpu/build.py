@@ -1,0 +1,117 @@
+"""Compiling generated C into a shared library, cached by content.
+
+The cache key hashes the source, the compiler's identity and the flags, so a changed
+compiler or flag never reuses a stale library. Writes go to a temporary file in the cache
+folder, then an atomic rename: two processes compiling the same model at once both succeed
+and one library wins."""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from ember.codegen import RUNTIME_SOURCES, runtime_source
+from ember.support.errors import EmberError
+
+BASE_FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
+              "-Wno-unused-variable", "-Wno-unused-but-set-variable"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("EMBER_CACHE_DIR")
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "ember"
+
+
+def find_compiler() -> str:
+    candidates = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    for name in candidates:
+        path = shutil.which(name.split()[0])
+        if path:
+            return name
+    raise EmberError("no C compiler found for the cpu backend: install gcc or clang, or set CC "
+                     f"(tried {', '.join(candidates)})")
+
+
+@lru_cache(maxsize=None)
+def compiler_identity(compiler: str) -> str:
+    result = subprocess.run([*compiler.split(), "--version"], capture_output=True, text=True, check=False)
+    return result.stdout.splitlines()[0] if result.stdout else compiler
+
+
+def target_flags(march: str | None = None) -> list[str]:
+    """ISA flags: the host's (-march=native) unless a target names another."""
+    machine = platform.machine().lower()
+    if march:
+        flags = [f"-march={march}"]
+    elif machine in ("x86_64", "amd64"):
+        flags = ["-march=native"]
+    elif machine in ("aarch64", "arm64"):
+        flags = ["-mcpu=native"]
+    else:
+        flags = []
+    if machine in ("x86_64", "amd64"):
+        # gcc defaults some AVX-512 tunings to 256-bit vectors; our kernels are written for 512.
+        flags.append("-mprefer-vector-width=512")
+    return flags
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def _run_compiler(command: list[str]) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise EmberError(f"the C compiler failed on generated code (an Ember bug):\n{result.stderr[-4000:]}")
+
+
+def _write_runtime(folder: Path) -> None:
+    for name in RUNTIME_SOURCES:
+        (folder / name).write_text(runtime_source(name))
+
+
+def _runtime_object(compiler: str, flags: list[str]) -> Path:
+    """The kernel library compiled once per (sources, compiler, flags) and reused by every
+    model library."""
+    sources = "\0".join(runtime_source(name) for name in RUNTIME_SOURCES)
+    folder = cache_dir() / "cpu"
+    obj = folder / f"runtime-{_key(sources, compiler_identity(compiler), *flags)}.o"
+    if obj.exists():
+        return obj
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
+        _write_runtime(Path(work))
+        tmp = Path(work) / "runtime.o"
+        compile_flags = [f for f in flags if f != "-shared"]
+        _run_compiler([*compiler.split(), *compile_flags, "-c", str(Path(work) / "ember_gemm.c"), "-o", str(tmp)])
+        os.replace(tmp, obj)
+    return obj
+
+
+def build_library(source: str, extra_flags: list[str] | None = None, sanitize: bool = False) -> Path:
+    """Compiles a model's C source (plus the cached kernel library) into a shared library."""
+    compiler = find_compiler()
+    flags = BASE_FLAGS + target_flags() + list(extra_flags or [])
+    if sanitize:
+        flags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1"]
+    runtime = _runtime_object(compiler, flags)
+    folder = cache_dir() / "cpu"
+    library = folder / f"{_key(source, runtime.name, compiler_identity(compiler), *flags)}.so"
+    if library.exists():
+        return library
+    with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
+        _write_runtime(Path(work))
+        src = Path(work) / "model.c"
+        src.write_text(source)
+        tmp_lib = Path(work) / "model.so"
+        _run_compiler([*compiler.split(), *flags, f"-I{work}", str(src), str(runtime), "-o", str(tmp_lib), "-lm"])
+        os.replace(tmp_lib, library)
+    return library

@@ -1,0 +1,50 @@
+"""Loading a compiled model library and calling its entry function through ctypes."""
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ember.codegen import CProgram
+from ember.lir.ir import Program
+from ember.support.errors import EmberError
+
+
+def _aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = (-raw.ctypes.data) % alignment
+    return raw[start:start + nbytes]
+
+
+class NativeProgram:
+    """An executable: the library, the weight blob and the arena. Runs are serialized per
+    model because the arena and scratch are shared; separate CompiledModels run in parallel."""
+
+    def __init__(self, library: Path, cprogram: CProgram, program: Program) -> None:
+        self._lib = ctypes.CDLL(str(library))
+        self._entry = self._lib.ember_run
+        self._entry.restype = ctypes.c_int
+        self._entry.argtypes = [ctypes.c_void_p] * 5
+        self._weights = _aligned_empty(cprogram.weights.size)
+        self._weights[...] = cprogram.weights
+        self._arena = _aligned_empty(cprogram.arena_bytes)
+        self._scratch = _aligned_empty(max(cprogram.scratch_bytes * cprogram.num_threads, 64))
+        self._errors = cprogram.errors
+        self._outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
+        self._lock = threading.Lock()
+        self.source = cprogram.source
+        self.library = library
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
+        in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
+        out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        with self._lock:
+            status = self._entry(self._weights.ctypes.data, in_ptrs, out_ptrs, self._arena.ctypes.data,
+                                 self._scratch.ctypes.data)
+        if status:
+            raise EmberError(self._errors.get(status, f"native code failed with status {status}"))
+        return outputs

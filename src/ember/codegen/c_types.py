@@ -1,0 +1,62 @@
+"""Element types in C: type names, literals, and libm function names per float width."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ember.support.errors import UnsupportedError
+from ember.types import DType
+
+C_TYPES = {
+    DType.FLOAT32: "float",
+    DType.FLOAT64: "double",
+    DType.INT8: "int8_t",
+    DType.INT16: "int16_t",
+    DType.INT32: "int32_t",
+    DType.INT64: "int64_t",
+    DType.UINT8: "uint8_t",
+    DType.UINT16: "uint16_t",
+    DType.UINT32: "uint32_t",
+    DType.UINT64: "uint64_t",
+    DType.BOOL: "uint8_t",  # NumPy stores bool as one byte holding 0 or 1
+}
+
+
+def c_type(dtype: DType) -> str:
+    try:
+        return C_TYPES[dtype]
+    except KeyError:
+        raise UnsupportedError(f"the C backend does not support element type {dtype} yet") from None
+
+
+def c_literal(value: float | int | bool, dtype: DType) -> str:
+    """A C literal of `dtype` for `value` (exact for floats: hex float notation)."""
+    if dtype is DType.BOOL:
+        return "1" if value else "0"
+    if dtype.is_float:
+        x = float(np.asarray(value).astype(dtype.numpy))
+        if math.isnan(x):
+            return "NAN" if dtype is DType.FLOAT64 else "((float)NAN)"
+        if math.isinf(x):
+            sign = "-" if x < 0 else ""
+            return f"({sign}INFINITY)" if dtype is DType.FLOAT32 else f"({sign}(double)INFINITY)"
+        return f"{x.hex()}f" if dtype is DType.FLOAT32 else x.hex()
+    x = int(value)
+    if dtype is DType.INT64:
+        return f"INT64_C({x})" if x != -(2**63) else "INT64_MIN"
+    if dtype is DType.UINT64:
+        return f"UINT64_C({x})"
+    return f"(({c_type(dtype)}){x})"
+
+
+def libm(name: str, dtype: DType) -> str:
+    """The libm function for `dtype`: expf for float, exp for double."""
+    return f"{name}f" if dtype is DType.FLOAT32 else name
+
+
+def lowest(dtype: DType) -> str:
+    if dtype.is_float:
+        return "(-INFINITY)"
+    info = np.iinfo(dtype.numpy)
+    return c_literal(int(info.min), dtype)

@@ -1,0 +1,162 @@
+"""Data movement kernels: copy/reshape (memcpy unless source and destination coincide),
+Transpose, Slice, Concat, Gather, Pad and Tile as strided loop nests."""
+from __future__ import annotations
+
+import math
+
+from ember.codegen.c_types import c_literal, c_type
+from ember.codegen.kernels.registry import collapse, contiguous_strides, kernel, loop_nest
+from ember.lir.ir import Instr
+from ember.ops.shape_util import normalize_axis
+
+
+@kernel("copy", "Reshape")
+def emit_copy(em, instr: Instr) -> str:
+    out, src = instr.operands[:2]
+    dst_addr, src_addr = em.address(out), em.address(src)
+    if dst_addr == src_addr:
+        return "/* in place: source and destination coincide */"
+    return f"memmove({dst_addr}, {src_addr}, {out.type.nbytes});"
+
+
+def _typed(em, instr: Instr) -> list[str]:
+    out, x = instr.operands[:2]
+    t = c_type(out.type.dtype)
+    return [f"{t} *restrict y = {em.pointer(out)};", f"const {t} *x = {em.pointer(x, const=True)};"]
+
+
+@kernel("Transpose")
+def emit_transpose(em, instr: Instr) -> str:
+    out, x = instr.operands
+    perm = instr.attrs.perm
+    in_strides = contiguous_strides(x.type.shape)
+    strides = [contiguous_strides(out.type.shape), [in_strides[p] for p in perm]]
+    dims, strides = collapse(out.type.shape, strides)
+    if not dims:
+        dims, strides = [1], [[0], [0]]
+    lines = _typed(em, instr)
+    lines.append(loop_nest(dims, strides, ["y", "x"], lambda o: f"y[{o[0]}] = x[{o[1]}];"))
+    return "\n".join(lines)
+
+
+@kernel("Slice")
+def emit_slice(em, instr: Instr) -> str:
+    out, x = instr.operands
+    attrs = instr.attrs
+    in_strides = contiguous_strides(x.type.shape)
+    starts = [0] * x.type.rank
+    steps = [1] * x.type.rank
+    for axis, start, step in zip(attrs.axes, attrs.starts, attrs.steps):
+        starts[axis], steps[axis] = start, step
+    base = sum(s * st for s, st in zip(starts, in_strides))
+    strides = [contiguous_strides(out.type.shape), [st * step for st, step in zip(in_strides, steps)]]
+    if out.type.size == 0:
+        return "/* empty slice */"
+    dims, strides = collapse(out.type.shape, strides)
+    if not dims:
+        dims, strides = [1], [[0], [0]]
+    lines = _typed(em, instr)
+    lines.append(f"x += {base};")
+    lines.append(loop_nest(dims, strides, ["y", "x"], lambda o: f"y[{o[0]}] = x[{o[1]}];"))
+    return "\n".join(lines)
+
+
+@kernel("Concat")
+def emit_concat(em, instr: Instr) -> str:
+    out, *ins = instr.operands
+    axis = normalize_axis(instr.attrs.axis, out.type.rank)
+    outer = math.prod(out.type.shape[:axis])
+    inner = math.prod(out.type.shape[axis + 1:])
+    itemsize = out.type.dtype.itemsize
+    row = out.type.shape[axis] * inner * itemsize
+    lines = [f"uint8_t *y = {em.address(out)};"]
+    offset = 0
+    for buffer in ins:
+        chunk = buffer.type.shape[axis] * inner * itemsize
+        if chunk:
+            src = em.address(buffer)
+            lines.append(f"for (long o = 0; o < {outer}; o++) "
+                         f"memmove(y + o * {row} + {offset}, {src} + o * {chunk}, {chunk});")
+        offset += chunk
+    return "\n".join(lines)
+
+
+@kernel("Gather")
+def emit_gather(em, instr: Instr) -> str:
+    out, data, indices = instr.operands
+    axis = normalize_axis(instr.attrs.axis, data.type.rank)
+    outer = math.prod(data.type.shape[:axis])
+    n = data.type.shape[axis]
+    inner = math.prod(data.type.shape[axis + 1:])
+    count = indices.type.size
+    itemsize = data.type.dtype.itemsize
+    fail = em.fail_check(f"node {instr.source!r} (Gather): index out of range [-{n}, {n})")
+    return "\n".join([
+        f"uint8_t *y = {em.address(out)};",
+        f"const uint8_t *x = {em.address(data)};",
+        f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};",
+        f"for (long j = 0; j < {count}; j++) {{ if (idx[j] < -{n} || idx[j] >= {n}) {fail} }}",
+        f"for (long o = 0; o < {outer}; o++)",
+        f"    for (long j = 0; j < {count}; j++) {{",
+        f"        long k = (long)idx[j] < 0 ? (long)idx[j] + {n} : (long)idx[j];",
+        f"        memcpy(y + (o * {count} + j) * {inner * itemsize}, x + (o * {n} + k) * {inner * itemsize}, "
+        f"{inner * itemsize});",
+        "    }",
+    ])
+
+
+def _index_map(mode: str, size: int, i: str) -> str:
+    """Source index for a padded coordinate `i` (may be outside [0, size))."""
+    if mode == "edge":
+        return f"({i} < 0 ? 0 : ({i} >= {size} ? {size - 1} : {i}))"
+    if mode == "wrap":
+        return f"((({i}) % {size} + {size}) % {size})"
+    # reflect: mirror without repeating the edge; period 2 * (size - 1)
+    if size == 1:
+        return "0"
+    period = 2 * (size - 1)
+    m = f"((({i}) % {period} + {period}) % {period})"
+    return f"({m} < {size} ? {m} : {period} - {m})"
+
+
+@kernel("Pad")
+def emit_pad(em, instr: Instr) -> str:
+    out, x = instr.operands
+    attrs = instr.attrs
+    rank = x.type.rank
+    begins = attrs.pads[:rank]
+    out_shape, in_shape = out.type.shape, x.type.shape
+    in_strides = contiguous_strides(in_shape)
+    lines = _typed(em, instr)
+    if out.type.size == 0:
+        return "/* empty result */"
+    idx = [f"i{a}" for a in range(rank)]
+    src_coords = [f"({idx[a]} - {begins[a]})" for a in range(rank)]
+    if attrs.mode == "constant":
+        inside = " && ".join(f"{c} >= 0 && {c} < {in_shape[a]}" for a, c in enumerate(src_coords)) or "1"
+        offset = " + ".join(f"{c} * {in_strides[a]}" for a, c in enumerate(src_coords)) or "0"
+        value = c_literal(attrs.value, out.type.dtype)
+        body = f"y[{{o}}] = ({inside}) ? x[{offset}] : {value};"
+    else:
+        mapped = [_index_map(attrs.mode, in_shape[a], src_coords[a]) for a in range(rank)]
+        offset = " + ".join(f"{m} * {in_strides[a]}" for a, m in enumerate(mapped)) or "0"
+        body = f"y[{{o}}] = x[{offset}];"
+    out_strides = contiguous_strides(out_shape)
+    lines.append(loop_nest(out_shape or [1], [out_strides or [0]], ["y"],
+                           lambda o: body.replace("{o}", o[0])))
+    return "\n".join(lines)
+
+
+@kernel("Tile")
+def emit_tile(em, instr: Instr) -> str:
+    out, x = instr.operands
+    in_shape = x.type.shape
+    in_strides = contiguous_strides(in_shape)
+    rank = len(in_shape)
+    if out.type.size == 0:
+        return "/* empty result */"
+    offset = " + ".join(f"(i{a} % {in_shape[a]}) * {in_strides[a]}" for a in range(rank)) or "0"
+    lines = _typed(em, instr)
+    lines.append(loop_nest(out.type.shape or [1], [contiguous_strides(out.type.shape) or [0]], ["y"],
+                           lambda o: f"y[{o[0]}] = x[{offset}];"))
+    return "\n".join(lines)

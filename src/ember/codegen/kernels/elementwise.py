@@ -1,0 +1,186 @@
+"""Elementwise kernels: one loop nest per instruction with NumPy broadcasting through
+per-operand strides, collapsed so same-shaped operands run one flat (vectorizable) loop.
+Each op is one C expression over its operands `a`, `b`, `c`."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ember.codegen.c_types import c_literal, c_type, libm
+from ember.codegen.kernels.registry import broadcast_strides, collapse, kernel, loop_nest
+from ember.lir.ir import Instr
+from ember.ops.elementwise import ELEMENTWISE
+from ember.ops import OPS
+from ember.types import DType
+
+Expr = Callable[[list[str], DType, object], str]
+
+
+def _float_unary(fn: str) -> Expr:
+    return lambda a, t, attrs: f"{libm(fn, t)}({a[0]})"
+
+
+def _zero(t: DType) -> str:
+    return c_literal(0, t)
+
+
+def _one(t: DType) -> str:
+    return c_literal(1, t)
+
+
+def _sigmoid(a, t, attrs):
+    return f"({_one(t)} / ({_one(t)} + {libm('exp', t)}(-{a[0]})))"
+
+
+def _softplus(a, t, attrs):
+    x = a[0]
+    return f"(({x} > {_zero(t)} ? {x} : {_zero(t)}) + {libm('log1p', t)}({libm('exp', t)}(-{libm('fabs', t)}({x}))))"
+
+
+def _abs(a, t, attrs):
+    return f"{libm('fabs', t)}({a[0]})" if t.is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
+
+
+def _max(a, t, attrs):
+    # NaN propagates like np.maximum: a NaN in either operand wins.
+    if t.is_float:
+        return f"(({a[0]} != {a[0]} || {a[0]} > {a[1]}) ? {a[0]} : {a[1]})"
+    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+
+
+def _min(a, t, attrs):
+    if t.is_float:
+        return f"(({a[0]} != {a[0]} || {a[0]} < {a[1]}) ? {a[0]} : {a[1]})"
+    return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+
+
+def _mod(a, t, attrs):
+    # np.mod: the remainder takes the divisor's sign.
+    if t.is_float:
+        r = f"{libm('fmod', t)}({a[0]}, {a[1]})"
+        return f"({{ {c_type(t)} r_ = {r}; (r_ != 0 && ((r_ < 0) != ({a[1]} < 0))) ? r_ + {a[1]} : r_; }})"
+    return f"({{ {c_type(t)} r_ = {a[0]} % {a[1]}; (r_ != 0 && ((r_ < 0) != ({a[1]} < 0))) ? r_ + {a[1]} : r_; }})"
+
+
+def _pow(a, t, attrs):
+    if t.is_float:
+        return f"{libm('pow', t)}({a[0]}, ({c_type(t)}){a[1]})"
+    return f"(({c_type(t)})pow((double){a[0]}, (double){a[1]}))"
+
+
+def _clip(a, t, attrs):
+    x = a[0]
+    if attrs.min is not None:
+        lo = c_literal(attrs.min, t)
+        x = f"({x} < {lo} ? {lo} : {x})"
+    if attrs.max is not None:
+        hi = c_literal(attrs.max, t)
+        x = f"({x} > {hi} ? {hi} : {x})"
+    return x
+
+
+def _cast(a, t, attrs):
+    target = attrs.to
+    if target is DType.BOOL:
+        return f"({a[0]} != 0)"
+    if t.is_float and target.is_int:
+        # Truncation toward zero, like the reference; NaN/overflow is undefined in ONNX.
+        return f"(({c_type(target)}){a[0]})"
+    return f"(({c_type(target)}){a[0]})"
+
+
+UNARY: dict[str, Expr] = {
+    "Relu": lambda a, t, attrs: f"({a[0]} > {_zero(t)} ? {a[0]} : {_zero(t)})",
+    "Sigmoid": _sigmoid,
+    "Tanh": _float_unary("tanh"),
+    "Exp": _float_unary("exp"),
+    "Log": _float_unary("log"),
+    "Sqrt": _float_unary("sqrt"),
+    "Erf": _float_unary("erf"),
+    "Reciprocal": lambda a, t, attrs: f"({_one(t)} / {a[0]})",
+    "Floor": _float_unary("floor"),
+    "Ceil": _float_unary("ceil"),
+    "Round": _float_unary("nearbyint"),  # default rounding mode: half to even
+    "Sin": _float_unary("sin"),
+    "Cos": _float_unary("cos"),
+    "Softplus": _softplus,
+    "Softsign": lambda a, t, attrs: f"({a[0]} / ({_one(t)} + {libm('fabs', t)}({a[0]})))",
+    "Neg": lambda a, t, attrs: f"(-{a[0]})",
+    "Abs": _abs,
+    "Sign": lambda a, t, attrs: f"(({c_type(t)})(({a[0]} > 0) - ({a[0]} < 0)))",
+    "Not": lambda a, t, attrs: f"(!{a[0]})",
+    "Clip": _clip,
+    "Cast": _cast,
+    "LeakyRelu": lambda a, t, attrs: f"({a[0]} >= {_zero(t)} ? {a[0]} : {a[0]} * {c_literal(attrs.alpha, t)})",
+    "Elu": lambda a, t, attrs: (f"({a[0]} >= {_zero(t)} ? {a[0]} : "
+                                f"{c_literal(attrs.alpha, t)} * {libm('expm1', t)}({a[0]}))"),
+    "HardSigmoid": lambda a, t, attrs: (
+        f"({{ {c_type(t)} h_ = {a[0]} * {c_literal(attrs.alpha, t)} + {c_literal(attrs.beta, t)}; "
+        f"h_ < {_zero(t)} ? {_zero(t)} : (h_ > {_one(t)} ? {_one(t)} : h_); }})"),
+}
+BINARY: dict[str, Expr] = {
+    "Add": lambda a, t, attrs: f"({a[0]} + {a[1]})",
+    "Sub": lambda a, t, attrs: f"({a[0]} - {a[1]})",
+    "Mul": lambda a, t, attrs: f"({a[0]} * {a[1]})",
+    "Div": lambda a, t, attrs: f"({a[0]} / {a[1]})",
+    "Max": _max,
+    "Min": _min,
+    "Mod": _mod,
+    "Pow": _pow,
+    "Equal": lambda a, t, attrs: f"({a[0]} == {a[1]})",
+    "Less": lambda a, t, attrs: f"({a[0]} < {a[1]})",
+    "LessOrEqual": lambda a, t, attrs: f"({a[0]} <= {a[1]})",
+    "Greater": lambda a, t, attrs: f"({a[0]} > {a[1]})",
+    "GreaterOrEqual": lambda a, t, attrs: f"({a[0]} >= {a[1]})",
+    "And": lambda a, t, attrs: f"({a[0]} && {a[1]})",
+    "Or": lambda a, t, attrs: f"({a[0]} || {a[1]})",
+    "Xor": lambda a, t, attrs: f"(!{a[0]} != !{a[1]})",
+    "Where": lambda a, t, attrs: f"({a[0]} ? {a[1]} : {a[2]})",
+}
+# Integer division and remainder trap on zero: check the divisor first.
+_INT_DIVISORS = {"Div", "Mod"}
+
+
+def emit_elementwise(em, instr: Instr, expr: Expr) -> str:
+    out, *ins = instr.operands
+    shape = out.type.shape
+    strides = [broadcast_strides(shape, shape)] + [broadcast_strides(b.type.shape, shape) for b in ins]
+    dims, strides = collapse(shape, strides)
+    names = ["y"] + [f"x{i}" for i in range(len(ins))]
+    # The expression's type is the first float/numeric operand's (Where: the values).
+    expr_type = ins[1].type.dtype if instr.name == "Where" else ins[0].type.dtype
+    lines = [f"{c_type(out.type.dtype)} *restrict y = {em.pointer(out)};"]
+    for i, buffer in enumerate(ins):
+        lines.append(f"const {c_type(buffer.type.dtype)} *x{i} = {em.pointer(buffer, const=True)};")
+    guard = ""
+    if instr.name in _INT_DIVISORS and expr_type.is_int:
+        guard = f"if (x1[{{1}}] == 0) {em.fail_check(f'node {instr.source!r} ({instr.name}): integer division by zero')} "
+
+    def body(offsets: list[str]) -> str:
+        args = [f"x{i}[{offsets[i + 1]}]" for i in range(len(ins))]
+        check = guard.replace("{1}", offsets[2]) if guard else ""
+        return f"{check}y[{offsets[0]}] = {expr(args, expr_type, instr.attrs)};"
+
+    if not dims:
+        dims, strides = [1], [[0] for _ in strides]
+    lines.append(loop_nest(dims, strides, names, body))
+    return "\n".join(lines)
+
+
+def _make(expr: Expr):
+    return lambda em, instr: emit_elementwise(em, instr, expr)
+
+
+for _name, _expr in {**UNARY, **BINARY}.items():
+    kernel(_name)(_make(_expr))
+
+
+@kernel("Expand")
+def emit_expand(em, instr: Instr) -> str:
+    return emit_elementwise(em, instr, lambda a, t, attrs: a[0])
+
+
+def check_coverage() -> list[str]:
+    """Elementwise ops in the op table without a C expression (for the exemption test)."""
+    return [name for name, op in OPS.items() if ELEMENTWISE <= op.traits and name not in UNARY | BINARY]
+
+
