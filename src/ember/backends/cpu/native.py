@@ -31,7 +31,7 @@ class NativeProgram:
         self._weights = _aligned_empty(cprogram.weights.size)
         self._weights[...] = cprogram.weights
         self._arena = _aligned_empty(cprogram.arena_bytes)
-        self._scratch = _aligned_empty(max(cprogram.scratch_bytes * cprogram.num_threads, 64))
+        self._scratch = _aligned_empty(max(cprogram.scratch_bytes, 64))
         self._errors = cprogram.errors
         self._outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
         self._lock = threading.Lock()

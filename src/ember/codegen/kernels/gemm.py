@@ -1,10 +1,9 @@
-"""MatMul and FullyConnected through the packed-panel GEMM core (runtime/ember_gemm.h).
+"""MatMul and FullyConnected through the packed-panel GEMM core (runtime/ember_gemm.c).
 
 B is consumed in 32-column panels: constant weights are packed at compile time into the
-panel layout; activations are packed per panel, per thread, into scratch. A is read in place
-(row-major, broadcast one element at a time). Work items are (batch, panel) pairs split
-across OpenMP threads; each walks all row blocks of its panel, so a packed panel is reused
-from L1/L2 by every row block."""
+panel layout; activations are packed at run time by the core, per chunk of panels, into
+scratch. A is read in place (row-major, one broadcast element at a time). The emitted code
+is a call with constant shapes; blocking and threading live in the core."""
 from __future__ import annotations
 
 import math
@@ -49,38 +48,31 @@ class Epilogue:
                 f"{float(self.beta).hex()}f }};")
 
 
-def emit_gemm(em, *, batches: int, m: int, n: int, k: int, a: str, a_batch: list[str], b_packed: str | None,
-              b: str | None, b_batch: list[str], c: str, c_batch: list[str], epilogue: Epilogue,
-              parallel: bool = True) -> str:
-    """C = A @ B (+ epilogue) for `batches` independent products. a/b/c are base pointer
-    expressions; *_batch[i] are element-offset expressions in the batch index `bi`
-    (used inside the loop). Either b_packed (panels for one [K, N] matrix, shared by all
-    batches) or b (row-major, packed at run time) is given."""
+def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
+    """Mirror of ember_gemm_scratch_bytes in runtime/ember_gemm.c (chunks of 384 KiB)."""
     panels = math.ceil(n / NR)
-    items = batches * panels
-    lines = [epilogue.c_init()]
-    use_threads = parallel and em.num_threads > 1 and items > 1 and batches * m * n * k >= PARALLEL_MIN_MACS
-    if b_packed is None:
+    chunk = min(max(1, (384 * 1024) // (k * NR * 4)), panels)
+    return max(chunk * k * NR * 4 * threads, panels * k * NR * 4)
+
+
+def threads_for(em, macs: int) -> int:
+    return em.num_threads if macs >= PARALLEL_MIN_MACS else 1
+
+
+def emit_gemm_call(em, *, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str,
+                   b_packed: str | None = None, packer: str | None = None, pack_ctx: str | None = None,
+                   b_direct: str | None = None, epilogue: str = "&ep", threads: int = 1) -> str:
+    """One call of the runtime GEMM; a_layout = (row stride, k stride, 8-row block stride).
+    B is exactly one of: b_packed (compile-time panels), b_direct (row-major [K, N] read in
+    place), or packer + pack_ctx (panels built at run time)."""
+    if b_direct is not None:
         em.need_scratch(k * NR * 4)
-    if use_threads:
-        lines.append(f"#pragma omp parallel for {em.threads_pragma} schedule(static)")
-    lines.append(f"for (long item = 0; item < {items}; item++) {{")
-    body = [f"long bi = item / {panels}, p = item % {panels};", "(void)bi;"]
-    body.append(f"const float *a_ = {a} + {a_batch[0] if a_batch else '0'};")
-    body.append(f"float *c_ = {c} + {c_batch[0] if c_batch else '0'} + p * {NR};")
-    if b_packed is not None:
-        body.append(f"const float *bp = {b_packed} + p * {k * NR};")
-    else:
-        body.append(f"float *bp = (float *)(S + (long)omp_get_thread_num() * {em.scratch_stride_expr()});")
-        body.append(f"ember_pack_panel(bp, {b} + {b_batch[0] if b_batch else '0'}, {n}, {k}, {n}, p * {NR});")
-    body.append(f"int ncols = {n} - p * {NR} < {NR} ? (int)({n} - p * {NR}) : {NR};")
-    body.append(f"for (long r = 0; r < {m}; r += {MR}) {{")
-    body.append(f"    int mr = {m} - r < {MR} ? (int)({m} - r) : {MR};")
-    body.append(f"    ember_tile_rows(mr, {k}, a_ + r * {k}, {k}, 1, bp, c_ + r * {n}, {n}, ncols, &ep, r, p * {NR});")
-    body.append("}")
-    lines += ["    " + line for line in body]
-    lines.append("}")
-    return "\n".join(lines)
+    elif b_packed is None:
+        em.need_scratch(gemm_scratch_bytes(n, k, threads))
+    a_rs, a_ks, a_block = a_layout
+    return (f"ember_gemm({m}, {n}, {k}, {a}, {a_rs}, {a_ks}, {a_block}, {b_packed or 'NULL'}, "
+            f"{packer or 'NULL'}, {pack_ctx or 'NULL'}, {b_direct or 'NULL'}, {n}, {c}, {n}, {epilogue}, "
+            f"(float *)S, {threads});")
 
 
 def _batch_offsets(shape: tuple[int, ...], batch_shape: tuple[int, ...], matrix: int) -> str:
@@ -110,24 +102,37 @@ def emit_matmul(em, instr: Instr) -> str:
     n = b_shape[-1]
     if len(b_shape) == 2:
         # A 2-D right operand is shared by every batch: fold A's batch into the rows.
-        m = math.prod(a_shape[:-1])
-        return _single(em, out, a, b, m, n, k, Epilogue())
+        return _single(em, out, a, b, math.prod(a_shape[:-1]), n, k, Epilogue())
     batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     batches = math.prod(batch_shape)
-    return emit_gemm(
-        em, batches=batches, m=m, n=n, k=k,
-        a=em.pointer(a, const=True), a_batch=[_batch_offsets(a_shape, batch_shape, m * k)],
-        b_packed=None, b=em.pointer(b, const=True), b_batch=[_batch_offsets(b_shape, batch_shape, k * n)],
-        c=em.pointer(out), c_batch=[f"bi * {m * n}"], epilogue=Epilogue())
+    threads = threads_for(em, m * n * k)
+    call = emit_gemm_call(em, m=m, n=n, k=k, a="pa", a_layout=(k, 1, MR * k), b_direct="pb", c="pc",
+                          threads=threads)
+    return "\n".join([
+        Epilogue().c_init(),
+        f"const float *xa = {em.pointer(a, const=True)};",
+        f"const float *xb = {em.pointer(b, const=True)};",
+        f"float *y = {em.pointer(out)};",
+        f"for (long bi = 0; bi < {batches}; bi++) {{",
+        f"    const float *pa = xa + {_batch_offsets(a_shape, batch_shape, m * k)};",
+        f"    const float *pb = xb + {_batch_offsets(b_shape, batch_shape, k * n)};",
+        f"    float *pc = y + bi * {m * n};",
+        f"    {call}",
+        "}",
+    ])
 
 
 def _single(em, out, a, b, m, n, k, epilogue: Epilogue) -> str:
+    threads = threads_for(em, m * n * k)
+    a_ptr = em.pointer(a, const=True)
     if _is_const_weight(b):
         packed = em.packed_weight(b, "panels32", pack_panels(b.data.reshape(k, n).astype(np.float32)))
-        return emit_gemm(em, batches=1, m=m, n=n, k=k, a=em.pointer(a, const=True), a_batch=[],
-                         b_packed=packed, b=None, b_batch=[], c=em.pointer(out), c_batch=[], epilogue=epilogue)
-    return emit_gemm(em, batches=1, m=m, n=n, k=k, a=em.pointer(a, const=True), a_batch=[], b_packed=None,
-                     b=em.pointer(b, const=True), b_batch=[], c=em.pointer(out), c_batch=[], epilogue=epilogue)
+        call = emit_gemm_call(em, m=m, n=n, k=k, a=a_ptr, a_layout=(k, 1, MR * k), b_packed=packed,
+                              c=em.pointer(out), threads=threads)
+        return "\n".join([epilogue.c_init(), call])
+    call = emit_gemm_call(em, m=m, n=n, k=k, a=a_ptr, a_layout=(k, 1, MR * k), b_direct=em.pointer(b, const=True),
+                          c=em.pointer(out), threads=threads)
+    return "\n".join([epilogue.c_init(), call])
 
 
 @kernel("FullyConnected")

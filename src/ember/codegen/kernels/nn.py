@@ -1,11 +1,10 @@
 """Convolution and pooling kernels (NCHW).
 
-Conv runs as GEMM per group: A = the weights, packed at compile time into 8-row blocks
-[M/8][K][8]; B = im2col of 32 output pixels at a time, packed per thread straight into the
-panel layout (no full im2col buffer). Bias, residual and activation run in the tile epilogue.
-Depthwise convolution (one input and one output channel per group) has its own direct
-kernel with per-tap loop bounds computed at compile time, so the inner loops carry no
-bounds checks."""
+Conv runs as GEMM per image and group: A = the weights, packed at compile time into 8-row
+blocks [M/8][K][8]; B = im2col of 32 output pixels at a time, packed by the runtime core
+straight into the panel layout (no full im2col buffer). Bias, residual and activation run in
+the tile epilogue. Depthwise convolution (one input and one output channel per group) has
+its own direct kernel with per-tap loop bounds, so the inner loops carry no bounds checks."""
 from __future__ import annotations
 
 import math
@@ -13,7 +12,7 @@ import math
 import numpy as np
 
 from ember.codegen.c_types import c_type, lowest
-from ember.codegen.kernels.gemm import MR, NR, PARALLEL_MIN_MACS, Epilogue
+from ember.codegen.kernels.gemm import MR, PARALLEL_MIN_MACS, Epilogue, emit_gemm_call, threads_for
 from ember.codegen.kernels.registry import kernel
 from ember.lir.ir import BufferKind, Instr
 from ember.ops.fused import FusedConvAttrs
@@ -28,6 +27,14 @@ def pack_rows(w: np.ndarray) -> np.ndarray:
     padded = np.zeros((blocks * MR, k), np.float32)
     padded[:m] = w
     return np.ascontiguousarray(padded.reshape(blocks, MR, k).transpose(0, 2, 1))
+
+
+def depthwise_scratch_bytes(conv, in_hw, out_hw, kernel, threads: int) -> int:
+    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_gemm.c."""
+    s = conv.strides[0]
+    hph = out_hw[0] + (kernel[0] - 1) // s + 1
+    wph = out_hw[1] + (kernel[1] - 1) // s + 1
+    return threads * (s * s * hph * wph + out_hw[0] * wph + 64) * 4
 
 
 def _conv_parts(instr: Instr):
@@ -54,135 +61,55 @@ def emit_conv(em, instr: Instr) -> str:
     out_channels, cg, kh, kw = w.type.shape
     groups = conv.group
     oh, ow = out.type.shape[2:]
-    if cg == 1 and out_channels == groups:
-        return _depthwise(em, instr, out, x, w, b, residual, conv, act, alpha, beta)
+    (sh, sw), (dh, dw) = conv.strides, conv.dilations
+    pt, pl = conv.pads[0], conv.pads[1]
+    depthwise = cg == 1 and out_channels == groups
+    geometry = (f"{cg if not depthwise else channels}, {height}, {width}, {kh}, {kw}, {sh}, {sw}, {pt}, {pl}, "
+                f"{dh}, {dw}, {oh}, {ow}")
+    lines = [
+        f"const float *x = {em.pointer(x, const=True)};",
+        f"float *y = {em.pointer(out)};",
+        f"const float *bias = {em.pointer(b, const=True) if b is not None else 'NULL'};",
+        f"const float *res = {em.pointer(residual, const=True) if residual is not None else 'NULL'};",
+        "(void)bias; (void)res;",
+    ]
+    pixels = oh * ow
+    if depthwise:
+        threads = em.num_threads if channels * pixels * kh * kw >= PARALLEL_MIN_MACS // 4 else 1
+        em.need_scratch(depthwise_scratch_bytes(conv, (height, width), (oh, ow), (kh, kw), threads))
+        lines += [
+            Epilogue(activation=act, alpha=alpha, beta=beta).c_init(),
+            f"for (long nb = 0; nb < {n_batch}; nb++) {{",
+            f"    ember_conv_geom g = {{ x + nb * {channels * height * width}, {geometry} }};",
+            f"    ember_depthwise(&g, {em.pointer(w, const=True)}, bias, res ? res + nb * {out_channels * pixels} : NULL, "
+            f"y + nb * {out_channels * pixels}, &ep, (float *)S, {threads});",
+            "}",
+        ]
+        return "\n".join(lines)
     mg = out_channels // groups
     k = cg * kh * kw
-    pixels = oh * ow
-    panels = math.ceil(pixels / NR)
     packed = np.stack([pack_rows(w.data[g * mg:(g + 1) * mg].reshape(mg, k).astype(np.float32))
                        for g in range(groups)])
     a = em.packed_weight(w, "conv_rows8", packed)
-    group_a = packed[0].size
-    em.need_scratch(k * NR * 4)
+    threads = threads_for(em, mg * pixels * k)
     pointwise = kh == kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
-    epilogue = Epilogue(bias="b_" if b is not None else "NULL", bias_per_row=True,
-                        residual="r_" if residual is not None else "NULL", ld_residual=pixels,
+    b_source = {"b_direct": "xg"} if pointwise else {"packer": "ember_pack_im2col", "pack_ctx": "&pk"}
+    context = "" if pointwise else f"ember_conv_geom pk = {{ xg, {geometry} }};"
+    epilogue = Epilogue(bias=f"bias ? bias + gi * {mg} : NULL", bias_per_row=True,
+                        residual="res ? res + base : NULL", ld_residual=pixels,
                         activation=act, alpha=alpha, beta=beta)
-    (sh, sw), (dh, dw) = conv.strides, conv.dilations
-    pt, pl = conv.pads[0], conv.pads[1]
-    items = n_batch * groups * panels
-    threads = em.num_threads > 1 and items > 1 and out_channels * pixels * k >= PARALLEL_MIN_MACS
-    lines = [
-        f"const float *x = {em.pointer(x, const=True)};",
-        f"float *y = {em.pointer(out)};",
-        f"const float *bias = {em.pointer(b, const=True) if b is not None else 'NULL'};",
-        f"const float *res = {em.pointer(residual, const=True) if residual is not None else 'NULL'};",
-        "(void)bias; (void)res;",
-    ]
-    if threads:
-        lines.append(f"#pragma omp parallel for {em.threads_pragma} schedule(static)")
-    lines.append(f"for (long item = 0; item < {items}; item++) {{")
-    body = [
-        f"long nb = item / {groups * panels}, g = (item / {panels}) % {groups}, p = item % {panels};",
-        f"const float *xg = x + nb * {channels * height * width} + g * {cg * height * width};",
-        f"float *yg = y + nb * {out_channels * pixels} + g * {mg * pixels};",
-        f"const float *b_ = bias ? bias + g * {mg} : NULL; (void)b_;",
-        f"const float *r_ = res ? res + nb * {out_channels * pixels} + g * {mg * pixels} : NULL; (void)r_;",
-        epilogue.c_init(),
-        f"float *bp = (float *)(S + (long)omp_get_thread_num() * {em.scratch_stride_expr()});",
-        f"long col0 = p * {NR};",
-        f"int ncols = {pixels} - col0 < {NR} ? (int)({pixels} - col0) : {NR};",
-    ]
-    if pointwise:
-        body.append(f"ember_pack_panel(bp, xg, {pixels}, {k}, {pixels}, col0);")
-    else:
-        body += [
-            f"long ih0[{NR}], iw0[{NR}];",
-            f"for (int j = 0; j < {NR}; j++) {{",
-            f"    long q = col0 + j < {pixels} ? col0 + j : {pixels - 1};",
-            f"    ih0[j] = (q / {ow}) * {sh} - {pt}; iw0[j] = (q % {ow}) * {sw} - {pl};",
-            "}",
-            f"for (long c = 0; c < {cg}; c++)",
-            f"for (long u = 0; u < {kh}; u++)",
-            f"for (long v = 0; v < {kw}; v++) {{",
-            f"    float *dst = bp + ((c * {kh} + u) * {kw} + v) * {NR};",
-            f"    const float *src = xg + c * {height * width};",
-            f"    for (int j = 0; j < {NR}; j++) {{",
-            f"        long ih = ih0[j] + u * {dh}, iw = iw0[j] + v * {dw};",
-            f"        dst[j] = (j < ncols && ih >= 0 && ih < {height} && iw >= 0 && iw < {width}) "
-            f"? src[ih * {width} + iw] : 0.0f;",
-            "    }",
-            "}",
-        ]
-    body += [
-        f"const float *ag = {a} + g * {group_a};",
-        f"for (long r = 0; r < {mg}; r += {MR}) {{",
-        f"    int mr = {mg} - r < {MR} ? (int)({mg} - r) : {MR};",
-        f"    ember_tile_rows(mr, {k}, ag + r * {k}, 1, {MR}, bp, yg + r * {pixels} + col0, {pixels}, ncols, &ep, r, col0);",
+    call = emit_gemm_call(em, m=mg, n=pixels, k=k, a=f"{a} + gi * {packed[0].size}", a_layout=(1, MR, MR * k),
+                          c="y + base", threads=threads, **b_source)
+    lines += [
+        f"for (long nb = 0; nb < {n_batch}; nb++)",
+        f"for (long gi = 0; gi < {groups}; gi++) {{",
+        f"    const float *xg = x + nb * {channels * height * width} + gi * {cg * height * width};",
+        f"    long base = nb * {out_channels * pixels} + gi * {mg * pixels};",
+        *([f"    {context}"] if context else []),
+        f"    {epilogue.c_init()}",
+        f"    {call}",
         "}",
     ]
-    lines += ["    " + line for line in body]
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def _valid_range(out_size: int, in_size: int, stride: int, pad: int, offset: int) -> tuple[int, int]:
-    """Outputs o with 0 <= o*stride - pad + offset < in_size, as [lo, hi)."""
-    lo = max(0, -(-(pad - offset) // stride))
-    hi = min(out_size, (in_size - 1 + pad - offset) // stride + 1)
-    return lo, max(lo, hi)
-
-
-def _depthwise(em, instr, out, x, w, b, residual, conv, act, alpha, beta) -> str:
-    n_batch, channels, height, width = x.type.shape
-    _, _, kh, kw = w.type.shape
-    oh, ow = out.type.shape[2:]
-    (sh, sw), (dh, dw) = conv.strides, conv.dilations
-    pt, pl = conv.pads[0], conv.pads[1]
-    items = n_batch * channels
-    threads = em.num_threads > 1 and items > 1 and items * oh * ow * kh * kw >= PARALLEL_MIN_MACS // 4
-    lines = [
-        f"const float *x = {em.pointer(x, const=True)};",
-        f"const float *w = {em.pointer(w, const=True)};",
-        f"float *y = {em.pointer(out)};",
-        f"const float *bias = {em.pointer(b, const=True) if b is not None else 'NULL'};",
-        f"const float *res = {em.pointer(residual, const=True) if residual is not None else 'NULL'};",
-        "(void)bias; (void)res;",
-        Epilogue(activation=act, alpha=alpha, beta=beta).c_init(),
-    ]
-    if threads:
-        lines.append(f"#pragma omp parallel for {em.threads_pragma} schedule(static)")
-    lines.append(f"for (long item = 0; item < {items}; item++) {{")
-    body = [
-        f"long c = item % {channels};",
-        f"const float *xc = x + item * {height * width};",
-        f"float *yc = y + item * {oh * ow};",
-        f"const float *wc = w + c * {kh * kw};",
-        "float b0 = bias ? bias[c] : 0.0f;",
-        f"for (long o = 0; o < {oh * ow}; o++) yc[o] = b0;",
-    ]
-    for u in range(kh):
-        hlo, hhi = _valid_range(oh, height, sh, pt, u * dh)
-        if hlo >= hhi:
-            continue
-        for v in range(kw):
-            wlo, whi = _valid_range(ow, width, sw, pl, v * dw)
-            if wlo >= whi:
-                continue
-            body += [
-                f"{{ float wv = wc[{u * kw + v}];",
-                f"  for (long i = {hlo}; i < {hhi}; i++) {{",
-                f"    const float *xr = xc + (i * {sh} - {pt} + {u * dh}) * {width} + ({v * dw} - {pl});",
-                f"    float *yr = yc + i * {ow};",
-                f"    for (long j = {wlo}; j < {whi}; j++) yr[j] += wv * xr[j * {sw}];",
-                "  } }",
-            ]
-    body.append(f"const float *rc = res ? res + item * {oh * ow} : NULL;")
-    body.append(f"for (long o = 0; o < {oh * ow}; o++) {{ float v = yc[o]; if (rc) v += rc[o]; "
-                "yc[o] = ember_activate(v, &ep); }")
-    lines += ["    " + line for line in body]
-    lines.append("}")
     return "\n".join(lines)
 
 

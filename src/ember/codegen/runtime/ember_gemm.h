@@ -30,9 +30,9 @@ typedef struct {
     float alpha, beta;
 } ember_epilogue;
 
-/* C[mr x ncols] (leading dimension ldc) = A * Bp, then the epilogue; row0/col0 locate the
+/* C[mr x ncols] (leading dimension ldc) = A * B, B's row k at bp + k * b_ks, then the epilogue; row0/col0 locate the
  * tile in the whole output for bias and residual. */
-void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp,
+void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
                      float *c, long ldc, int ncols, const ember_epilogue *ep, long row0, long col0);
 
 /* Packs columns [col0, col0 + 32) of a row-major K x N matrix into one zero-padded panel. */
@@ -40,5 +40,37 @@ void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, lo
 
 /* The epilogue activation on one value. */
 float ember_activate(float v, const ember_epilogue *ep);
+
+/* Writes panel columns [col0, col0 + 32) of B (K x N, zero beyond N) into `panel` [K][32]. */
+typedef void (*ember_packer)(float *panel, const void *ctx, long col0);
+
+/* B given row-major: ctx is an ember_rowmajor. */
+typedef struct { const float *b; long ldb, K, N; } ember_rowmajor;
+void ember_pack_rowmajor(float *panel, const void *ctx, long col0);
+
+/* B = im2col of one image group (NCHW): ctx is an ember_conv_geom; K = C * KH * KW and
+ * N = OH * OW. Padding reads as zero. */
+typedef struct {
+    const float *x;
+    long C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW;
+} ember_conv_geom;
+void ember_pack_im2col(float *panel, const void *ctx, long col0);
+
+/* C[M, N] = A[M, K] * B[K, N] + epilogue, on `nthreads` OpenMP threads.
+ * A: element (i, k) at a[(i / 8) * a_block + (i % 8) * a_rs + k * a_ks] (row-major: a_block =
+ * 8 * lda, a_rs = lda, a_ks = 1; packed 8-row blocks: a_block = 8 * K, a_rs = 1, a_ks = 8).
+ * B: pre-packed panels `bp` ([ceil(N/32)][K][32]); or row-major `b_direct` (leading
+ * dimension ldb) read in place; or panels produced by `pack`. `scratch` holds
+ * ember_gemm_scratch_bytes(...) bytes. */
+void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
+                const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
+                float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads);
+long ember_gemm_scratch_bytes(long N, long K, int nthreads);
+
+/* Depthwise convolution of one image: one input and one output channel per group.
+ * `scratch` holds ember_depthwise_scratch_bytes(g, nthreads) bytes. */
+void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
+                     float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads);
 
 #endif
