@@ -4,11 +4,13 @@ lists of names run by the PassManager, which can verify and print the IR after e
 records the time each pass takes. Imports graph/ and below."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ember.graph import Graph, print_graph, verify_graph
+from ember.passes.instrument import active_instrumentations, format_timings
 from ember.support.errors import EmberError, VerificationError
 
 
@@ -42,6 +44,11 @@ def get_pass(name: str) -> GraphPass:
         raise EmberError(f"unknown pass '{name}' (known passes: {known})") from None
 
 
+def debug_mode() -> bool:
+    """EMBER_DEBUG=1 turns on verification after every pass where a caller left it unset."""
+    return os.environ.get("EMBER_DEBUG", "") not in ("", "0")
+
+
 @dataclass
 class PassTiming:
     name: str
@@ -52,14 +59,18 @@ class PassTiming:
 class PassManager:
     """Runs a pipeline (a list of pass names) once or until nothing changes.
 
-    verify: run the verifier after every pass and name the pass that broke the IR.
+    verify: run the verifier after every pass and name the pass that broke the IR (None:
+    only in debug mode, see debug_mode()).
+    fixed_point: repeat the whole pipeline until no pass changes anything (at most
+    max_iterations rounds).
     print_after: called with (pass name, IR text) after every pass, e.g. for
-    `ember dump --print-after-all`."""
+    `ember dump --print-after-all`. Instrumentations installed with
+    passes.instrument.instrumented() are called too."""
 
-    def __init__(self, pipeline: Sequence[str], *, verify: bool = True, fixed_point: bool = False,
+    def __init__(self, pipeline: Sequence[str], *, verify: bool | None = True, fixed_point: bool = False,
                  max_iterations: int = 10, print_after: Callable[[str, str], None] | None = None) -> None:
         self.passes = [get_pass(name) for name in pipeline]
-        self.verify = verify
+        self.verify = debug_mode() if verify is None else verify
         self.fixed_point = fixed_point
         self.max_iterations = max_iterations
         self.print_after = print_after
@@ -76,10 +87,15 @@ class PassManager:
                 break
         return changed_any
 
+    def timing_report(self) -> str:
+        """Total milliseconds, runs and changing runs per pass, slowest first."""
+        return format_timings([(t.name, t.seconds, t.changed) for t in self.timings])
+
     def _run_one(self, graph_pass: GraphPass, graph: Graph) -> bool:
         start = time.perf_counter()
         changed = bool(graph_pass.run(graph))
-        self.timings.append(PassTiming(graph_pass.name, time.perf_counter() - start, changed))
+        seconds = time.perf_counter() - start
+        self.timings.append(PassTiming(graph_pass.name, seconds, changed))
         if self.verify:
             try:
                 verify_graph(graph)
@@ -87,4 +103,6 @@ class PassManager:
                 raise VerificationError(f"after pass '{graph_pass.name}': {err}") from None
         if self.print_after is not None:
             self.print_after(graph_pass.name, print_graph(graph))
+        for instrumentation in active_instrumentations():
+            instrumentation.after_pass(graph_pass.name, graph, seconds, changed)
         return changed

@@ -1,7 +1,26 @@
-"""Layer 5: graph optimization passes, one file per pass. Importing registers them."""
-from ember.transforms import constant_fold, dce  # noqa: F401  (registration)
+"""Layer 5: graph optimization passes, one file per pass (plus small helper modules shared by
+several passes: dense.py, products.py). Importing this package registers them.
 
-DEFAULT_PIPELINE: list[str] = [
-    "constant-fold",  # evaluate nodes whose operands are all constants
-    "dce",  # drop nodes and constants nothing reads
-]
+May import passes/, graph/, ops/, types and support/ only: transforms and lowering are
+independent of each other."""
+from ember.transforms import (  # noqa: F401  (registration)
+    concat_slice,
+    constant_fold,
+    cse,
+    dce,
+    eliminate_noops,
+    fold_batchnorm,
+    fold_conv_arithmetic,
+    fully_connected,
+    fuse_activations,
+    merge_pad,
+    recognize_gelu,
+    recognize_layernorm,
+    recognize_softmax,
+    recognize_swish,
+    reshapes,
+    transposes,
+)
+from ember.transforms.pipeline import DEFAULT_PIPELINE
+
+__all__ = ["DEFAULT_PIPELINE"]

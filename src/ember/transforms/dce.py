@@ -7,9 +7,11 @@ from ember.passes import GraphPass, register_pass
 
 @register_pass
 class DeadCodeElimination(GraphPass):
-    """Removes nodes none of whose results reach an output, then unused constants.
-
-    Ops have no side effects, so a node is dead exactly when no output depends on it."""
+    """Preconditions: ops have no side effects, so a node is dead exactly when no graph output
+    depends on it.
+    Rules:
+    1. A node none of whose results reaches an output is removed.
+    2. A constant no remaining node or output reads is removed."""
 
     name = "dce"
 

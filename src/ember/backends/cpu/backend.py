@@ -8,6 +8,7 @@ from ember.backends.cpu.build import build_library
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import generate_c
 from ember.codegen.c_types import C_TYPES
+from ember.codegen.exemptions import C_EXEMPT
 from ember.codegen.kernels import C_KERNELS
 from ember.graph import Node
 from ember.lir.ir import Program
@@ -19,12 +20,13 @@ NATIVE_HIGH_LEVEL = {"FusedConv", "FullyConnected"}
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, num_threads: int | None = None, sanitize: bool = False) -> None:
+    def __init__(self, num_threads: int | None = None, sanitize: bool | None = None) -> None:
         self.num_threads = num_threads or os.cpu_count() or 1
-        self.sanitize = sanitize
+        # EMBER_SANITIZE=1 builds every library with AddressSanitizer and UBSan (test mode).
+        self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
     def supports(self, node: Node) -> bool:
-        if node.op not in C_KERNELS:
+        if node.op not in C_KERNELS or node.op in C_EXEMPT:
             return False
         if not node.opdef.primitive and node.op not in NATIVE_HIGH_LEVEL:
             return False

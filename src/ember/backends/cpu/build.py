@@ -101,7 +101,7 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     compiler = find_compiler()
     flags = BASE_FLAGS + target_flags() + list(extra_flags or [])
     if sanitize:
-        flags += ["-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-O1"]
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
     runtime = _runtime_object(compiler, flags)
     folder = cache_dir() / "cpu"
     library = folder / f"{_key(source, runtime.name, compiler_identity(compiler), *flags)}.so"

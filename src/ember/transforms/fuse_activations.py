@@ -1,0 +1,120 @@
+"""Fusing activations and residual Adds into the epilogue of the producing convolution or
+dense layer (FusedConv, FullyConnected)."""
+from __future__ import annotations
+
+import dataclasses
+
+from ember.graph import Constant, Node, Value
+from ember.ops.fused import FusedConvAttrs
+from ember.passes import RewritePass, Rewriter, pattern, register_pass
+from ember.passes.match import producer
+from ember.transforms.dense import build_fully_connected, dense_form
+
+_CORES = ("Conv", "FusedConv", "FullyConnected", "MatMul", "Gemm")
+# An activation in the fused ops' terms: (activation, alpha, beta).
+Epilogue = tuple[str, float, float]
+
+
+def _epilogue(node: Node) -> Epilogue | None:
+    """The fused-activation form (name, alpha, beta) of an activation node, or None."""
+    attrs = node.attrs
+    if node.op in ("Relu", "Sigmoid", "Tanh"):
+        return node.op.lower(), 0.0, 0.0
+    if node.op == "LeakyRelu":
+        return "leaky_relu", attrs.alpha, 0.0
+    if node.op == "HardSigmoid":
+        return "hard_sigmoid", attrs.alpha, attrs.beta
+    if node.op == "Clip" and attrs.min is not None:
+        if attrs.max is None:
+            return ("relu", 0.0, 0.0) if attrs.min == 0 else None
+        return "clip", float(attrs.min), float(attrs.max)
+    return None
+
+
+def _fusable_core(rw: Rewriter, value: Value) -> Node | None:
+    """The conv or dense node computing `value` if an epilogue can be added to it: only one
+    node reads it, it has no activation yet, and a MatMul/Gemm has a constant weight."""
+    core = producer(value, *_CORES)
+    if core is None or not rw.has_one_use(value):
+        return None
+    if core.op in ("FusedConv", "FullyConnected") and core.attrs.activation != "none":
+        return None
+    # Dense cores are rebuilt from their Dense form, which needs constant weights.
+    if core.op in ("MatMul", "Gemm", "FullyConnected") and dense_form(core) is None:
+        return None
+    return core
+
+
+def _fused_conv_parts(core: Node) -> tuple[FusedConvAttrs, list[Value | None]]:
+    """A Conv or FusedConv as FusedConv attributes and its four operands."""
+    if core.op == "FusedConv":
+        return core.attrs, list(core.inputs)
+    conv = core.attrs
+    return FusedConvAttrs(conv.strides, conv.pads, conv.dilations, conv.group), [*core.inputs, None]
+
+
+def _rebuild(rw: Rewriter, core: Node, residual: Value | None, activation: Epilogue | None) -> Value:
+    """`core` as a FusedConv or FullyConnected with the residual and/or activation added."""
+    updates = {}
+    if activation is not None:
+        updates = dict(zip(("activation", "alpha", "beta"), activation, strict=True))
+    if core.op in ("Conv", "FusedConv"):
+        attrs, operands = _fused_conv_parts(core)
+        if residual is not None:
+            operands[3] = residual
+        (y,) = rw.add_node("FusedConv", operands, dataclasses.replace(attrs, **updates), name=core.name)
+        return y
+    form = dense_form(core)
+    form.attrs = dataclasses.replace(form.attrs, **updates)
+    if residual is not None:
+        form.residual = residual
+    return build_fully_connected(rw, form, core.name)
+
+
+@pattern("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid")
+def fuse_activation(rw: Rewriter, node: Node) -> Value | None:
+    activation = _epilogue(node)
+    core = _fusable_core(rw, node.inputs[0])
+    if activation is None or core is None:
+        return None
+    return _rebuild(rw, core, None, activation)
+
+
+@pattern("Add")
+def fuse_residual_add(rw: Rewriter, node: Node) -> Value | None:
+    for value, residual in (node.inputs, node.inputs[::-1]):
+        core = _fusable_core(rw, value)
+        # Constants are biases, which fold-conv-arithmetic and form-fully-connected handle;
+        # the residual must have exactly the result's type (no broadcasting in the epilogue).
+        if core is None or isinstance(residual, Constant) or residual.type != node.outputs[0].type:
+            continue
+        if value.type != residual.type or _has_residual(core):
+            continue
+        return _rebuild(rw, core, residual, None)
+    return None
+
+
+def _has_residual(core: Node) -> bool:
+    if core.op in ("FusedConv", "FullyConnected"):
+        return core.inputs[3] is not None
+    if core.op == "Gemm":
+        form = dense_form(core)
+        return form is None or form.residual is not None or form.residual_data is not None
+    return False
+
+
+@register_pass
+class FuseActivations(RewritePass):
+    """Preconditions: only the fused node reads the producer's result and it is not a graph
+    output (the unfused value would otherwise still be needed); MatMul/Gemm producers need a
+    constant weight (they become FullyConnected).
+    Rules:
+    1. act(Conv | FusedConv(act=none)) -> FusedConv(act) and
+       act(MatMul | Gemm | FullyConnected(act=none)) -> FullyConnected(act), for act in
+       Relu, Clip (both bounds, or min=0 alone as relu), LeakyRelu, Sigmoid, Tanh, HardSigmoid.
+    2. Add(core, r) or Add(r, core) for the same cores with no activation and no residual yet,
+       r a non-constant value of exactly the result's type -> core with residual r (the
+       epilogue computes act(core + bias + residual), so a later activation still fuses)."""
+
+    name = "fuse-activations"
+    patterns = (fuse_activation, fuse_residual_add)

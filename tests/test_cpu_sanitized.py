@@ -1,0 +1,36 @@
+"""The op conformance cases on the cpu backend built with AddressSanitizer and UBSan, in a
+child process that preloads the sanitizer runtime (Python itself is not instrumented). Any
+out-of-bounds access or undefined behaviour in a kernel aborts that process and fails here."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _runtime(name: str) -> str | None:
+    compiler = shutil.which("gcc")
+    if compiler is None:
+        return None
+    path = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def test_op_cases_run_clean_under_sanitizers(tmp_path):
+    asan = _runtime("libasan.so")
+    if asan is None:
+        pytest.skip("gcc's AddressSanitizer runtime (libasan) is not installed")
+    env = dict(os.environ, EMBER_SANITIZE="1", EMBER_CACHE_DIR=str(tmp_path), LD_PRELOAD=asan,
+               ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
+    command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-x", "-p", "no:cacheprovider",
+               str(REPO / "tests" / "test_cpu_ops.py"), "-k", "cpu_matches"]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    tail = (result.stdout + result.stderr)[-4000:]
+    assert result.returncode == 0, tail
+    assert " passed" in result.stdout
