@@ -1,7 +1,8 @@
 """The `ember` command (also `python -m ember`).
 
     ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
-    ember dump MODEL --stage graph|optimized|lowered|lir [--format text|dot]
+    ember dump MODEL --stage graph|optimized|lowered|lir|memory [--format text|dot]
+                     [--print-after-all] [--time-passes]
 """
 from __future__ import annotations
 
@@ -38,10 +39,13 @@ def main(argv: list[str] | None = None) -> int:
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
-    dump.add_argument("--stage", choices=["graph", "optimized", "lowered", "lir"], default="graph")
+    dump.add_argument("--stage", choices=["graph", "optimized", "lowered", "lir", "memory"], default="graph")
     dump.add_argument("--format", choices=["text", "dot"], default="text")
     dump.add_argument("--backend", default="interpreter")
     dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    dump.add_argument("--print-after-all", action="store_true",
+                      help="print the graph after every pass ('// after <pass>' headers) before the stage")
+    dump.add_argument("--time-passes", action="store_true", help="print the time each pass took (to stderr)")
 
     args = parser.parse_args(argv)
     try:
@@ -147,23 +151,33 @@ def _dump(args: argparse.Namespace) -> int:
     from ember.driver import compile_model
     from ember.graph import graph_to_dot, print_graph
     from ember.lir.text import print_program
+    from ember.memory import format_plan
 
     captured: dict[str, str] = {}
 
     def observe(stage: str, artifact: Any) -> None:
         if stage != args.stage:
             return
-        if stage == "lir":
+        if stage in ("lir", "memory"):
             if args.format == "dot":
-                raise EmberError("the lir stage has no dot form; use --format text")
-            captured[stage] = print_program(artifact)
+                raise EmberError(f"the {stage} stage has no dot form; use --format text")
+            captured[stage] = print_program(artifact) if stage == "lir" else format_plan(artifact)
         else:
             captured[stage] = graph_to_dot(artifact) if args.format == "dot" else print_graph(artifact)
 
     import ember  # noqa: F401  (registers passes and lowerings)
 
-    compile_model(args.model, backend=args.backend, input_shapes=_shapes(args.shape), observer=observe)
+    from ember.passes import PassTimer, PrintAfterAll, instrumented
+
+    timer = PassTimer()
+    hooks = [timer] if args.time_passes else []
+    if args.print_after_all:
+        hooks.append(PrintAfterAll(sys.stdout.write))
+    with instrumented(*hooks):
+        compile_model(args.model, backend=args.backend, input_shapes=_shapes(args.shape), observer=observe)
     sys.stdout.write(captured[args.stage])
+    if args.time_passes:
+        sys.stderr.write(timer.report())
     return 0
 
 

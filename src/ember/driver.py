@@ -1,10 +1,12 @@
 """The compile pipeline end to end:
 
     import -> verify -> optimize (backend's pipeline) -> lower (backend's should_lower)
-           -> clean up (constant-fold, dce) -> irgen -> verify -> backend.compile
+           -> clean up (constant-fold, dce) -> schedule -> irgen -> verify
+           -> LIR passes -> memory plan -> backend.compile
 
 An observer, if given, sees every stage's artifact: ("graph", Graph) after import,
-("optimized", Graph), ("lowered", Graph), ("lir", Program). `ember dump` uses it."""
+("optimized", Graph), ("lowered", Graph), ("lir", Program, optimized and planned) and
+("memory", MemoryPlan). `ember dump` uses it."""
 from __future__ import annotations
 
 import os
@@ -16,14 +18,17 @@ from ember.backends import Backend, get_backend
 from ember.graph import Graph, verify_graph
 from ember.lir.irgen import generate_program
 from ember.lir.ir import BufferKind, Program
+from ember.lir.passes import DEFAULT_LIR_PIPELINE, run_lir_pipeline
+from ember.lir.schedule import schedule_graph
 from ember.lir.verify import verify_program
 from ember.lowering import lower_graph
+from ember.memory import MemoryPlan, plan_memory
 from ember.passes import PassManager
 from ember.runtime import CompiledModel, TensorSpec
 from ember.support.errors import EmberError, UnsupportedError
 
 Observer = Callable[[str, Any], None]
-STAGES = ("graph", "optimized", "lowered", "lir")
+STAGES = ("graph", "optimized", "lowered", "lir", "memory")
 CLEANUP_PIPELINE = ["constant-fold", "dce"]
 
 
@@ -56,11 +61,13 @@ def lower_for_backend(graph: Graph, backend: Backend) -> None:
 
 def compile_model(model: Any, backend: str | Backend = "interpreter",
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
-                  observer: Observer | None = None) -> CompiledModel:
+                  observer: Observer | None = None, backend_options: Mapping[str, Any] | None = None,
+                  ) -> CompiledModel:
     """Imports an ONNX model and compiles it (see compile_graph)."""
     started = time.perf_counter()
+    target = get_backend(backend, **(backend_options or {})) if isinstance(backend, str) else backend
     graph = load_model(model, input_shapes)
-    compiled = compile_graph(graph, backend, observer)
+    compiled = compile_graph(graph, target, observer)
     compiled.stats["compile_seconds"] = time.perf_counter() - started
     return compiled
 
@@ -85,23 +92,25 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
     ops["lowered"] = graph.op_counts()
     notify("lowered", graph)
 
+    schedule_graph(graph)
     program = generate_program(graph)
     verify_program(program)
+    run_lir_pipeline(program, DEFAULT_LIR_PIPELINE)
+    plan = plan_memory(program)
     notify("lir", program)
+    notify("memory", plan)
 
     executable = target.compile(program)
-    stats = _program_stats(program)
+    stats = _program_stats(program, plan)
     stats["ops"] = ops
     stats["compile_seconds"] = time.perf_counter() - started
     return CompiledModel(executable, inputs, outputs, stats, target.name)
 
 
-def _program_stats(program: Program) -> dict[str, Any]:
-    activations = program.activations()
+def _program_stats(program: Program, plan: MemoryPlan) -> dict[str, Any]:
     return {
-        "weight_bytes": program.weight_bytes(),
-        "activation_bytes_unshared": sum(b.type.nbytes for b in activations),
-        "activation_buffers": len(activations),
+        **plan.summary(),
+        "activation_buffers": len(program.activations()),
         "instructions": len(program.compute_instrs()),
         "io_bytes": sum(b.type.nbytes for b in program.inputs + program.outputs
                         if b.kind in (BufferKind.INPUT, BufferKind.OUTPUT)),

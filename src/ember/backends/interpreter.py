@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ember.backends.api import Backend
-from ember.lir.ir import ALLOC, COPY, DEALLOC, Buffer, BufferKind, Instr, Program
+from ember.lir.ir import COPY, MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
+from ember.memory import plan_memory
 from ember.ops import OpError
 from ember.support.errors import EmberError
 
@@ -24,34 +25,46 @@ class InterpreterBackend(Backend):
 
 
 class InterpretedProgram:
+    """Runs against one arena laid out as the memory planner decided: every activation is a
+    NumPy view of the arena at its planned offset and every view a view of its root's bytes
+    (via resolve_address), so a wrong plan or a wrong alias shows up as wrong numbers. The
+    arena starts filled with 0xFF bytes (NaN for floats) so reading unwritten memory shows too.
+    A program nobody planned is planned here."""
+
     def __init__(self, program: Program) -> None:
+        if any(b.offset is None for b in program.activations()):
+            plan_memory(program)
         self.program = program
-        self.steps: list[Step] = [_step(instr) for instr in program.instrs]
+        self.arena_bytes = max((b.offset + b.type.nbytes for b in program.activations()), default=0)
+        self.views = program.views()
+        self.steps: list[Step] = [_step(instr) for instr in program.instrs if instr.name not in MARKERS]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        arena = np.full(self.arena_bytes, 0xFF, dtype=np.uint8)
         env: Env = {id(w): w.data for w in self.program.weights}
         for buffer, array in zip(self.program.inputs, inputs, strict=True):
-            env[id(buffer)] = array
-        outputs = [_empty(b) for b in self.program.outputs]
+            env[id(buffer)] = np.ascontiguousarray(array)
+        outputs = [np.empty(b.type.shape, dtype=b.type.dtype.numpy) for b in self.program.outputs]
         for buffer, array in zip(self.program.outputs, outputs):
             env[id(buffer)] = array
+        for buffer in self.program.activations():
+            env[id(buffer)] = _typed(arena, buffer.offset, buffer)
+        for view in self.views:
+            root, offset = resolve_address(view)
+            env[id(view)] = _typed(env[id(root)].reshape(-1).view(np.uint8), offset, view)
         with np.errstate(all="ignore"):
             for step in self.steps:
                 step(env)
         return outputs
 
 
-def _empty(buffer: Buffer) -> np.ndarray:
-    return np.empty(buffer.type.shape, dtype=buffer.type.dtype.numpy)
+def _typed(raw: np.ndarray, offset: int, buffer: Buffer) -> np.ndarray:
+    """`buffer`'s bytes inside the uint8 array `raw`, as an array of its type."""
+    dtype = np.dtype(buffer.type.dtype.numpy)
+    return raw[offset:offset + buffer.type.nbytes].view(dtype).reshape(buffer.type.shape)
 
 
 def _step(instr: Instr) -> Step:
-    if instr.name == ALLOC:
-        (buffer,) = instr.operands
-        return lambda env: env.__setitem__(id(buffer), _empty(buffer))
-    if instr.name == DEALLOC:
-        (buffer,) = instr.operands
-        return lambda env: env.pop(id(buffer))
     if instr.name == COPY:
         dest, src = instr.operands
 

@@ -127,6 +127,10 @@ class Emitter:
             raise UnsupportedError(f"'{buffer.name}' is not a whole weight and cannot be pre-packed")
         return f"((const float *)(W + {self.blob.add((base.name, layout), data)}))"
 
+    def constant(self, key: str, data: np.ndarray, ctype: str) -> str:
+        """A pointer to compile-time data the kernels need (offset tables and the like)."""
+        return f"((const {ctype} *)(W + {self.blob.add(('__constant__', key), data)}))"
+
     def need_scratch(self, nbytes: int) -> None:
         """Reserves `nbytes` of scratch (S) for the current kernel; kernels run one at a
         time, so the scratch region is the largest single need."""
@@ -190,7 +194,7 @@ def _indent(code: str, spaces: int) -> str:
     return "\n".join(pad + line if line.strip() else "" for line in code.strip("\n").splitlines())
 
 
-RUNTIME_SOURCES = ("ember_gemm.h", "ember_gemm.c")
+RUNTIME_SOURCES = ("ember_gemm.h", "ember_math.h", "ember_gemm.c", "ember_conv.c")
 
 
 def runtime_source(name: str) -> str:
@@ -199,4 +203,4 @@ def runtime_source(name: str) -> str:
 
 
 def _library() -> str:
-    return "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n#include <omp.h>\n#include \"ember_gemm.h\"\n"
+    return "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n#include <omp.h>\n#include \"ember_gemm.h\"\n#include \"ember_math.h\"\n"

@@ -44,7 +44,12 @@ class OperandKind(enum.Enum):
 @dataclass(eq=False)
 class Buffer:
     """A region of memory. `data` is set for weights only; `external_name` is the model's
-    name for inputs and outputs. `offset` is the arena offset once memory is planned."""
+    name for inputs and outputs. `offset` is the arena offset once memory is planned.
+
+    A view (`view_of` set, always an activation) has no storage of its own: it is the bytes
+    of `view_of` starting `view_offset` bytes in, typed as `type`. Its lifetime starts at a
+    `view` instruction and ends at its `dealloc`; its base must be live meanwhile. Use
+    resolve_address() to find where any buffer's bytes live."""
 
     name: str
     type: TensorType
@@ -52,13 +57,36 @@ class Buffer:
     data: np.ndarray | None = None
     external_name: str | None = None
     offset: int | None = None
+    view_of: Buffer | None = None
+    view_offset: int = 0
 
     @property
     def sigil(self) -> str:
         return "@" if self.kind is BufferKind.WEIGHT else "%"
 
+    @property
+    def is_view(self) -> bool:
+        return self.view_of is not None
+
     def __repr__(self) -> str:
         return f"{self.sigil}{self.name}: {self.type}"
+
+
+def resolve_address(buffer: Buffer) -> tuple[Buffer, int]:
+    """(root buffer, byte offset in it): the one place that follows view chains. The root
+    is a weight, an input, an output or an activation with storage of its own (its arena
+    offset is root.offset once planned)."""
+    offset = 0
+    while buffer.view_of is not None:
+        offset += buffer.view_offset
+        buffer = buffer.view_of
+    return buffer, offset
+
+
+def footprint(buffer: Buffer) -> tuple[Buffer, int, int]:
+    """(root, first byte, one past the last byte) of the memory a buffer occupies."""
+    root, offset = resolve_address(buffer)
+    return root, offset, offset + buffer.type.nbytes
 
 
 @dataclass(frozen=True)
@@ -78,12 +106,16 @@ class InstrDef:
         return self.operand_kinds[index]
 
 
-ALLOC, DEALLOC, COPY = "alloc", "dealloc", "copy"
+ALLOC, DEALLOC, COPY, VIEW = "alloc", "dealloc", "copy", "view"
+# Lifetime markers: they move no data. `view` starts a view's life as `alloc` starts an
+# activation's; its base and offset live on the view buffer itself.
+MARKERS = frozenset({ALLOC, DEALLOC, VIEW})
 
 INSTRS: dict[str, InstrDef] = {
     ALLOC: InstrDef(ALLOC, (OperandKind.OUT,)),
     DEALLOC: InstrDef(DEALLOC, (OperandKind.IN,)),
     COPY: InstrDef(COPY, (OperandKind.OUT, OperandKind.IN)),
+    VIEW: InstrDef(VIEW, (OperandKind.OUT,)),
 }
 
 
@@ -138,13 +170,17 @@ class Program:
     instrs: list[Instr] = field(default_factory=list)
 
     def activations(self) -> list[Buffer]:
+        """Activations with storage of their own (the ones the memory planner places)."""
         return [i.operands[0] for i in self.instrs if i.name == ALLOC]
 
+    def views(self) -> list[Buffer]:
+        return [i.operands[0] for i in self.instrs if i.name == VIEW]
+
     def buffers(self) -> list[Buffer]:
-        return self.weights + self.inputs + self.outputs + self.activations()
+        return self.weights + self.inputs + self.outputs + self.activations() + self.views()
 
     def weight_bytes(self) -> int:
         return sum(b.type.nbytes for b in self.weights)
 
     def compute_instrs(self) -> list[Instr]:
-        return [i for i in self.instrs if i.name not in (ALLOC, DEALLOC)]
+        return [i for i in self.instrs if i.name not in MARKERS]

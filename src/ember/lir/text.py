@@ -10,6 +10,9 @@
     }
 
 Once memory is planned, activations show their arena offset: `alloc %h: f32[1,512] at 64`.
+A view starts its life with `view %r: f32[512] of %h at 0`, the byte offset in its base
+(which may be any buffer, a weight or another view included); a view never has an arena
+offset of its own.
 Weights with up to INLINE_LIMIT elements print their data inline, as in the graph text."""
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ember.graph.text import INLINE_LIMIT, format_constant_data
-from ember.lir.ir import ALLOC, DEALLOC, INSTRS, Buffer, BufferKind, Instr, Program
+from ember.lir.ir import ALLOC, DEALLOC, INSTRS, VIEW, Buffer, BufferKind, Instr, Program
 from ember.lir.verify import verify_program
 from ember.ops.text import format_attrs, parse_attrs, parse_type, parse_value
 from ember.support.errors import ParseError, VerificationError
@@ -52,6 +55,9 @@ def format_instr(instr: Instr) -> str:
         if buffer.offset is not None:
             text += f" at {buffer.offset}"
         return text
+    if instr.name == VIEW:
+        view = instr.operands[0]
+        return f"view {_ref(view)}: {view.type} of {_ref(view.view_of)} at {view.view_offset}"
     if instr.name == DEALLOC:
         return f"dealloc {_ref(instr.operands[0])}"
     operands = ", ".join(f"{k.value} {_ref(b)}" for b, k in zip(instr.operands, instr.kinds()))
@@ -95,6 +101,17 @@ def parse_program(text: str, weights: Mapping[str, np.ndarray] | None = None) ->
                 buffer.offset = int(stream.expect_kind("number", "an offset").text)
             _declare(buffers, buffer, token.line)
             program.instrs.append(Instr(ALLOC, [buffer], source=sources.get(token.line, "")))
+        elif stream.accept(VIEW):
+            name = stream.expect_kind("local", "a view name").name
+            stream.expect(":")
+            type_ = parse_type(stream)
+            stream.expect("of")
+            base = _buffer_ref(stream, buffers)
+            stream.expect("at")
+            offset = int(stream.expect_kind("number", "a byte offset").text)
+            buffer = Buffer(name, type_, BufferKind.ACTIVATION, view_of=base, view_offset=offset)
+            _declare(buffers, buffer, token.line)
+            program.instrs.append(Instr(VIEW, [buffer], source=sources.get(token.line, "")))
         elif stream.accept(DEALLOC):
             ref = stream.expect_kind("local", "an activation name")
             if ref.name not in buffers:
@@ -155,17 +172,18 @@ def _parse_instr(stream: TokenStream, buffers: Mapping[str, Buffer], sources: Ma
         expected = idef.kind_of(len(operands)).value
         if kind_token.text != expected:
             raise ParseError(f"operand {len(operands)} of {idef.name} must be {expected}", kind_token.line)
-        if stream.accept("none"):
-            operands.append(None)
-        else:
-            ref = stream.next()
-            if ref.kind not in ("local", "global") or ref.name not in buffers:
-                raise ParseError(f"'{ref.text}' is not a declared buffer", ref.line)
-            operands.append(buffers[ref.name])
+        operands.append(None if stream.accept("none") else _buffer_ref(stream, buffers))
         if not stream.accept(","):
             break
     attrs = parse_attrs(stream, idef.attrs)
     return Instr(idef.name, operands, attrs, source=sources.get(token.line, ""))
+
+
+def _buffer_ref(stream: TokenStream, buffers: Mapping[str, Buffer]) -> Buffer:
+    ref = stream.next()
+    if ref.kind not in ("local", "global") or ref.name not in buffers:
+        raise ParseError(f"'{ref.text}' is not a declared buffer", ref.line)
+    return buffers[ref.name]
 
 
 def _source_comments(text: str) -> dict[int, str]:

@@ -1,7 +1,7 @@
-"""Verifier of the low-level IR: declared buffers, operand kinds, lifetimes and types."""
+"""Verifier of the low-level IR: declared buffers, operand kinds, lifetimes, views and types."""
 from __future__ import annotations
 
-from ember.lir.ir import ALLOC, COPY, DEALLOC, INSTRS, Buffer, BufferKind, Instr, Program
+from ember.lir.ir import ALLOC, COPY, DEALLOC, INSTRS, VIEW, Buffer, BufferKind, Instr, Program, resolve_address
 from ember.ops import OpError
 from ember.support.errors import VerificationError
 
@@ -10,8 +10,10 @@ def verify_program(program: Program) -> None:
     """Raises VerificationError naming the first broken rule and the instruction index:
     1. every operand is a declared buffer, weights carry data of their type;
     2. activations are used only between their alloc and dealloc, each allocated once;
-    3. weights and inputs are never written;
-    4. operand counts and types agree with the instruction's op (re-inferred).
+    3. weights and inputs are never written, not even through a view;
+    4. operand counts and types agree with the instruction's op (re-inferred);
+    5. a view lies inside its base, starts on an element boundary, and its base is live from
+       the `view` until the view's `dealloc`.
     """
     names: set[str] = set()
     for buffer in program.weights + program.inputs + program.outputs:
@@ -23,14 +25,22 @@ def verify_program(program: Program) -> None:
     static = set(map(id, program.weights + program.inputs + program.outputs))
     live: set[int] = set()
     ever: set[int] = set()
+    views_of: dict[int, list[Buffer]] = {}
+    for view in program.views():
+        views_of.setdefault(id(view.view_of), []).append(view)
     for index, instr in enumerate(program.instrs):
         where = f"instruction {index} ({instr.name}, from '{instr.source}')"
         if instr.name not in INSTRS:
             raise VerificationError(f"{where}: unknown instruction")
-        if instr.name == ALLOC:
+        if instr.name in (ALLOC, VIEW):
             buffer = instr.operands[0]
             if buffer.kind is not BufferKind.ACTIVATION or id(buffer) in ever:
                 raise VerificationError(f"{where}: '{buffer.name}' is not a fresh activation")
+            if (instr.name == VIEW) != buffer.is_view:
+                raise VerificationError(f"{where}: '{buffer.name}' is {'' if buffer.is_view else 'not '}a view")
+            if buffer.is_view:
+                base = id(buffer.view_of)
+                _check_view(buffer, where, base in static or base in live)
             _declare(names, buffer)
             live.add(id(buffer))
             ever.add(id(buffer))
@@ -45,12 +55,31 @@ def verify_program(program: Program) -> None:
                 continue
             if id(buffer) not in static and id(buffer) not in live:
                 raise VerificationError(f"{where}: '{buffer.name}' is used outside its lifetime")
-            if kind.writes and buffer.kind in (BufferKind.WEIGHT, BufferKind.INPUT):
-                raise VerificationError(f"{where}: writes {buffer.kind.value} '{buffer.name}'")
+            root = resolve_address(buffer)[0]
+            if kind.writes and root.kind in (BufferKind.WEIGHT, BufferKind.INPUT):
+                via = "" if root is buffer else f" through view '{buffer.name}'"
+                raise VerificationError(f"{where}: writes {root.kind.value} '{root.name}'{via}")
         if instr.name == DEALLOC:
-            live.discard(id(instr.operands[0]))
+            dead = instr.operands[0]
+            live.discard(id(dead))
+            views = [b.name for b in views_of.get(id(dead), ()) if id(b) in live]
+            if views:
+                raise VerificationError(f"{where}: '{dead.name}' dies while its view '{views[0]}' is live")
             continue
         _check_types(instr, where)
+
+
+def _check_view(view: Buffer, where: str, base_live: bool) -> None:
+    base = view.view_of
+    if not base_live:
+        raise VerificationError(f"{where}: view '{view.name}' of '{base.name}', which is not live")
+    end = view.view_offset + view.type.nbytes
+    if view.view_offset < 0 or end > base.type.nbytes:
+        raise VerificationError(f"{where}: view '{view.name}' covers bytes [{view.view_offset}, {end}) "
+                                f"of '{base.name}', which has {base.type.nbytes}")
+    if view.view_offset % view.type.dtype.itemsize:
+        raise VerificationError(f"{where}: view '{view.name}' starts at byte {view.view_offset}, "
+                                f"inside an element")
 
 
 def _declare(names: set[str], buffer: Buffer) -> None:

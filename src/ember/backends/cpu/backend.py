@@ -9,12 +9,22 @@ from ember.backends.cpu.native import NativeProgram
 from ember.codegen import generate_c
 from ember.codegen.c_types import C_TYPES
 from ember.codegen.exemptions import C_EXEMPT
-from ember.codegen.kernels import C_KERNELS
+from ember.codegen.kernels import C_KERNELS, normalization
 from ember.graph import Node
 from ember.lir.ir import Program
 
-# High-level ops the C kernels run directly instead of lowering them.
-NATIVE_HIGH_LEVEL = {"FusedConv", "FullyConnected"}
+# High-level ops the C kernels run directly instead of lowering them, with the condition
+# under which they do (otherwise they are lowered to primitives).
+NATIVE_HIGH_LEVEL = {
+    "FusedConv": lambda node: True,
+    "FullyConnected": lambda node: True,
+    "Gelu": lambda node: True,
+    "Silu": lambda node: True,
+    "HardSwish": lambda node: True,
+    "Softmax": normalization.accepts,
+    "LogSoftmax": normalization.accepts,
+    "LayerNormalization": normalization.accepts,
+}
 
 
 class CpuBackend(Backend):
@@ -28,7 +38,7 @@ class CpuBackend(Backend):
     def supports(self, node: Node) -> bool:
         if node.op not in C_KERNELS or node.op in C_EXEMPT:
             return False
-        if not node.opdef.primitive and node.op not in NATIVE_HIGH_LEVEL:
+        if not node.opdef.primitive and not (node.op in NATIVE_HIGH_LEVEL and NATIVE_HIGH_LEVEL[node.op](node)):
             return False
         values = [v for v in node.inputs + node.outputs if v is not None]
         return all(v.type.dtype in C_TYPES and v.type.quant is None for v in values)

@@ -79,8 +79,8 @@ def _write_runtime(folder: Path) -> None:
 
 
 def _runtime_object(compiler: str, flags: list[str]) -> Path:
-    """The kernel library compiled once per (sources, compiler, flags) and reused by every
-    model library."""
+    """The kernel library compiled once per (sources, compiler, flags) into one relocatable
+    object reused by every model library."""
     sources = "\0".join(runtime_source(name) for name in RUNTIME_SOURCES)
     folder = cache_dir() / "cpu"
     obj = folder / f"runtime-{_key(sources, compiler_identity(compiler), *flags)}.o"
@@ -89,9 +89,12 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
         _write_runtime(Path(work))
+        # One translation unit including every library source keeps this a single object.
+        unit = Path(work) / "ember_runtime.c"
+        unit.write_text("".join(f'#include "{name}"\n' for name in RUNTIME_SOURCES if name.endswith(".c")))
         tmp = Path(work) / "runtime.o"
         compile_flags = [f for f in flags if f != "-shared"]
-        _run_compiler([*compiler.split(), *compile_flags, "-c", str(Path(work) / "ember_gemm.c"), "-o", str(tmp)])
+        _run_compiler([*compiler.split(), *compile_flags, f"-I{work}", "-c", str(unit), "-o", str(tmp)])
         os.replace(tmp, obj)
     return obj
 

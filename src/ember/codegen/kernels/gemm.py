@@ -61,7 +61,8 @@ def threads_for(em, macs: int) -> int:
 
 def emit_gemm_call(em, *, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str,
                    b_packed: str | None = None, packer: str | None = None, pack_ctx: str | None = None,
-                   b_direct: str | None = None, epilogue: str = "&ep", threads: int = 1) -> str:
+                   b_direct: str | None = None, koff: str | None = None, epilogue: str = "&ep",
+                   threads: int = 1) -> str:
     """One call of the runtime GEMM; a_layout = (row stride, k stride, 8-row block stride).
     B is exactly one of: b_packed (compile-time panels), b_direct (row-major [K, N] read in
     place), or packer + pack_ctx (panels built at run time)."""
@@ -71,7 +72,8 @@ def emit_gemm_call(em, *, m: int, n: int, k: int, a: str, a_layout: tuple[int, i
         em.need_scratch(gemm_scratch_bytes(n, k, threads))
     a_rs, a_ks, a_block = a_layout
     return (f"ember_gemm({m}, {n}, {k}, {a}, {a_rs}, {a_ks}, {a_block}, {b_packed or 'NULL'}, "
-            f"{packer or 'NULL'}, {pack_ctx or 'NULL'}, {b_direct or 'NULL'}, {n}, {c}, {n}, {epilogue}, "
+            f"{packer or 'NULL'}, {pack_ctx or 'NULL'}, {b_direct or 'NULL'}, {n}, {koff or 'NULL'}, {c}, {n}, "
+            f"{epilogue}, "
             f"(float *)S, {threads});")
 
 

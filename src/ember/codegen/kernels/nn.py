@@ -29,6 +29,29 @@ def pack_rows(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(blocks, MR, k).transpose(0, 2, 1))
 
 
+class DirectLayout:
+    """Mirror of conv_plan / ember_conv_direct_offsets in runtime/ember_conv.c: phase planes
+    of the padded input and the per-tap offsets the GEMM reads B through."""
+
+    def __init__(self, channels: int, out_hw: tuple[int, int], kernel: tuple[int, int], stride: int) -> None:
+        self.channels, self.kernel, self.stride = channels, kernel, stride
+        self.hph = out_hw[0] + (kernel[0] - 1) // stride + 2
+        self.wph = out_hw[1] + (kernel[1] - 1) // stride
+        self.plane = self.hph * self.wph
+        self.grid = out_hw[0] * self.wph
+        self.key = f"{channels}x{out_hw}x{kernel}s{stride}"
+
+    def scratch_bytes(self, rows: int) -> int:
+        return (self.stride ** 2 * self.channels * self.plane + 2 * 32 + rows * self.grid) * 4
+
+    def offsets(self) -> np.ndarray:
+        s, (kh, kw) = self.stride, self.kernel
+        c, u, v = np.meshgrid(np.arange(self.channels), np.arange(kh), np.arange(kw), indexing="ij")
+        phase = (u % s) * s + v % s
+        koff = (phase * self.channels + c) * self.plane + (u // s) * self.wph + v // s
+        return koff.reshape(-1).astype(np.int32)
+
+
 def depthwise_scratch_bytes(conv, in_hw, out_hw, kernel, threads: int) -> int:
     """Mirror of ember_depthwise_scratch_bytes in runtime/ember_gemm.c."""
     s = conv.strides[0]
@@ -92,6 +115,22 @@ def emit_conv(em, instr: Instr) -> str:
                        for g in range(groups)])
     a = em.packed_weight(w, "conv_rows8", packed)
     threads = threads_for(em, mg * pixels * k)
+    if sh == sw and dh == dw == 1 and not (kh == kw == 1 and sh == 1 and conv.pads == (0, 0, 0, 0)):
+        layout = DirectLayout(cg, (oh, ow), (kh, kw), sh)
+        em.need_scratch(layout.scratch_bytes(mg))
+        koff = em.constant(f"koff{layout.key}", layout.offsets(), "int32_t")
+        epilogue = Epilogue(activation=act, alpha=alpha, beta=beta)
+        lines += [
+            epilogue.c_init(),
+            f"for (long nb = 0; nb < {n_batch}; nb++)",
+            f"for (long gi = 0; gi < {groups}; gi++) {{",
+            f"    ember_conv_geom g = {{ x + nb * {channels * height * width} + gi * {cg * height * width}, {geometry} }};",
+            f"    long base = nb * {out_channels * pixels} + gi * {mg * pixels};",
+            f"    ember_conv_direct(&g, {mg}, {a} + gi * {packed[0].size}, {koff}, bias ? bias + gi * {mg} : NULL, "
+            f"res ? res + base : NULL, y + base, &ep, (float *)S, {threads});",
+            "}",
+        ]
+        return "\n".join(lines)
     pointwise = kh == kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
     b_source = {"b_direct": "xg"} if pointwise else {"packer": "ember_pack_im2col", "pack_ctx": "&pk"}
     context = "" if pointwise else f"ember_conv_geom pk = {{ xg, {geometry} }};"

@@ -33,7 +33,8 @@ typedef struct {
 /* C[mr x ncols] (leading dimension ldc) = A * B, B's row k at bp + k * b_ks, then the epilogue; row0/col0 locate the
  * tile in the whole output for bias and residual. */
 void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
-                     float *c, long ldc, int ncols, const ember_epilogue *ep, long row0, long col0);
+                     const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
+                     long row0, long col0);
 
 /* Packs columns [col0, col0 + 32) of a row-major K x N matrix into one zero-padded panel. */
 void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, long col0);
@@ -59,12 +60,13 @@ void ember_pack_im2col(float *panel, const void *ctx, long col0);
 /* C[M, N] = A[M, K] * B[K, N] + epilogue, on `nthreads` OpenMP threads.
  * A: element (i, k) at a[(i / 8) * a_block + (i % 8) * a_rs + k * a_ks] (row-major: a_block =
  * 8 * lda, a_rs = lda, a_ks = 1; packed 8-row blocks: a_block = 8 * K, a_rs = 1, a_ks = 8).
- * B: pre-packed panels `bp` ([ceil(N/32)][K][32]); or row-major `b_direct` (leading
- * dimension ldb) read in place; or panels produced by `pack`. `scratch` holds
- * ember_gemm_scratch_bytes(...) bytes. */
+ * B: pre-packed panels `bp` ([ceil(N/32)][K][32]); or `b_direct` read in place, row k at
+ * b_direct + k * ldb, or at b_direct + koff[k] when `koff` is given (then reads may run up to
+ * 31 floats past column N - 1: the caller pads); or panels produced by `pack`. `scratch`
+ * holds ember_gemm_scratch_bytes(...) bytes. `ep` may be NULL. */
 void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
                 const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
-                float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads);
+                const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads);
 long ember_gemm_scratch_bytes(long N, long K, int nthreads);
 
 /* Depthwise convolution of one image: one input and one output channel per group.
@@ -72,5 +74,14 @@ long ember_gemm_scratch_bytes(long N, long K, int nthreads);
 void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
                      float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads);
+
+/* Direct convolution (equal strides, no dilation) of one image group; `a` holds the weights
+ * in 8-row blocks, koff comes from ember_conv_direct_offsets, scratch holds
+ * ember_conv_direct_scratch_bytes(g, M) bytes. */
+int ember_conv_direct_ok(const ember_conv_geom *g);
+long ember_conv_direct_scratch_bytes(const ember_conv_geom *g, long M);
+void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff);
+void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const int32_t *koff, const float *bias,
+                       const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 
 #endif

@@ -1,0 +1,220 @@
+"""Alias-aware use information and lifetime repairs shared by the LIR passes.
+
+Every operand is reduced to its footprint: (root buffer, byte range) through resolve_address,
+so two operands alias exactly when their footprints overlap. UseIndex lists, per root, every
+compute instruction that reads or writes some of its bytes; legality checks are range
+queries on it. The repair helpers keep `alloc`/`view`/`dealloc` valid after a pass turned a
+buffer into a view or merged two buffers: a base is declared before its views and dies after
+them. Imports lir/ir only."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ember.lir.ir import (ALLOC, DEALLOC, MARKERS, VIEW, Buffer, BufferKind, Instr, Program,
+                          footprint)
+
+
+@dataclass(frozen=True)
+class Touch:
+    """One operand of one compute instruction, as bytes [lo, hi) of a root buffer."""
+
+    index: int
+    buffer: Buffer
+    lo: int
+    hi: int
+    reads: bool
+    writes: bool
+
+
+class UseIndex:
+    """Touches of every root by the compute instructions of a program (markers excluded).
+
+    Touch.index is the instruction's position when the index was built: an ordinal that
+    stays meaningful while passes move markers and delete compute instructions (only the
+    order of compute instructions matters to the checks). A pass that inserts compute
+    instructions rebuilds the index; one that rewrites buffers patches it (drop, refresh,
+    substitute)."""
+
+    def __init__(self, program: Program) -> None:
+        self.rebuild(program)
+
+    def rebuild(self, program: Program) -> None:
+        self.by_root: dict[int, list[Touch]] = {}
+        self.ordinal: dict[int, int] = {}
+        for index, instr in enumerate(program.instrs):
+            if instr.name not in MARKERS:
+                self.ordinal[id(instr)] = index
+                for buffer, kind in zip(instr.operands, instr.kinds()):
+                    if buffer is not None:
+                        self._add(index, buffer, kind.reads, kind.writes)
+
+    def _add(self, index: int, buffer: Buffer, reads: bool, writes: bool) -> None:
+        root, lo, hi = footprint(buffer)
+        self.by_root.setdefault(id(root), []).append(Touch(index, buffer, lo, hi, reads, writes))
+
+    def family(self, root: Buffer) -> list[Touch]:
+        """Every touch of `root`'s bytes, through the root itself or any of its views."""
+        return self.by_root.get(id(root), [])
+
+    def overlapping(self, root: Buffer, lo: int, hi: int) -> Iterator[Touch]:
+        return (t for t in self.family(root) if t.lo < hi and lo < t.hi)
+
+    def drop(self, instr: Instr) -> None:
+        """Forgets a compute instruction (call before deleting it)."""
+        index = self.ordinal.pop(id(instr))
+        for key in {id(footprint(b)[0]) for b in instr.operands if b is not None}:
+            self.by_root[key] = [t for t in self.by_root[key] if t.index != index]
+
+    def refresh(self, old_root: Buffer) -> None:
+        """Re-files the touches of a former root after it became a view."""
+        for t in self.by_root.pop(id(old_root), []):
+            self._add(t.index, t.buffer, t.reads, t.writes)
+
+    def substitute(self, old: Buffer, new: Buffer) -> None:
+        """`old`, a root without views, was replaced by `new` in every instruction."""
+        for t in self.by_root.pop(id(old), []):
+            self._add(t.index, new, t.reads, t.writes)
+
+
+WRITABLE_ROOTS = (BufferKind.ACTIVATION, BufferKind.OUTPUT)
+
+
+@dataclass(frozen=True)
+class Move:
+    """An instruction copies `src` bytes [src_offset, src_offset + nbytes) unchanged to
+    `dst` bytes [dst_offset, dst_offset + nbytes)."""
+
+    src: Buffer
+    dst: Buffer
+    nbytes: int
+    src_offset: int = 0
+    dst_offset: int = 0
+
+    @staticmethod
+    def whole(src: Buffer, dst: Buffer) -> Move:
+        return Move(src, dst, src.type.nbytes)
+
+
+def can_view_dst(uses: UseIndex, index: int, move: Move) -> bool:
+    """Forward rewrite, dst := view of src: dst owns its storage, nothing touches it before
+    the move and nothing but the move writes it; the src bytes it will alias are not
+    written again while dst is live."""
+    dst = move.dst
+    if not is_storage_owner(dst) or move.dst_offset or move.nbytes != dst.type.nbytes:
+        return False
+    family = uses.family(dst)
+    if any(t.index < index or (t.writes and t.index != index) for t in family):
+        return False
+    root, lo, _ = footprint(move.src)
+    if root is dst:
+        return False
+    lo += move.src_offset
+    last = max(t.index for t in family)
+    return not any(t.writes and index < t.index <= last for t in uses.overlapping(root, lo, lo + dst.type.nbytes))
+
+
+def can_view_src(uses: UseIndex, index: int, move: Move, roots: tuple[BufferKind, ...] = WRITABLE_ROOTS) -> bool:
+    """Backward rewrite, src := view of dst: src owns its storage and is not written from the
+    move on; dst's root is of a kind in `roots` (by default an activation or an output,
+    whose bytes then hold exactly the output's data); the dst bytes src will live in are
+    not touched by any other instruction while src is live."""
+    src = move.src
+    if not is_storage_owner(src) or move.src_offset or move.nbytes != src.type.nbytes:
+        return False
+    root, lo, _ = footprint(move.dst)
+    if root is src or root.kind not in roots:
+        return False
+    family = uses.family(src)
+    if any(t.writes and t.index >= index for t in family):
+        return False
+    first, last = min(t.index for t in family), max(t.index for t in family)
+    lo += move.dst_offset
+    return not any(first <= t.index <= last and t.index != index
+                   for t in uses.overlapping(root, lo, lo + src.type.nbytes))
+
+
+def is_storage_owner(buffer: Buffer | None) -> bool:
+    """An activation with storage of its own: the only kind a pass may turn into a view or
+    merge away, because nothing outside the program observes it."""
+    return buffer is not None and buffer.kind is BufferKind.ACTIVATION and not buffer.is_view
+
+
+def view_depth(buffer: Buffer) -> int:
+    depth = 0
+    while buffer.view_of is not None:
+        buffer = buffer.view_of
+        depth += 1
+    return depth
+
+
+def declared_ancestors(buffer: Buffer) -> list[Buffer]:
+    """The bases of a view that have lifetime markers, nearest first (static roots have none)."""
+    chain = []
+    base = buffer.view_of
+    while base is not None and base.kind is BufferKind.ACTIVATION:
+        chain.append(base)
+        base = base.view_of
+    return chain
+
+
+def declarations(program: Program) -> dict[int, int]:
+    """id(buffer) -> index of its `alloc` or `view`."""
+    return {id(i.operands[0]): n for n, i in enumerate(program.instrs) if i.name in (ALLOC, VIEW)}
+
+
+def deallocations(program: Program) -> dict[int, int]:
+    """id(buffer) -> index of its `dealloc`."""
+    return {id(i.operands[0]): n for n, i in enumerate(program.instrs) if i.name == DEALLOC}
+
+
+def make_view(program: Program, buffer: Buffer, base: Buffer, offset: int, source: str) -> None:
+    """Turns the storage owner `buffer` into a view of `base` at byte `offset`: its `alloc`
+    becomes a `view`, and the lifetimes of its new bases stretch to cover it."""
+    declaration = declarations(program)[id(buffer)]
+    buffer.view_of, buffer.view_offset = base, offset
+    program.instrs[declaration] = Instr(VIEW, [buffer], source=source)
+    cover_with_bases(program, buffer)
+
+
+def cover_with_bases(program: Program, view: Buffer) -> None:
+    """Moves the declarations of a view's bases before the view's and their deallocs after
+    the view's (a base with no dealloc stays; a view with none keeps its bases alive)."""
+    chain = declared_ancestors(view)
+    if not chain:
+        return
+    instrs = program.instrs
+    declared = declarations(program)
+    late = [b for b in chain if declared[id(b)] > declared[id(view)]]
+    if late:
+        moved = [instrs[declared[id(b)]] for b in reversed(late)]  # root first
+        for instr in moved:
+            instrs.remove(instr)
+        at = instrs.index(next(i for i in instrs if i.name == VIEW and i.operands[0] is view))
+        instrs[at:at] = moved
+    inner = view
+    for base in chain:
+        deallocs = deallocations(program)
+        inner_end, base_end = deallocs.get(id(inner)), deallocs.get(id(base))
+        if base_end is not None and (inner_end is None or base_end < inner_end):
+            instr = instrs.pop(base_end)
+            if inner_end is not None:
+                instrs.insert(inner_end, instr)  # the pop shifted inner's dealloc one left
+        inner = base
+
+
+def replace_buffer(program: Program, old: Buffer, new: Buffer) -> None:
+    """Reads and writes of `old` in compute instructions use `new` instead."""
+    for instr in program.instrs:
+        if instr.name not in MARKERS:
+            instr.operands = [new if b is old else b for b in instr.operands]
+
+
+def users_by_position(program: Program) -> dict[int, list[int]]:
+    """id(buffer) -> indices of the compute instructions naming it directly."""
+    uses: dict[int, list[int]] = {}
+    for index, instr in enumerate(program.instrs):
+        if instr.name not in MARKERS:
+            for buffer in dict.fromkeys(b for b in instr.operands if b is not None):
+                uses.setdefault(id(buffer), []).append(index)
+    return uses

@@ -1,0 +1,33 @@
+"""plan_memory: liveness -> placement -> offsets on the buffers, plus the report. It is
+the step after the LIR passes; backends read `buffer.offset` of each storage-owning
+activation and resolve views through lir.ir.resolve_address. Imports lir/ir and the
+memory modules."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ember.lir.ir import Program
+from ember.memory.liveness import ALIGNMENT, live_intervals, max_live_bytes
+from ember.memory.placement import place
+from ember.memory.report import BufferPlacement, MemoryPlan
+
+
+def plan_memory(program: Program, alignment: int = ALIGNMENT,
+                strategies: Sequence[str] | None = None) -> MemoryPlan:
+    """Sets `offset` on every activation that owns storage and returns the plan."""
+    intervals = live_intervals(program, alignment)
+    placement = place(intervals, strategies)
+    for interval, offset in zip(intervals, placement.offsets):
+        interval.buffer.offset = offset
+    placements = tuple(BufferPlacement(i.buffer, o, i.size, i.start, i.end)
+                       for i, o in zip(intervals, placement.offsets))
+    return MemoryPlan(
+        program=program.name,
+        placements=placements,
+        arena_bytes=placement.arena,
+        lower_bound_bytes=max_live_bytes(intervals),
+        unshared_bytes=sum(i.buffer.type.nbytes for i in intervals),
+        weight_bytes=program.weight_bytes(),
+        instructions=len(program.instrs),
+        strategy=placement.strategy,
+    )
