@@ -55,3 +55,16 @@ def test_python_dash_m_entry_point():
                             capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "MatMul @out %" in result.stdout
+
+
+def test_dump_c_shows_generated_source(capsys):
+    assert main(["dump", LENET, "--stage", "c"]) == 0
+    source = capsys.readouterr().out
+    assert "int ember_run(" in source and "ember_conv_direct(" in source
+    assert "from node relu1" in source  # the fused conv keeps the name of the node it replaced
+
+
+def test_bench_reports_latency_and_compile_time(capsys):
+    assert main(["bench", LENET, "--rounds", "1", "--seconds", "0.2"]) == 0
+    out = capsys.readouterr().out
+    assert "ember:" in out and " ms" in out and "compile:" in out

@@ -1,8 +1,9 @@
 """The `ember` command (also `python -m ember`).
 
     ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
-    ember dump MODEL --stage graph|optimized|lowered|lir|memory [--format text|dot]
+    ember dump MODEL --stage graph|optimized|lowered|lir|memory|c [--format text|dot]
                      [--print-after-all] [--time-passes]
+    ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime]
 """
 from __future__ import annotations
 
@@ -35,11 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--repeat", type=int, default=10, help="timed runs for the latency (default 10)")
     run.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
                      help="bind an input's symbolic dimensions")
-    run.add_argument("--save", metavar="DIR", help="save outputs as DIR/<name>.npy")
+    run.add_argument("--save", metavar="DIR", help="save outputs as DIR/output_<i>.npy")
+    run.add_argument("--threads", type=int, help="threads for native backends (default: all cores)")
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
-    dump.add_argument("--stage", choices=["graph", "optimized", "lowered", "lir", "memory"], default="graph")
+    dump.add_argument("--stage", choices=["graph", "optimized", "lowered", "lir", "memory", "c"], default="graph",
+                      help="c prints the cpu backend's generated source (implies --backend cpu)")
     dump.add_argument("--format", choices=["text", "dot"], default="text")
     dump.add_argument("--backend", default="interpreter")
     dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
@@ -47,10 +50,20 @@ def main(argv: list[str] | None = None) -> int:
                       help="print the graph after every pass ('// after <pass>' headers) before the stage")
     dump.add_argument("--time-passes", action="store_true", help="print the time each pass took (to stderr)")
 
+    bench = commands.add_parser("bench", help="median latency, optionally side by side with ONNX Runtime")
+    bench.add_argument("model")
+    bench.add_argument("--backend", default="cpu")
+    bench.add_argument("--threads", type=int, default=1)
+    bench.add_argument("--compare", choices=["onnxruntime"], help="also time this engine, in its own process")
+    bench.add_argument("--rounds", type=int, default=3, help="alternating rounds per engine (default 3)")
+    bench.add_argument("--seconds", type=float, default=1.0, help="timing budget per round (default 1 s)")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "bench":
+            return _bench(args)
         return _dump(args)
     except EmberError as err:
         print(f"ember: error: {err}", file=sys.stderr)
@@ -95,7 +108,8 @@ def _run(args: argparse.Namespace) -> int:
     import ember
 
     start = time.perf_counter()
-    model = ember.compile(args.model, backend=args.backend, input_shapes=_shapes(args.shape))
+    model = ember.compile(args.model, backend=args.backend, input_shapes=_shapes(args.shape),
+                          num_threads=args.threads)
     compile_seconds = time.perf_counter() - start
     reference: dict[str, np.ndarray] = {}
     if args.reference:
@@ -154,8 +168,15 @@ def _dump(args: argparse.Namespace) -> int:
     from ember.memory import format_plan
 
     captured: dict[str, str] = {}
+    if args.stage == "c":
+        args.backend = "cpu"
 
     def observe(stage: str, artifact: Any) -> None:
+        if stage == "lir" and args.stage == "c":
+            from ember.codegen import generate_c
+
+            captured["c"] = generate_c(artifact, 1).source
+            return
         if stage != args.stage:
             return
         if stage in ("lir", "memory"):
@@ -178,6 +199,22 @@ def _dump(args: argparse.Namespace) -> int:
     sys.stdout.write(captured[args.stage])
     if args.time_passes:
         sys.stderr.write(timer.report())
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from ember.bench import compare
+
+    engines = ("ember", args.compare) if args.compare else ("ember",)
+    result = compare(str(args.model), args.threads, backend=args.backend, rounds=args.rounds,
+                     seconds=args.seconds, engines=engines)
+    print(f"model: {args.model} (backend {args.backend}, {args.threads} thread(s), median of {args.rounds} rounds)")
+    print(f"ember: {result['ember'] * 1e3:.3f} ms")
+    if args.compare:
+        print(f"{args.compare}: {result[args.compare] * 1e3:.3f} ms")
+        print(f"ratio ember/{args.compare}: {result['ratio']:.2f}")
+    print(f"compile: {result['compile_first']:.2f} s first"
+          + (f", {result['compile_cached']:.2f} s cached" if result.get("compile_cached") is not None else ""))
     return 0
 
 
