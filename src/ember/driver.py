@@ -29,9 +29,6 @@ from ember.support.errors import EmberError, UnsupportedError
 
 Observer = Callable[[str, Any], None]
 STAGES = ("graph", "optimized", "lowered", "lir", "memory")
-CLEANUP_PIPELINE = ["constant-fold", "dce"]
-
-
 def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
     """Imports an ONNX model (path or ModelProto) into a verified graph."""
     from ember.frontends.onnx import load_onnx
@@ -49,7 +46,7 @@ def optimize_graph(graph: Graph, backend: Backend) -> None:
 
 def lower_for_backend(graph: Graph, backend: Backend) -> None:
     lower_graph(graph, backend.should_lower)
-    PassManager(CLEANUP_PIPELINE, verify=True).run(graph)
+    PassManager(backend.post_lowering_pipeline(), verify=True).run(graph)
     refused: dict[str, list[str]] = {}
     for node in graph.nodes:
         if not backend.supports(node):

@@ -37,5 +37,9 @@ class Backend:
 
         return list(DEFAULT_PIPELINE)
 
+    def post_lowering_pipeline(self) -> list[str]:
+        """Passes run after lowering: clean-up, and any re-fusion of what lowering exposed."""
+        return ["constant-fold", "dce"]
+
     def compile(self, program: Program) -> Executable:
         raise NotImplementedError(f"backend {self.name} does not compile programs")

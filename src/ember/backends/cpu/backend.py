@@ -46,6 +46,11 @@ class CpuBackend(Backend):
     def should_lower(self, node: Node) -> bool:
         return not self.supports(node)
 
+    def post_lowering_pipeline(self) -> list[str]:
+        # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and
+        # activation ops: fold them back into FullyConnected epilogues.
+        return ["constant-fold", "form-fully-connected", "fuse-activations", "cse", "dce"]
+
     def compile(self, program: Program) -> NativeProgram:
         cprogram = generate_c(program, self.num_threads)
         library = build_library(cprogram.source, sanitize=self.sanitize)

@@ -57,7 +57,7 @@ def depthwise_scratch_bytes(conv, in_hw, out_hw, kernel, threads: int) -> int:
     s = conv.strides[0]
     hph = out_hw[0] + (kernel[0] - 1) // s + 1
     wph = out_hw[1] + (kernel[1] - 1) // s + 1
-    return threads * (s * s * hph * wph + out_hw[0] * wph + 64) * 4
+    return threads * (s * s * hph * wph + out_hw[0] * wph + 96) * 4
 
 
 def _conv_parts(instr: Instr):

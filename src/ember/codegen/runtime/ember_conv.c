@@ -2,6 +2,7 @@
  * phase planes, and depthwise convolution. See ember_gemm.h. */
 #include "ember_gemm.h"
 #include "ember_math.h"
+#include "ember_simd.h"
 #include <omp.h>
 
 /* Columns of a panel that share one output row form a segment: within it, input columns
@@ -70,13 +71,13 @@ static dw_layout dw_plan(const ember_conv_geom *g)
 
 static int dw_flat(const ember_conv_geom *g)
 {
-    return g->SH == g->SW && g->DH == 1 && g->DW == 1 && g->SH <= 4;
+    return g->SH == g->SW && g->DH == 1 && g->DW == 1 && g->SH <= 4 && g->KH * g->KW <= 64;
 }
 
 long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
 {
     dw_layout l = dw_plan(g);
-    long per_thread = l.S * l.S * l.hph * l.wph + l.ext + 64;
+    long per_thread = l.S * l.S * l.hph * l.wph + l.ext + 96;
     return nthreads * per_thread * (long)sizeof(float);
 }
 
@@ -102,7 +103,7 @@ static void dw_channel_flat(const ember_conv_geom *g, const dw_layout *l, const 
                             float b0, float *yc, const float *rc, const ember_epilogue *ep, float *work)
 {
     long S = l->S, phase = l->hph * l->wph;
-    float *acc = work + S * S * phase;
+    float *acc = work + S * S * phase + 32;  /* 32 floats of slack for the last chunk's reads */
     memset(work, 0, (size_t)(S * S * phase) * sizeof(float));
     for (long r = 0; r < g->H; r++) {
         long pr = r + g->PH, q = pr / S;
@@ -124,17 +125,33 @@ static void dw_channel_flat(const ember_conv_geom *g, const dw_layout *l, const 
             }
         }
     }
-    for (long q = 0; q < l->ext; q++) acc[q] = b0;
+    /* Where each tap reads in the phase planes, at grid position 0. */
+    long taps = g->KH * g->KW;
+    const float *tap_src[64];
     for (long u = 0; u < g->KH; u++)
-        for (long v = 0; v < g->KW; v++) {
-            const float *src = work + ((u % S) * S + v % S) * phase + (u / S) * l->wph + v / S;
-            float wv = wc[u * g->KW + v];
-            for (long q = 0; q < l->ext; q++) acc[q] += wv * src[q];
+        for (long v = 0; v < g->KW; v++)
+            tap_src[u * g->KW + v] = work + ((u % S) * S + v % S) * phase + (u / S) * l->wph + v / S;
+    /* Strips of output rows keep the accumulators and the input rows they read in L1. */
+    long strip = 2048 / l->wph > 0 ? 2048 / l->wph : 1;
+    for (long i0 = 0; i0 < g->OH; i0 += strip) {
+        long i1 = i0 + strip < g->OH ? i0 + strip : g->OH;
+        long q0 = i0 * l->wph, q1 = i1 * l->wph;
+        /* 16 outputs at a time with every tap accumulated in one register. The last chunk may
+         * run past q1 into unused accumulator slots and read up to 15 floats past the planes
+         * (the scratch has that slack). */
+        for (long q = q0; q < q1; q += 16) {
+            ember_v16 sum = vsplat(b0);
+            for (long t = 0; t < taps; t++) sum += wc[t] * vload(tap_src[t] + q);
+            vstore(acc + q - q0, sum);
         }
-    for (long i = 0; i < g->OH; i++) {
-        memcpy(yc + i * g->OW, acc + i * l->wph, (size_t)g->OW * sizeof(float));
-        dw_epilogue_row(yc + i * g->OW, rc ? rc + i * g->OW : NULL, g->OW, ep);
+        for (long i = i0; i < i1; i++) {
+            const float *src = acc + (i - i0) * l->wph;
+            float *dst = yc + i * g->OW;
+            for (long j = 0; j < g->OW; j++) dst[j] = src[j];
+        }
     }
+    /* The plane is contiguous in y (and the residual): one epilogue pass over all of it. */
+    dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
 }
 
 /* Any strides and dilations: direct, with bounds checks per tap. */
@@ -164,7 +181,7 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
 {
     long plane = g->OH * g->OW;
     dw_layout l = dw_plan(g);
-    long per_thread = l.S * l.S * l.hph * l.wph + l.ext + 64;
+    long per_thread = l.S * l.S * l.hph * l.wph + l.ext + 96;
     int flat = dw_flat(g);
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
     for (long c = 0; c < g->C; c++) {

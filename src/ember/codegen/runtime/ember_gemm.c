@@ -1,17 +1,8 @@
 /* Definitions for ember_gemm.h (see there). */
 #include "ember_gemm.h"
 #include "ember_math.h"
+#include "ember_simd.h"
 #include <omp.h>
-
-typedef float ember_v16 __attribute__((vector_size(64)));
-typedef int32_t ember_i16 __attribute__((vector_size(64)));
-
-static inline ember_v16 vload(const float *p) { ember_v16 v; memcpy(&v, p, sizeof v); return v; }
-static inline void vstore(float *p, ember_v16 v) { memcpy(p, &v, sizeof v); }
-static inline ember_v16 vsplat(float x) { ember_v16 v = {0}; return v + x; }
-static inline ember_v16 vselect(ember_i16 mask, ember_v16 a, ember_v16 b) {
-    return (ember_v16)(((ember_i16)a & mask) | ((ember_i16)b & ~mask));
-}
 
 float ember_activate(float v, const ember_epilogue *ep)
 {
@@ -26,32 +17,25 @@ float ember_activate(float v, const ember_epilogue *ep)
     }
 }
 
-/* Bias, residual and activation over a finished tile of full 32-column rows. */
-static void epilogue_full(float *c, long ldc, int mr, const ember_epilogue *ep, long row0, long col0)
+/* Bias, residual and activation on one 16-wide vector of row `row`, columns [col, col + 16),
+ * while it is still in registers. */
+static inline __attribute__((always_inline)) ember_v16 finish(ember_v16 v, const ember_epilogue *ep, long row, long col)
 {
-    for (int i = 0; i < mr; i++) {
-        float *row = c + i * ldc;
-        for (int h = 0; h < 2; h++) {
-            ember_v16 v = vload(row + 16 * h);
-            if (ep->bias) v += ep->bias_per_row ? vsplat(ep->bias[row0 + i]) : vload(ep->bias + col0 + 16 * h);
-            if (ep->residual) v += vload(ep->residual + (row0 + i) * ep->ld_residual + col0 + 16 * h);
-            switch (ep->act) {
-            case EMBER_ACT_NONE: break;
-            case EMBER_ACT_RELU: v = vselect(v > vsplat(0.0f), v, vsplat(0.0f)); break;
-            case EMBER_ACT_CLIP:
-                v = vselect(v < vsplat(ep->alpha), vsplat(ep->alpha), v);
-                v = vselect(v > vsplat(ep->beta), vsplat(ep->beta), v);
-                break;
-            case EMBER_ACT_LEAKY_RELU: v = vselect(v >= vsplat(0.0f), v, v * ep->alpha); break;
-            default: {
-                float tmp[16];
-                vstore(tmp, v);
-                for (int j = 0; j < 16; j++) tmp[j] = ember_activate(tmp[j], ep);
-                v = vload(tmp);
-            }
-            }
-            vstore(row + 16 * h, v);
-        }
+    if (ep->bias) v += ep->bias_per_row ? vsplat(ep->bias[row]) : vload(ep->bias + col);
+    if (ep->residual) v += vload(ep->residual + row * ep->ld_residual + col);
+    switch (ep->act) {
+    case EMBER_ACT_NONE: return v;
+    case EMBER_ACT_RELU: return vselect(v > vsplat(0.0f), v, vsplat(0.0f));
+    case EMBER_ACT_CLIP:
+        v = vselect(v < vsplat(ep->alpha), vsplat(ep->alpha), v);
+        return vselect(v > vsplat(ep->beta), vsplat(ep->beta), v);
+    case EMBER_ACT_LEAKY_RELU: return vselect(v >= vsplat(0.0f), v, v * ep->alpha);
+    default: {
+        float tmp[16];
+        vstore(tmp, v);
+        for (int j = 0; j < 16; j++) tmp[j] = ember_activate(tmp[j], ep);
+        return vload(tmp);
+    }
     }
 }
 
@@ -69,7 +53,7 @@ static void epilogue_partial(float *c, long ldc, int mr, int ncols, const ember_
 /* One mr x 32 tile over the full K; `mr` is a constant in each instantiation below. */
 static inline __attribute__((always_inline)) void tile(
     int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks, const int32_t *koff,
-    float *c, long ldc, int ncols)
+    float *c, long ldc, int ncols, const ember_epilogue *ep, long row0, long col0)
 {
     ember_v16 acc[EMBER_MR][2];
     for (int i = 0; i < EMBER_MR; i++) { acc[i][0] = vsplat(0.0f); acc[i][1] = vsplat(0.0f); }
@@ -87,6 +71,15 @@ static inline __attribute__((always_inline)) void tile(
         }
     }
     if (ncols == EMBER_NR) {
+        if (ep) {
+            #pragma GCC unroll 8
+            for (int i = 0; i < EMBER_MR; i++) {
+                if (i < mr) {
+                    acc[i][0] = finish(acc[i][0], ep, row0 + i, col0);
+                    acc[i][1] = finish(acc[i][1], ep, row0 + i, col0 + 16);
+                }
+            }
+        }
         #pragma GCC unroll 8
         for (int i = 0; i < EMBER_MR; i++) {
             if (i < mr) { vstore(c + i * ldc, acc[i][0]); vstore(c + i * ldc + 16, acc[i][1]); }
@@ -99,33 +92,32 @@ static inline __attribute__((always_inline)) void tile(
         vstore(tmp + 16, acc[i][1]);
         memcpy(c + i * ldc, tmp, (size_t)ncols * sizeof(float));
     }
+    if (ep) epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
 }
 
 #define EMBER_TILE_CASES(KOFF) \
     switch (mr) { \
-    case 8: tile(8, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    case 7: tile(7, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    case 6: tile(6, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    case 5: tile(5, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    case 4: tile(4, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    case 3: tile(3, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    case 2: tile(2, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
-    default: tile(1, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols); break; \
+    case 8: tile(8, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 7: tile(7, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 6: tile(6, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 5: tile(5, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 4: tile(4, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 3: tile(3, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 2: tile(2, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    default: tile(1, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
     }
 
 void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
                      const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
                      long row0, long col0)
 {
+    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE) ep = NULL;
     /* Two instantiations, so the common path carries no offset-table load. */
     if (koff) {
         EMBER_TILE_CASES(koff)
     } else {
         EMBER_TILE_CASES((const int32_t *)0)
     }
-    if (!ep || (!ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE)) return;
-    if (ncols == EMBER_NR) epilogue_full(c, ldc, mr, ep, row0, col0);
-    else epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
 }
 
 void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, long col0)

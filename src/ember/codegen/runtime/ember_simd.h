@@ -1,0 +1,20 @@
+/* 16-lane float vectors through GCC/Clang vector extensions, shared by the kernel library's
+ * .c files: zmm on AVX-512, ymm pairs on AVX2, NEON quads on AArch64, scalar elsewhere.
+ * Loads and stores go through memcpy, so no alignment is assumed. */
+#ifndef EMBER_SIMD_H
+#define EMBER_SIMD_H
+
+#include <stdint.h>
+#include <string.h>
+
+typedef float ember_v16 __attribute__((vector_size(64)));
+typedef int32_t ember_i16 __attribute__((vector_size(64)));
+
+static inline ember_v16 vload(const float *p) { ember_v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline void vstore(float *p, ember_v16 v) { memcpy(p, &v, sizeof v); }
+static inline ember_v16 vsplat(float x) { ember_v16 v = {0}; return v + x; }
+static inline ember_v16 vselect(ember_i16 mask, ember_v16 a, ember_v16 b) {
+    return (ember_v16)(((ember_i16)a & mask) | ((ember_i16)b & ~mask));
+}
+
+#endif
