@@ -270,7 +270,7 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
         }
     }
     long K = g->C * g->KH * g->KW;
-    ember_gemm(M, l.grid, K, a, 1, EMBER_MR, EMBER_MR * K, NULL, NULL, NULL, phases, 0, koff, grid, l.grid,
+    ember_gemm(M, l.grid, K, a, K, 1, EMBER_MR * K, NULL, NULL, NULL, phases, 0, koff, grid, l.grid,
                NULL, NULL, nthreads);
     long pixels = g->OH * g->OW;
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)

@@ -76,7 +76,7 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
 long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads);
 
 /* Direct convolution (equal strides, no dilation) of one image group; `a` holds the weights
- * in 8-row blocks, koff comes from ember_conv_direct_offsets, scratch holds
+ * row-major [M][C * KH * KW] (as stored), koff comes from ember_conv_direct_offsets, scratch holds
  * ember_conv_direct_scratch_bytes(g, M) bytes. */
 int ember_conv_direct_ok(const ember_conv_geom *g);
 long ember_conv_direct_scratch_bytes(const ember_conv_geom *g, long M);
