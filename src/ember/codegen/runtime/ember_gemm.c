@@ -203,12 +203,18 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
          * unless rows come from an offset table over a padded buffer. */
         ember_bsource src = { NULL, b_direct, ldb, scratch, koff };
         if (!koff && N % EMBER_NR) ember_pack_panel(scratch, b_direct, ldb, K, N, (panels - 1) * EMBER_NR);
+        /* Items are (chunk of panels, row block), row blocks inner: a thread's consecutive
+         * items share a chunk of B (kept in L2) while each A block sweeps the whole chunk
+         * from L1. */
         long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
-        long items = row_blocks * panels;
+        long chunk = chunk_panels(K, panels);
+        long chunks = (panels + chunk - 1) / chunk;
+        long items = chunks * row_blocks;
         #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && items > 1)
         for (long item = 0; item < items; item++) {
-            long p = item % panels, rb = item / panels;
-            sweep(M, K, a, a_rs, a_ks, a_block, &src, p, p + 1, N, c, ldc, ep, rb * EMBER_MR,
+            long ch = item / row_blocks, rb = item % row_blocks;
+            long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
+            sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, rb * EMBER_MR,
                   rb * EMBER_MR + EMBER_MR < M ? rb * EMBER_MR + EMBER_MR : M);
         }
         return;
