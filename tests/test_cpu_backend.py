@@ -96,3 +96,36 @@ def test_missing_compiler_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("CC", "no-such-compiler-anywhere")
     with pytest.raises(EmberError, match="no C compiler found"):
         ember.compile(EXAMPLES / "lenet.onnx", backend="cpu")
+
+
+def _chain_graph(keep_intermediate: bool) -> Graph:
+    g = Graph("chain")
+    x = g.add_input("x", TensorType(DType.FLOAT32, (4, 37)))
+    b = g.add_input("b", TensorType(DType.FLOAT32, (37,)))
+    t = g.add("Sigmoid", x, name="gate")
+    u = g.add("Mul", t, b, name="scale")
+    v = g.add("Tanh", u, name="squash")
+    outputs = [("y", g.add("Sub", v, x, name="diff"))]
+    if keep_intermediate:
+        outputs.append(("u", g.add("Exp", u, name="reuse")))
+    g.set_outputs(outputs)
+    return g
+
+
+@pytest.mark.parametrize("keep_intermediate", [False, True])
+def test_elementwise_chains_fuse_into_one_loop(keep_intermediate):
+    captured = {}
+    compiled = compile_graph(_chain_graph(keep_intermediate), CpuBackend(num_threads=1),
+                             observer=lambda stage, art: captured.setdefault(stage, art))
+    source = generate_c(captured["lir"], 1).source
+    if keep_intermediate:
+        # The Mul result is read again later, so the chain stops there.
+        assert ": Sigmoid+Mul from node" in source and ": Tanh+Sub from node" in source
+    else:
+        assert ": Sigmoid+Mul+Tanh+Sub from node" in source
+    rng = np.random.default_rng(3)
+    feeds = {"x": rng.standard_normal((4, 37)).astype(np.float32), "b": rng.standard_normal(37).astype(np.float32)}
+    expected = compile_graph(_chain_graph(keep_intermediate), "interpreter").run(feeds)
+    actual = compiled.run(feeds)
+    for name in expected:
+        assert relative_error(actual[name], expected[name]) < 1e-5

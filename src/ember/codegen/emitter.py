@@ -149,20 +149,29 @@ class Emitter:
 def generate_c(program: Program, num_threads: int = 1, profile: bool = False) -> CProgram:
     """profile: time every instruction into a table read by `ember_profile` (for tuning)."""
     from ember.codegen.kernels import C_KERNELS
+    from ember.codegen.kernels.elementwise import emit_chain, fusable_chains
 
     emitter = Emitter(program, num_threads)
     body: list[str] = []
     profiled: list[str] = []
+    chains = fusable_chains(program.instrs)
+    fused = {member for members in chains.values() for member in members[1:]}
     for index, instr in enumerate(program.instrs):
-        if instr.name in MARKERS:
+        if instr.name in MARKERS or index in fused:
             continue
         kernel = C_KERNELS.get(instr.name)
         if kernel is None:
             raise UnsupportedError(f"the C backend has no kernel for {instr.name} (node '{instr.source}')")
         emitter.instr_index = index
         emitter.instr = instr
-        code = kernel(emitter, instr)
-        label = sanitize_identifier(instr.source or "program")
+        if index in chains:
+            members = [program.instrs[i] for i in chains[index]]
+            code = emit_chain(emitter, members)
+            label = "_".join(sanitize_identifier(m.source or "program") for m in members)
+            instr = Instr("+".join(m.name for m in members), [], source=label)
+        else:
+            code = kernel(emitter, instr)
+            label = sanitize_identifier(instr.source or "program")
         if profile:
             code = f"double t0_ = omp_get_wtime();\n{code}\nember_prof[{len(profiled)}] += omp_get_wtime() - t0_;"
             profiled.append(f"{index}:{instr.name}:{label}")

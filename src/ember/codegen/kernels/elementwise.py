@@ -166,26 +166,66 @@ BINARY: dict[str, Expr] = {
 _INT_DIVISORS = {"Div", "Mod"}
 
 
+def _expr_type(instr: Instr) -> DType:
+    """The type an op's expression computes in: its first operand's (Where: the values')."""
+    ins = instr.operands[1:]
+    return ins[1].type.dtype if instr.name == "Where" else ins[0].type.dtype
+
+
 def emit_elementwise(em, instr: Instr, expr: Expr) -> str:
-    out, *ins = instr.operands
-    shape = out.type.shape
-    strides = [broadcast_strides(shape, shape)] + [broadcast_strides(b.type.shape, shape) for b in ins]
+    return emit_chain(em, [instr])
+
+
+def emit_chain(em, chain: list[Instr]) -> str:
+    """One loop nest computing a chain of elementwise instructions, each reading the previous
+    one's result, which lives only in a register (see fusable_chains)."""
+    final = chain[-1].operands[0]
+    shape = final.type.shape
+    # Which operand reads come from a register: member k's operand is the value of the latest
+    # earlier member that wrote that buffer (in-place sharing may reuse one buffer throughout).
+    reads: list[list[str | None]] = []
+    written: dict[int, int] = {}
+    sources: list = []  # operands read from memory, in first-use order
+    source_names: dict[int, str] = {}
+    for k, instr in enumerate(chain):
+        row = []
+        for buffer in instr.operands[1:]:
+            if id(buffer) in written:
+                row.append(f"v{written[id(buffer)]}")
+                continue
+            if id(buffer) not in source_names:
+                source_names[id(buffer)] = f"x{len(sources)}"
+                sources.append(buffer)
+            row.append(None)
+        reads.append(row)
+        written[id(instr.operands[0])] = k
+    strides = [broadcast_strides(shape, shape)] + [broadcast_strides(b.type.shape, shape) for b in sources]
     dims, strides = collapse(shape, strides)
-    names = ["y"] + [f"x{i}" for i in range(len(ins))]
-    # The expression's type is the first float/numeric operand's (Where: the values).
-    expr_type = ins[1].type.dtype if instr.name == "Where" else ins[0].type.dtype
+    names = ["y"] + [source_names[id(b)] for b in sources]
     # No restrict: the memory planner may run elementwise ops in place (y aliases an input).
-    lines = [f"{c_type(out.type.dtype)} *y = {em.pointer(out)};"]
-    for i, buffer in enumerate(ins):
-        lines.append(f"const {c_type(buffer.type.dtype)} *x{i} = {em.pointer(buffer, const=True)};")
+    lines = [f"{c_type(final.type.dtype)} *y = {em.pointer(final)};"]
+    for buffer in sources:
+        lines.append(f"const {c_type(buffer.type.dtype)} *{source_names[id(buffer)]} = {em.pointer(buffer, const=True)};")
+    only = chain[0] if len(chain) == 1 else None
     guard = ""
-    if instr.name in _INT_DIVISORS and expr_type.is_int:
-        guard = f"if (x1[{{1}}] == 0) {em.fail_check(f'node {instr.source!r} ({instr.name}): integer division by zero')} "
+    if only is not None and only.name in _INT_DIVISORS and _expr_type(only).is_int:
+        guard = f"if ({{divisor}} == 0) {em.fail_check(f'node {only.source!r} ({only.name}): integer division by zero')} "
 
     def body(offsets: list[str]) -> str:
-        args = [f"x{i}[{offsets[i + 1]}]" for i in range(len(ins))]
-        check = guard.replace("{1}", offsets[2]) if guard else ""
-        return f"{check}y[{offsets[0]}] = {expr(args, expr_type, instr.attrs)};"
+        offset_of = {source_names[id(b)]: offsets[i + 1] for i, b in enumerate(sources)}
+        statements = []
+        for k, instr in enumerate(chain):
+            args = []
+            for buffer, register in zip(instr.operands[1:], reads[k]):
+                name = register or source_names[id(buffer)]
+                args.append(register or f"{name}[{offset_of[name]}]")
+            value = EXPRESSIONS[instr.name](args, _expr_type(instr), instr.attrs)
+            if k == len(chain) - 1:
+                check = guard.replace("{divisor}", args[1]) if guard else ""
+                statements.append(f"{check}y[{offsets[0]}] = {value};")
+            else:
+                statements.append(f"{c_type(instr.operands[0].type.dtype)} v{k} = {value};")
+        return " ".join(statements)
 
     if not dims:
         dims, strides = [1], [[0] for _ in strides]
@@ -193,9 +233,53 @@ def emit_elementwise(em, instr: Instr, expr: Expr) -> str:
     return "\n".join(lines)
 
 
+def fusable_chains(instrs: list[Instr]) -> dict[int, list[int]]:
+    """Chains of elementwise instructions to emit as one loop: start index -> member indices.
+
+    Instruction B joins A's chain when B is the next computing instruction after A, both are
+    elementwise over the same output shape, B reads A's result, and A's result is a plain
+    activation that nothing after B reads (its dealloc sits between B and the next
+    computing instruction, or B writes it in place). Integer division stays alone: its
+    divide-by-zero check needs its own loop."""
+    from ember.lir.ir import DEALLOC, MARKERS, BufferKind
+
+    compute = [i for i, instr in enumerate(instrs) if instr.name not in MARKERS]
+    chains: dict[int, list[int]] = {}
+    current: list[int] = []
+
+    def joinable(a: Instr, b: Instr, between: list[Instr]) -> bool:
+        if a.name not in EXPRESSIONS or b.name not in EXPRESSIONS:
+            return False
+        if any(x.name in _INT_DIVISORS and _expr_type(x).is_int for x in (a, b)):
+            return False
+        result, out = a.operands[0], b.operands[0]
+        if result.kind is not BufferKind.ACTIVATION or result.is_view or result.type.shape != out.type.shape:
+            return False
+        if not any(op is result for op in b.operands[1:]):
+            return False
+        dies = any(m.name == DEALLOC and m.operands[0] is result for m in between)
+        return dies or out is result
+
+    for pos, index in enumerate(compute):
+        if current:
+            prev = current[-1]
+            between = instrs[prev + 1:index] + instrs[index + 1:compute[pos + 1] if pos + 1 < len(compute) else len(instrs)]
+            if joinable(instrs[prev], instrs[index], [m for m in between if m.name == DEALLOC]):
+                current.append(index)
+                continue
+            if len(current) > 1:
+                chains[current[0]] = current
+        current = [index] if instrs[index].name in EXPRESSIONS else []
+    if len(current) > 1:
+        chains[current[0]] = current
+    return chains
+
+
 def _make(expr: Expr):
     return lambda em, instr: emit_elementwise(em, instr, expr)
 
+
+EXPRESSIONS: dict[str, Expr] = {**UNARY, **BINARY, "Expand": lambda a, t, attrs: a[0]}
 
 for _name, _expr in {**UNARY, **BINARY}.items():
     kernel(_name)(_make(_expr))
