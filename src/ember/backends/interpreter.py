@@ -20,6 +20,11 @@ Step = Callable[[Env], None]
 class InterpreterBackend(Backend):
     name = "interpreter"
 
+    def __init__(self, num_threads: int | None = None) -> None:
+        # Accepted so callers can pass the same options to every backend; NumPy decides its
+        # own threading, and the oracle favours simple over fast.
+        self.num_threads = num_threads
+
     def compile(self, program: Program) -> InterpretedProgram:
         return InterpretedProgram(program)
 
