@@ -166,3 +166,149 @@ add(Case("Gelu", [(F32, (4, 33))], GeluAttrs("none")))
 add(Case("Gelu", [(F32, (4, 33))], GeluAttrs("tanh"), name="Gelu_tanh"))
 add(Case("HardSwish", [(F32, (4, 33))]))
 add(Case("Silu", [(F32, (4, 33))]))
+
+# Ops added for ONNX conformance (ops/math.py, indexing.py, normalization.py, loss.py, attention.py,
+# quant.py, conv.py, resize.py, recurrent.py, linalg.py).
+from ember.ops.attention import AttentionAttrs, RotaryAttrs  # noqa: E402
+from ember.ops.conv import (Col2ImAttrs, ConvTransposeAttrs, LpPoolAttrs, MaxPoolIndicesAttrs,  # noqa: E402
+                            MaxUnpoolAttrs)
+from ember.ops.indexing import AxisAttrs as ElementsAxisAttrs  # noqa: E402
+from ember.ops.indexing import (BlockAttrs, CumulativeAttrs, GatherNDAttrs, OneHotAttrs,  # noqa: E402
+                                ReverseSequenceAttrs, ScatterAttrs, ScatterNDAttrs, TensorScatterAttrs, TopKAttrs,
+                                TriluAttrs)
+from ember.ops.linalg import EinsumAttrs  # noqa: E402
+from ember.ops.loss import LossAttrs  # noqa: E402
+from ember.ops.math import (BitCastAttrs, BitShiftAttrs, CeluAttrs, IsInfAttrs, SeluAttrs, ShrinkAttrs,  # noqa: E402
+                            ThresholdAttrs)
+from ember.ops.normalization import (AxesAttrs, EpsilonAttrs, GroupNormAttrs, HardmaxAttrs, LpNormAttrs,  # noqa: E402
+                                     LRNAttrs, RMSNormAttrs)
+from ember.ops.quant import QuantizeAttrs  # noqa: E402
+from ember.ops.recurrent import RecurrentAttrs  # noqa: E402
+from ember.ops.resize import ResizeAttrs  # noqa: E402
+
+U8, I8, U32 = DType.UINT8, DType.INT8, DType.UINT32
+
+
+def _ints(*values, dtype=np.int64):
+    return ("const", np.array(values, dtype=dtype))
+
+
+def _unit(*shape, seed=1):
+    """Values inside (-0.9, 0.9), for the inverse trigonometric functions."""
+    return ("const", (np.random.default_rng(seed).random(shape) * 1.8 - 0.9).astype(np.float32))
+
+
+for name in ("Atan", "Sinh", "Cosh", "Tan", "Asinh", "Mish"):
+    add(Case(name, [(F32, (3, 7))]))
+for name in ("Acos", "Asin", "Atanh"):
+    add(Case(name, [_unit(3, 7)]))
+add(Case("Acosh", [("const", np.linspace(1.0, 4.0, 12, dtype=np.float32))]))
+add(Case("IsNaN", [("const", np.array([1.0, np.nan, -np.inf, 0.0], np.float32))]))
+add(Case("IsInf", [("const", np.array([1.0, np.nan, -np.inf, np.inf], np.float32))], IsInfAttrs(False, True)))
+add(Case("BitwiseNot", [(I32, (4, 5))]))
+for name in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+    add(Case(name, [(I64, (3, 4)), (I64, (4,))]))
+add(Case("BitShift", [("const", np.array([1, 4, 255, 7], np.uint32)), _ints(1, 2, 33, 0, dtype=np.uint32)],
+         BitShiftAttrs("LEFT")))
+add(Case("BitShift", [(I32, (6,)), _ints(1, 2, 3, 0, 31, 40, dtype=np.int32)], BitShiftAttrs("RIGHT"),
+         name="BitShift_signed_right"))
+add(Case("BitCast", [(F32, (2, 3))], BitCastAttrs(I32)))
+add(Case("Selu", [(F32, (10,))], SeluAttrs()))
+add(Case("Celu", [(F32, (10,))], CeluAttrs(2.0)))
+add(Case("ThresholdedRelu", [(F32, (10,))], ThresholdAttrs(0.5)))
+add(Case("Shrink", [(F32, (10,))], ShrinkAttrs(0.1, 0.4)))
+add(Case("PRelu", [(F32, (2, 3, 4)), _w(3, 1)]))
+
+add(Case("GatherElements", [(F32, (3, 4)), _ints([0, 2, -1], [3, 1, 0], dtype=np.int64)], ElementsAxisAttrs(1)))
+add(Case("GatherND", [(F32, (2, 3, 4)), _ints([[0, 1], [1, 2]], [[1, 0], [0, 0]])], GatherNDAttrs(0)))
+add(Case("GatherND", [(F32, (2, 3, 4)), _ints([1], [2])], GatherNDAttrs(1), name="GatherND_batch"))
+add(Case("ScatterElements", [(F32, (3, 4)), _ints([0, 2], [1, 1]), (F32, (2, 2))], ScatterAttrs(0, "add")))
+add(Case("ScatterND", [(F32, (4, 3)), _ints([1], [3]), (F32, (2, 3))], ScatterNDAttrs("none")))
+add(Case("TensorScatter", [(F32, (2, 3, 6, 4)), (F32, (2, 3, 2, 4)), _ints(1, 5)], TensorScatterAttrs(-2, "circular")))
+add(Case("Trilu", [(F32, (2, 4, 5))], TriluAttrs(False, 1)))
+add(Case("CumSum", [(F32, (3, 5))], CumulativeAttrs(1, True, True)))
+add(Case("CumProd", [(F32, (3, 5))], CumulativeAttrs(0)))
+add(Case("OneHot", [_ints(0, 3, -1, 7), ("const", np.array([0.5, 2.0], np.float32))], OneHotAttrs(5, 0)))
+add(Case("TopK", [(F32, (3, 9))], TopKAttrs(4, 1, True, True)))
+add(Case("TopK", [("const", np.array([3, 1, 3, 2, 1], np.int64))], TopKAttrs(3, 0, False), name="TopK_smallest_ties"))
+add(Case("DepthToSpace", [(F32, (1, 8, 2, 3))], BlockAttrs(2, "CRD")))
+add(Case("SpaceToDepth", [(F32, (1, 2, 4, 6))], BlockAttrs(2)))
+add(Case("ReverseSequence", [(F32, (4, 3, 2)), _ints(4, 1, 3)], ReverseSequenceAttrs(1, 0)))
+
+add(Case("InstanceNormalization", [(F32, (2, 3, 5, 4)), _w(3), _w(3, seed=2)], EpsilonAttrs(1e-5)))
+add(Case("GroupNormalization", [(F32, (2, 6, 4)), _w(6), _w(6, seed=2)], GroupNormAttrs(3)))
+add(Case("LRN", [(F32, (1, 5, 3, 3))], LRNAttrs(3)))
+add(Case("MeanVarianceNormalization", [(F32, (2, 3, 4, 4))], AxesAttrs()))
+add(Case("LpNormalization", [(F32, (3, 6))], LpNormAttrs(1, 1)))
+add(Case("RMSNormalization", [(F32, (2, 5, 16)), _w(16)], RMSNormAttrs(-1, 1e-5)))
+add(Case("Hardmax", [("const", np.array([[1, 3, 3], [2, 0, 1]], np.float32))], HardmaxAttrs(1)))
+add(Case("NegativeLogLikelihoodLoss", [(F32, (3, 5, 2)), _ints([0, 4], [1, 1], [3, 2]), _w(5, positive=True)],
+         LossAttrs("mean", 1)))
+add(Case("SoftmaxCrossEntropyLoss", [(F32, (4, 6)), _ints(0, 5, 2, 2)], LossAttrs("none")))
+
+add(Case("Attention", [(F32, (2, 4, 5, 8)), (F32, (2, 2, 6, 8)), (F32, (2, 2, 6, 8)), None, None, None, None],
+         AttentionAttrs(is_causal=True), name="Attention_gqa_causal"))
+add(Case("Attention", [(F32, (1, 3, 12)), (F32, (1, 4, 12)), (F32, (1, 4, 12)), (BOOL, (3, 4)),
+                       (F32, (1, 2, 2, 6)), (F32, (1, 2, 2, 6)), None],
+         AttentionAttrs(q_num_heads=2, kv_num_heads=2, softcap=2.0, qk_matmul_output_mode=3), name="Attention_3d_past"))
+add(Case("RotaryEmbedding", [(F32, (1, 2, 3, 8)), _w(3, 4), _w(3, 4, seed=2), _ints([0, 2, 1])], RotaryAttrs(True)))
+
+add(Case("QuantizeLinear", [(F32, (2, 6)), ("const", np.float32(0.05)), ("const", np.uint8(10))],
+         QuantizeAttrs(U8)))
+add(Case("QuantizeLinear", [(F32, (2, 6)), ("const", np.array([[0.1, 0.2, 0.3], [0.5, 0.4, 0.2]], np.float32)),
+                            None], QuantizeAttrs(I8, 1, 2), name="QuantizeLinear_blocked"))
+add(Case("DequantizeLinear", [(I8, (3, 4)), ("const", np.array([0.1, 0.2, 0.3], np.float32)),
+                              ("const", np.array([0, 1, -2], np.int8))], QuantizeAttrs(F32, 0)))
+add(Case("DynamicQuantizeLinear", [(F32, (3, 5))]))
+add(Case("MatMulInteger", [(U8, (3, 4)), (U8, (4, 5)), ("const", np.uint8(2)), ("const", np.uint8(1))]))
+add(Case("ConvInteger", [(I8, (1, 2, 5, 5)), ("const", np.ones((3, 2, 3, 3), np.int8)), ("const", np.int8(1)), None],
+         ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1)))
+add(Case("QLinearMatMul", [(U8, (2, 4)), ("const", np.float32(0.1)), ("const", np.uint8(3)), (U8, (4, 3)),
+                           ("const", np.float32(0.2)), ("const", np.uint8(1)), ("const", np.float32(0.5)),
+                           ("const", np.uint8(7))]))
+add(Case("QLinearConv", [(U8, (1, 2, 5, 5)), ("const", np.float32(0.1)), ("const", np.uint8(3)),
+                         ("const", np.ones((4, 2, 3, 3), np.uint8)), ("const", np.float32(0.2)), ("const", np.uint8(0)),
+                         ("const", np.float32(0.5)), ("const", np.uint8(7)), ("const", np.arange(4, dtype=np.int32))],
+         ConvAttrs((2, 2), (1, 1, 1, 1), (1, 1), 1)))
+
+add(Case("ConvTranspose", [(F32, (1, 4, 3, 3)), _w(4, 3, 3, 3), _w(6, seed=2)],
+         ConvTransposeAttrs((2, 2), (1, 0, 0, -1), (1, 1), 2)))
+add(Case("LpPool", [(F32, (1, 2, 6, 6))], LpPoolAttrs((3, 3), (2, 2), (1, 1, 1, 1), (1, 1), False, 3)))
+add(Case("MaxPoolWithIndices", [(F32, (2, 2, 5, 5))],
+         MaxPoolIndicesAttrs((2, 2), (2, 2), (0, 0, 1, 1), (1, 1), False, 1)))
+add(Case("MaxUnpool", [(F32, (1, 1, 2, 2)), ("const", np.array([[[[5, 7], [13, 15]]]], np.int64))],
+         MaxUnpoolAttrs((5, 5), (2, 2), (2, 2), (0, 0, 0, 0))))
+add(Case("Col2Im", [(F32, (1, 4, 6))], Col2ImAttrs((3, 4), (2, 2), (1, 1), (0, 0, 0, 0), (1, 1))))
+add(Case("Resize", [(F32, (1, 2, 4, 5))], ResizeAttrs((1, 2, 7, 3), (1.0, 1.0, 1.75, 0.6), "cubic",
+                                                      "half_pixel", exclude_outside=True)))
+add(Case("Resize", [(F32, (1, 1, 6, 6))], ResizeAttrs((1, 1, 3, 2), (1.0, 1.0, 0.5, 0.4), "linear",
+                                                      "pytorch_half_pixel", antialias=True), name="Resize_antialias"))
+add(Case("Resize", [(U8, (1, 1, 3, 3))], ResizeAttrs((1, 1, 6, 5), (1.0, 1.0, 2.0, 1.7), "nearest", "asymmetric",
+                                                     "floor"), name="Resize_nearest_u8"))
+
+add(Case("RNN", [(F32, (4, 2, 3)), _w(1, 5, 3), _w(1, 5, 5, seed=2), _w(1, 10, seed=3), _ints(4, 2, dtype=np.int32),
+                 None], RecurrentAttrs(5, "forward", ("Tanh",))))
+add(Case("LSTM", [(F32, (3, 2, 4)), _w(2, 12, 4), _w(2, 12, 3, seed=2), _w(2, 24, seed=3), None, (F32, (2, 2, 3)),
+                  (F32, (2, 2, 3)), _w(2, 9, seed=4)],
+         RecurrentAttrs(3, "bidirectional", ("Sigmoid", "Tanh", "Tanh") * 2, clip=5.0)))
+
+add(Case("Einsum", [(F32, (2, 3, 4)), (F32, (2, 4, 5))], EinsumAttrs("bij,bjk->bik")))
+add(Case("Einsum", [(F32, (3, 3))], EinsumAttrs("ii"), name="Einsum_trace"))
+add(Case("Det", [(F32, (2, 3, 3))]))
+
+from ember.ops.attention import LinearAttentionAttrs  # noqa: E402
+from ember.ops.sampling import AffineGridAttrs, GridSampleAttrs  # noqa: E402
+from ember.ops.spectral import DFTAttrs, STFTAttrs  # noqa: E402
+
+_GRID = ("const", np.random.default_rng(7).uniform(-1.2, 1.2, (1, 3, 4, 2)).astype(np.float32))
+add(Case("GridSample", [(F32, (1, 2, 5, 6)), _GRID], GridSampleAttrs("linear", "zeros", False)))
+add(Case("GridSample", [(F32, (1, 2, 5, 6)), _GRID], GridSampleAttrs("cubic", "reflection", True),
+         name="GridSample_cubic_reflection"))
+add(Case("GridSample", [(F32, (1, 2, 5, 6)), _GRID], GridSampleAttrs("nearest", "border", False),
+         name="GridSample_nearest_border"))
+add(Case("AffineGrid", [(F32, (2, 2, 3))], AffineGridAttrs((2, 1, 4, 5), False)))
+add(Case("DFT", [(F32, (2, 8, 1))], DFTAttrs(1, 8, False, True)))
+add(Case("DFT", [(F32, (2, 5, 2))], DFTAttrs(1, 8, True, False), name="DFT_inverse_padded"))
+add(Case("STFT", [(F32, (1, 20, 1)), _w(8)], STFTAttrs(4, 8, True)))
+add(Case("LinearAttention", [(F32, (2, 3, 8)), (F32, (2, 3, 4)), (F32, (2, 3, 6)), None, (F32, (2, 3, 1)),
+                             _unit(2, 3, 1)], LinearAttentionAttrs(2, 1, "gated_delta")))

@@ -12,7 +12,8 @@ LAYERS = {
     "support": 0, "types": 1, "ops": 2, "graph": 3, "passes": 4,
     "transforms": 5, "lowering": 5, "quant": 5, "partition": 5,
     "lir": 6, "memory": 7, "codegen": 8, "backends": 9, "frontends": 10,
-    "driver": 11, "runtime": 11, "cli": 12, "bench": 12, "__init__": 12, "__main__": 13,
+    "driver": 11, "runtime": 11, "bench": 11, "cli": 12, "__init__": 12, "__main__": 13,
+    "onnx_backend": 12,
 }
 INDEPENDENT = {"transforms", "lowering", "quant", "partition"}
 # The runtime wraps a backend's executable, and the driver builds the runtime's model.

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,4 +30,27 @@ def compile(model: Any, backend: str = "interpreter",
     return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options)
 
 
-__all__ = ["CompiledModel", "EmberError", "InputError", "UnsupportedError", "compile"]
+def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bundle", prefix: str = "model",
+           input_shapes: Mapping[str, Sequence[int]] | None = None) -> Any:
+    """Compiles an ONNX model ahead of time into `output_dir`: portable C, a header with the
+    memory contract, the weights and a Makefile for `target` (host, x86_64-linux,
+    aarch64-linux, riscv64-linux, cortex-m4, cortex-m7). Every external symbol starts with
+    `prefix`. Returns an ember.codegen.bundle.Bundle (file list and memory layout)."""
+    from ember.backends.cpu import CpuBackend
+    from ember.codegen.bundle import get_target, write_bundle
+
+    get_target(target)  # an unknown target fails before compiling
+
+    class _PlanOnly(CpuBackend):
+        """The cpu backend's kernels and lowering, stopping at the planned program (the
+        bundle is built by the target's compiler, not here)."""
+
+        def compile(self, program: Any) -> Any:
+            return program
+
+    stages: dict[str, Any] = {}
+    compile_model(model, backend=_PlanOnly(num_threads=1), input_shapes=input_shapes, observer=stages.__setitem__)
+    return write_bundle(stages["lir"], stages["memory"], output_dir, target=target, prefix=prefix)
+
+
+__all__ = ["CompiledModel", "EmberError", "InputError", "UnsupportedError", "bundle", "compile"]

@@ -27,6 +27,16 @@ class DType(enum.Enum):
     UINT32 = "u32"
     UINT64 = "u64"
     BOOL = "bool"
+    # Narrow types (ONNX opsets 19 and later): stored one element per byte, as ml_dtypes does.
+    FLOAT8E4M3FN = "f8e4m3fn"
+    FLOAT8E4M3FNUZ = "f8e4m3fnuz"
+    FLOAT8E5M2 = "f8e5m2"
+    FLOAT8E5M2FNUZ = "f8e5m2fnuz"
+    FLOAT4E2M1 = "f4e2m1"
+    INT4 = "i4"
+    UINT4 = "u4"
+    INT2 = "i2"
+    UINT2 = "u2"
 
     @property
     def numpy(self) -> np.dtype:
@@ -42,7 +52,17 @@ class DType(enum.Enum):
 
     @property
     def is_int(self) -> bool:
-        return not self.is_float and self is not DType.BOOL
+        return not self.is_float and self is not DType.BOOL and not self.is_narrow_float
+
+    @property
+    def is_narrow_float(self) -> bool:
+        """float8 and float4: storage types that ops convert from and to, never compute in."""
+        return self in _NARROW_FLOATS
+
+    @property
+    def is_narrow(self) -> bool:
+        """The sub-byte and 8-bit float types (one element per byte in memory)."""
+        return self in _NARROW_FLOATS or self in (DType.INT4, DType.UINT4, DType.INT2, DType.UINT2)
 
     @staticmethod
     def from_numpy(dtype: np.dtype | type) -> DType:
@@ -77,7 +97,18 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.UINT32: np.dtype(np.uint32),
     DType.UINT64: np.dtype(np.uint64),
     DType.BOOL: np.dtype(np.bool_),
+    DType.FLOAT8E4M3FN: np.dtype(ml_dtypes.float8_e4m3fn),
+    DType.FLOAT8E4M3FNUZ: np.dtype(ml_dtypes.float8_e4m3fnuz),
+    DType.FLOAT8E5M2: np.dtype(ml_dtypes.float8_e5m2),
+    DType.FLOAT8E5M2FNUZ: np.dtype(ml_dtypes.float8_e5m2fnuz),
+    DType.FLOAT4E2M1: np.dtype(ml_dtypes.float4_e2m1fn),
+    DType.INT4: np.dtype(ml_dtypes.int4),
+    DType.UINT4: np.dtype(ml_dtypes.uint4),
+    DType.INT2: np.dtype(ml_dtypes.int2),
+    DType.UINT2: np.dtype(ml_dtypes.uint2),
 }
+_NARROW_FLOATS = frozenset({DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ, DType.FLOAT8E5M2, DType.FLOAT8E5M2FNUZ,
+                            DType.FLOAT4E2M1})
 
 Shape = tuple[int, ...]
 

@@ -48,7 +48,7 @@ class InterpretedProgram:
         arena = np.full(self.arena_bytes, 0xFF, dtype=np.uint8)
         env: Env = {id(w): w.data for w in self.program.weights}
         for buffer, array in zip(self.program.inputs, inputs, strict=True):
-            env[id(buffer)] = np.ascontiguousarray(array)
+            env[id(buffer)] = array if array.flags.c_contiguous else np.array(array, order="C")  # keeps 0-d arrays 0-d
         outputs = [np.empty(b.type.shape, dtype=b.type.dtype.numpy) for b in self.program.outputs]
         for buffer, array in zip(self.program.outputs, outputs):
             env[id(buffer)] = array

@@ -69,4 +69,9 @@ C_EXEMPT: dict[str, str] = {
     "SoftmaxCrossEntropyLoss": "no C kernel yet (losses)",
     "Einsum": "no C kernel yet (linear algebra)",
     "Det": "no C kernel yet (linear algebra)",
+    "GridSample": "no C kernel yet (spatial sampling)",
+    "AffineGrid": "no C kernel yet (spatial sampling)",
+    "DFT": "no C kernel yet (spectral ops)",
+    "STFT": "no C kernel yet (spectral ops)",
+    "LinearAttention": "no C kernel yet (transformer ops)",
 }

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 from ember.ops.math_util import erf
@@ -221,12 +222,23 @@ define_op(OpDef("Clip", ("x",), ("y",), _clip_infer, _clip_reference, attrs=Clip
 
 @dataclass(frozen=True)
 class CastAttrs:
+    """saturate: casts to float8 clamp out-of-range values (and infinities) to the largest
+    finite value instead of giving inf or NaN (ONNX's default)."""
+
     to: DType
+    saturate: bool = True
 
 
 def _cast_reference(attrs: CastAttrs, arrays):
     (x,) = arrays
     target = attrs.to.numpy
+    if attrs.to.is_narrow or DType.from_numpy(x.dtype).is_narrow:
+        # ml_dtypes converts with round-to-nearest-even, as ONNX specifies.
+        if attrs.to.is_narrow_float and attrs.saturate and attrs.to is not DType.FLOAT4E2M1:
+            info = ml_dtypes.finfo(target)
+            wide = x.astype(np.float32) if x.dtype.itemsize < 4 or x.dtype.kind != "f" else x
+            return (np.clip(wide, float(info.min), float(info.max)).astype(target),)
+        return (x.astype(target),)
     if x.dtype.kind == "f" and target.kind in "iu":
         # Float to integer truncates toward zero; NaN and overflow are undefined in ONNX.
         with np.errstate(invalid="ignore"):

@@ -9,14 +9,14 @@ from ember.backends.cpu.native import NativeProgram
 from ember.codegen import generate_c
 from ember.codegen.c_types import C_TYPES
 from ember.codegen.exemptions import C_EXEMPT
-from ember.codegen.kernels import C_KERNELS, normalization
+from ember.codegen.kernels import C_KERNELS, nn, normalization
 from ember.graph import Node
 from ember.lir.ir import Program
 
 # High-level ops the C kernels run directly instead of lowering them, with the condition
 # under which they do (otherwise they are lowered to primitives).
 NATIVE_HIGH_LEVEL = {
-    "FusedConv": lambda node: True,
+    "FusedConv": nn.accepts,
     "FullyConnected": lambda node: True,
     "Gelu": lambda node: True,
     "Silu": lambda node: True,
@@ -25,6 +25,8 @@ NATIVE_HIGH_LEVEL = {
     "LogSoftmax": normalization.accepts,
     "LayerNormalization": normalization.accepts,
 }
+# Primitive ops whose kernels cover only some forms; other forms make the backend refuse.
+KERNEL_CONDITIONS = {op: nn.accepts for op in ("Conv", "MaxPool", "AveragePool")}
 
 
 class CpuBackend(Backend):
@@ -39,6 +41,8 @@ class CpuBackend(Backend):
         if node.op not in C_KERNELS or node.op in C_EXEMPT:
             return False
         if not node.opdef.primitive and not (node.op in NATIVE_HIGH_LEVEL and NATIVE_HIGH_LEVEL[node.op](node)):
+            return False
+        if node.op in KERNEL_CONDITIONS and not KERNEL_CONDITIONS[node.op](node):
             return False
         values = [v for v in node.inputs + node.outputs if v is not None]
         return all(v.type.dtype in C_TYPES and v.type.quant is None for v in values)

@@ -235,3 +235,16 @@ def emit_arg_reduce(em, instr: Instr) -> str:
     ])
 
 
+
+
+def accepts(node) -> bool:
+    """Whether these kernels run a graph node: 2-D (NCHW) windows only, and convolutions need
+    constant float32 weights (they are read as the GEMM's A operand)."""
+    from ember.graph import Constant
+
+    x = node.inputs[0]
+    if x.type.rank != 4:
+        return False
+    if node.op in ("Conv", "FusedConv"):
+        return isinstance(node.inputs[1], Constant) and x.type.dtype is DType.FLOAT32
+    return True

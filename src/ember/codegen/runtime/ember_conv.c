@@ -3,7 +3,6 @@
 #include "ember_gemm.h"
 #include "ember_math.h"
 #include "ember_simd.h"
-#include <omp.h>
 
 /* Columns of a panel that share one output row form a segment: within it, input columns
  * advance by the stride, so stride-1 segments copy with memcpy plus zero edges. */
@@ -190,7 +189,7 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
         const float *rc = residual ? residual + c * plane : NULL;
         float b0 = bias ? bias[c] : 0.0f;
         if (flat) {
-            float *work = scratch + (long)omp_get_thread_num() * per_thread;
+            float *work = scratch + (long)ember_thread_num() * per_thread;
             dw_channel_flat(g, &l, xc, wc, b0, y + c * plane, rc, ep, work);
         } else {
             dw_channel_general(g, xc, wc, b0, y + c * plane, rc, ep);

@@ -2,7 +2,6 @@
 #include "ember_gemm.h"
 #include "ember_math.h"
 #include "ember_simd.h"
-#include <omp.h>
 
 float ember_activate(float v, const ember_epilogue *ep)
 {
@@ -107,17 +106,44 @@ static inline __attribute__((always_inline)) void tile(
     default: tile(1, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
     }
 
+#ifdef EMBER_PORTABLE_TILE
+/* The tile for targets without 512-bit vectors (AOT bundles for AVX2, NEON, Cortex-M, RV64):
+ * there the 16 x 16-lane accumulators of `tile` split into more values than the registers
+ * hold, and GCC takes minutes and ~0.5 MB of code per instantiation. One row at a time, a
+ * 32-float accumulator the compiler keeps in native vectors (or scalars). Reads all 32
+ * columns of B, as `tile` does. */
+static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
+                          const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
+                          long row0, long col0)
+{
+    for (int i = 0; i < mr; i++) {
+        float acc[EMBER_NR] = {0};
+        for (long k = 0; k < kc; k++) {
+            const float *bk = koff ? bp + koff[k] : bp + k * b_ks;
+            float ai = a[i * a_rs + k * a_ks];
+            for (int j = 0; j < EMBER_NR; j++) acc[j] += ai * bk[j];
+        }
+        memcpy(c + i * ldc, acc, (size_t)ncols * sizeof(float));
+    }
+    if (ep) epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
+}
+#endif
+
 void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
                      const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
                      long row0, long col0)
 {
     if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE) ep = NULL;
+#ifdef EMBER_PORTABLE_TILE
+    tile_portable(mr, kc, a, a_rs, a_ks, bp, b_ks, koff, c, ldc, ncols, ep, row0, col0);
+#else
     /* Two instantiations, so the common path carries no offset-table load. */
     if (koff) {
         EMBER_TILE_CASES(koff)
     } else {
         EMBER_TILE_CASES((const int32_t *)0)
     }
+#endif
 }
 
 void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, long col0)
@@ -231,7 +257,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
             if (bp) {
                 src.panels = bp + p0 * panel_floats;
             } else {
-                float *mine = scratch + (long)omp_get_thread_num() * chunk * panel_floats;
+                float *mine = scratch + (long)ember_thread_num() * chunk * panel_floats;
                 for (long p = p0; p < p1; p++) pack(mine + (p - p0) * panel_floats, pack_ctx, p * EMBER_NR);
                 src.panels = mine;
             }

@@ -15,6 +15,15 @@
 #include <string.h>
 #include <math.h>
 
+/* Without OpenMP (AOT bundles are single-threaded) the pragmas are ignored and every
+ * kernel runs on thread 0. */
+#ifdef _OPENMP
+#include <omp.h>
+#define ember_thread_num() omp_get_thread_num()
+#else
+#define ember_thread_num() 0
+#endif
+
 #define EMBER_NR 32
 #define EMBER_MR 8
 

@@ -4,19 +4,49 @@ attribute getters, and `emit`, the one place where nodes are added to the graph 
 nodes whose inputs are all constants are folded at import time."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, helper
+from onnx import AttributeProto, GraphProto, NodeProto, helper
 
 from ember.frontends.onnx.dtypes import tensor_to_array
-from ember.graph.ir import Constant, Graph, Value
+from ember.graph.ir import Constant, Graph, Placeholder, Value
 from ember.ops import OPS, NoAttrs, OpError
 from ember.ops.tensor import ReshapeAttrs
 from ember.support.errors import ImportError_, UnsupportedError, node_location
 
 _REQUIRED = object()
+
+# (body, outer environment, bindings of the body's inputs, name prefix) -> the body's outputs
+Inliner = Callable[[GraphProto, dict[str, Value], dict[str, Value], str], list[Value]]
+
+
+class ConstantRequired(ImportError_):
+    """An input that Ember needs as a constant (a shape, axes, pads, k...) is computed at run
+    time. `inputs` names the graph inputs it is computed from: binding those to constants
+    (load_onnx's constant_inputs) makes the model compile."""
+
+    def __init__(self, message: str, inputs: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.inputs = tuple(inputs)
+
+
+def graph_inputs(value: Value) -> list[str]:
+    """The graph inputs (placeholders) that `value` is computed from."""
+    seen: set[int] = set()
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, Placeholder):
+            found.append(v.name)
+        elif v.producer is not None:
+            stack.extend(v.producer.inputs)
+    return sorted(found)
 
 _ATTR_TYPE_NAMES = {
     AttributeProto.INT: "an int",
@@ -33,7 +63,7 @@ class NodeContext:
     the importer prefixes it (`node 'n' (Conv): ...`)."""
 
     def __init__(self, graph: Graph, node: NodeProto, name: str, opset: int, env: dict[str, Value],
-                 used_names: set[str]) -> None:
+                 used_names: set[str], inliner: Inliner | None = None) -> None:
         self.graph = graph
         self.node = node
         self.name = name
@@ -42,6 +72,7 @@ class NodeContext:
         self._env = env
         self._used = used_names
         self._attrs = {a.name: a for a in node.attribute}
+        self._inliner = inliner
 
     @property
     def location(self) -> str:
@@ -76,14 +107,14 @@ class NodeContext:
 
     def constant(self, i: int, what: str | None = None) -> np.ndarray:
         """The data of input i, which must be a constant (an initializer, or computed from
-        constants only)."""
+        constants only). Raises ConstantRequired, naming the graph inputs it is computed from."""
         value = self.require(i, what)
         if not isinstance(value, Constant):
             label = f", {what}" if what else ""
-            raise ImportError_(
+            raise ConstantRequired(
                 f"input {i} ('{self.input_name(i)}'{label}) of {self.location} must be a constant: "
-                "Ember compiles static shapes"
-            )
+                "Ember compiles static shapes, and this input decides a shape or a parameter",
+                graph_inputs(value))
         return value.data
 
     def optional_constant(self, i: int, what: str | None = None) -> np.ndarray | None:
@@ -149,6 +180,23 @@ class NodeContext:
         if attr.type != AttributeProto.TENSOR:
             raise ImportError_(f"attribute '{name}' must be a tensor")
         return tensor_to_array(attr.t, f"attribute '{name}'")
+
+    def attr_graph(self, name: str) -> GraphProto:
+        attr = self._attrs.get(name)
+        if attr is None:
+            raise ImportError_(f"required attribute '{name}' is missing")
+        if attr.type != AttributeProto.GRAPH:
+            raise ImportError_(f"attribute '{name}' must be a graph")
+        return attr.g
+
+    def inline(self, body: GraphProto, bindings: dict[str, Value], tag: str) -> list[Value]:
+        """Converts subgraph `body` into the graph (its inputs bound to `bindings`, outer
+        values visible by name) and returns the values of its outputs. Control flow that
+        Ember can resolve at import (If on a constant, loops with known trip counts) inlines
+        its bodies this way; `tag` names the copy (e.g. 'iter3')."""
+        if self._inliner is None:
+            raise ImportError_("subgraphs cannot be inlined here")
+        return self._inliner(body, dict(self._env), bindings, f"{self.name}/{tag}")
 
     def reject_attr(self, name: str, reason: str) -> None:
         if name in self._attrs:

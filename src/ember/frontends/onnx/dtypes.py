@@ -23,6 +23,15 @@ ONNX_TO_DTYPE: dict[int, DType] = {
     TensorProto.UINT32: DType.UINT32,
     TensorProto.UINT64: DType.UINT64,
     TensorProto.BOOL: DType.BOOL,
+    TensorProto.FLOAT8E4M3FN: DType.FLOAT8E4M3FN,
+    TensorProto.FLOAT8E4M3FNUZ: DType.FLOAT8E4M3FNUZ,
+    TensorProto.FLOAT8E5M2: DType.FLOAT8E5M2,
+    TensorProto.FLOAT8E5M2FNUZ: DType.FLOAT8E5M2FNUZ,
+    TensorProto.FLOAT4E2M1: DType.FLOAT4E2M1,
+    TensorProto.INT4: DType.INT4,
+    TensorProto.UINT4: DType.UINT4,
+    TensorProto.INT2: DType.INT2,
+    TensorProto.UINT2: DType.UINT2,
 }
 
 

@@ -1,16 +1,18 @@
 """load_onnx: builds a graph IR from an ONNX model. Owns the import pipeline (load, scan for
 unsupported ops, inputs and initializers, node conversion in dependency order, outputs,
-verification) and turns every failure into an ImportError_ (or UnsupportedError for the
-up-front scan) that names the model, node or input concerned."""
+verification), the inlining of subgraphs that control-flow converters resolve at import, and
+turns every failure into an ImportError_ (or UnsupportedError for the up-front scan) that
+names the model, node or input concerned."""
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
 
 from ember.frontends.onnx import converters as _converters  # noqa: F401  (registration)
-from ember.frontends.onnx.context import NodeContext
+from ember.frontends.onnx.context import ConstantRequired, NodeContext
 from ember.frontends.onnx.dtypes import onnx_type_name, tensor_to_array, to_dtype
 from ember.frontends.onnx.loader import DEFAULT_DOMAINS, load_model
 from ember.frontends.onnx.registry import CONVERTERS
@@ -21,12 +23,17 @@ from ember.types import TensorType
 
 
 def load_onnx(model: str | os.PathLike | ModelProto,
-              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+              input_shapes: Mapping[str, Sequence[int]] | None = None,
+              constant_inputs: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Imports an ONNX model (a file path or a ModelProto) as a verified graph.
 
     input_shapes binds the shape of inputs whose ONNX shape has symbolic or unknown
     dimensions (Ember compiles static shapes); a given shape replaces the declared one and
-    must agree with its fixed dimensions."""
+    must agree with its fixed dimensions.
+
+    constant_inputs binds inputs to values known at compile time: each becomes a constant
+    (and stops being an input), which lets inputs that decide shapes, axes or pads fold. The
+    compiled model is then valid for those values only."""
     loaded = load_model(model)
     proto = loaded.model.graph
     names = node_names(proto.node)
@@ -38,7 +45,7 @@ def load_onnx(model: str | os.PathLike | ModelProto,
     graph = Graph(proto.name or "main")
     env: dict[str, Value] = {}
     initializers = _add_initializers(graph, proto, env)
-    _add_inputs(graph, proto, initializers, dict(input_shapes or {}), env)
+    _add_inputs(graph, proto, initializers, dict(input_shapes or {}), dict(constant_inputs or {}), env)
     used = {name for node in proto.node for name in node.input if name} | {o.name for o in proto.output}
     for index in _topological_order(proto.node, names, set(env)):
         _convert_node(graph, proto.node[index], names[index], loaded.opset, env, used)
@@ -95,16 +102,25 @@ def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) ->
 
 
 def _add_inputs(graph: Graph, proto: GraphProto, initializers: set[str], input_shapes: dict[str, Sequence[int]],
-                env: dict[str, Value]) -> None:
+                constant_inputs: dict[str, np.ndarray], env: dict[str, Value]) -> None:
     inputs = [vi for vi in proto.input if vi.name not in initializers]
-    unknown = sorted(set(input_shapes) - {vi.name for vi in inputs})
+    unknown = sorted((set(input_shapes) | set(constant_inputs)) - {vi.name for vi in inputs})
     if unknown:
         known = ", ".join(f"'{vi.name}'" for vi in inputs) or "none"
-        raise ImportError_(f"input_shapes names {', '.join(repr(n) for n in unknown)}, which "
+        what = "input_shapes" if not set(unknown) & set(constant_inputs) else "constant_inputs"
+        raise ImportError_(f"{what} names {', '.join(repr(n) for n in unknown)}, which "
                            f"{'is' if len(unknown) == 1 else 'are'} not a model input (inputs: {known})")
     for vi in inputs:
         if vi.name in env:
             raise ImportError_(f"graph input '{vi.name}' is declared twice")
+        if vi.name in constant_inputs:
+            data = np.asarray(constant_inputs[vi.name])
+            expected = input_type(vi, data.shape)
+            if data.dtype != expected.dtype.numpy:
+                raise ImportError_(f"constant_inputs['{vi.name}'] has element type {data.dtype}, but the model "
+                                   f"declares {expected.dtype}")
+            env[vi.name] = graph.add_constant(np.array(data, order="C"), vi.name, exact=True)
+            continue
         env[vi.name] = graph.add_input(vi.name, input_type(vi, input_shapes.get(vi.name)))
 
 
@@ -177,9 +193,37 @@ def _located(location: str, err: Exception) -> str:
     return message if location in message else f"{location}: {message}"
 
 
+def inline_subgraph(graph: Graph, body: GraphProto, env: dict[str, Value], bindings: dict[str, Value],
+                    prefix: str, opset: int) -> list[Value]:
+    """Converts the nodes of subgraph `body` into `graph`: `env` holds the outer scope's
+    values (copied by the caller, since each inlined copy defines the body's names afresh),
+    `bindings` the values of the body's inputs. Returns the body's output values."""
+    missing = [vi.name for vi in body.input if vi.name not in bindings]
+    if missing:
+        raise ImportError_(f"{prefix}: subgraph inputs {missing} are not bound")
+    env.update(bindings)
+    for tensor in body.initializer:
+        env[tensor.name] = graph.add_constant(tensor_to_array(tensor, f"initializer '{tensor.name}'"),
+                                              f"{prefix}/{tensor.name}")
+    names = [f"{prefix}/{n}" for n in node_names(body.node)]
+    check_supported(body, names, opset)
+    used = {n for node in body.node for n in node.input if n} | {o.name for o in body.output}
+    for index in _topological_order(body.node, names, set(env)):
+        _convert_node(graph, body.node[index], names[index], opset, env, used)
+    outputs = []
+    for vi in body.output:
+        if vi.name not in env:
+            raise ImportError_(f"{prefix}: subgraph output '{vi.name}' is not produced")
+        outputs.append(env[vi.name])
+    return outputs
+
+
 def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dict[str, Value],
                   used: set[str]) -> None:
-    ctx = NodeContext(graph, node, name, opset, env, used)
+    def inliner(body, outer, bindings, prefix):
+        return inline_subgraph(graph, body, outer, bindings, prefix, opset)
+
+    ctx = NodeContext(graph, node, name, opset, env, used, inliner)
     try:
         results = CONVERTERS[node.op_type].fn(ctx)
         if isinstance(results, Value):
@@ -196,6 +240,8 @@ def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dic
             if out_name in env:
                 raise ImportError_(f"output '{out_name}' is already defined by another node, input or initializer")
             env[out_name] = value
+    except ConstantRequired as err:
+        raise ConstantRequired(_located(ctx.location, err), err.inputs) from None
     except EmberError as err:
         raise ImportError_(_located(ctx.location, err)) from None
     except Exception as err:  # noqa: BLE001  (a converter bug must still name the node)

@@ -15,8 +15,8 @@ from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
 from ember.support.errors import ImportError_
 
-MIN_OPSET = 11
-MAX_OPSET = 21
+MIN_OPSET = 1
+MAX_OPSET = 28
 DEFAULT_DOMAINS = ("", "ai.onnx")
 _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")  # Windows absolute paths
 

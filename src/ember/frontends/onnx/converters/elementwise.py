@@ -26,6 +26,10 @@ def unary(ctx: NodeContext) -> list[Value]:
 
 @converter(*_BINARY)
 def binary(ctx: NodeContext) -> list[Value]:
+    if ctx.opset < 7 and ctx.attr_int("broadcast", 0):
+        # Before opset 7 broadcasting was one-directional and aligned at attribute 'axis'.
+        raise UnsupportedError("the legacy 'broadcast' attribute (opsets before 7) is not supported; "
+                               "convert the model to opset 7 or later")
     return ctx.result(ctx.op_type, [ctx.require(0), ctx.require(1)])
 
 
@@ -62,8 +66,9 @@ def mod(ctx: NodeContext) -> Value:
     if fmod not in (0, 1):
         raise ImportError_(f"attribute fmod must be 0 or 1, got {fmod}")
     if fmod == 0:
-        if a.type.dtype.is_float:
-            raise UnsupportedError("Mod with fmod=0 on floating-point inputs is invalid ONNX (use fmod=1)")
+        if a.type.dtype.is_float and ctx.opset < 28:
+            raise UnsupportedError("Mod with fmod=0 on floating-point inputs is invalid before opset 28 "
+                                   "(use fmod=1)")
         return ctx.result("Mod", [a, b])[0]
     # fmod=1: the remainder takes the sign of the dividend (C fmod). Ember's Mod takes the
     # sign of the divisor; the two differ by b exactly when the remainder is non-zero and the
@@ -82,12 +87,9 @@ def where(ctx: NodeContext) -> list[Value]:
 
 
 def _bound(ctx: NodeContext, i: int, what: str) -> float | None:
-    if ctx.input(i) is None:
+    data = ctx.optional_constant(i, what)
+    if data is None:
         return None
-    if not ctx.is_constant(i):
-        raise UnsupportedError(f"input {i} ({what}, '{ctx.input_name(i)}') is not a constant; Ember supports "
-                               "Clip with constant bounds only")
-    data = ctx.constant(i, what)
     if data.size != 1:
         raise ImportError_(f"input {i} ({what}) must be a scalar, got shape {list(data.shape)}")
     return float(data.reshape(-1)[0])
@@ -99,6 +101,13 @@ def clip(ctx: NodeContext) -> Value:
     if ctx.opset < 11:
         low = ctx.attr_float("min", None)
         high = ctx.attr_float("max", None)
+    elif any(ctx.input(i) is not None and not ctx.is_constant(i) for i in (1, 2)):
+        # Bounds computed at run time: Max/Min with the (scalar) bound tensors.
+        y = x
+        for i, op in ((1, "Max"), (2, "Min")):
+            if ctx.input(i) is not None:
+                y = ctx.emit1(op, [y, ctx.input(i)])
+        return y
     else:
         low, high = _bound(ctx, 1, "min"), _bound(ctx, 2, "max")
     if low is None and high is None:
@@ -112,18 +121,23 @@ def cast(ctx: NodeContext) -> Value:
     to = ctx.attr_int("to")
     if to not in ONNX_TO_DTYPE:
         raise UnsupportedError(f"Cast to {onnx_type_name(to)} is not supported")
-    target = ONNX_TO_DTYPE[to]
+    return _cast(ctx, x, ONNX_TO_DTYPE[to])
+
+
+def _cast(ctx: NodeContext, x: Value, target) -> Value:
     if target is x.type.dtype:
         return x
-    return ctx.result("Cast", [x], CastAttrs(target))[0]
+    saturate = bool(ctx.attr_int("saturate", 1)) if ctx.opset >= 19 else True
+    round_mode = ctx.attr_str("round_mode", "up")
+    if round_mode != "up":
+        raise UnsupportedError(f"round_mode '{round_mode}' is not supported (it only affects float8e8m0)")
+    return ctx.result("Cast", [x], CastAttrs(target, saturate))[0]
 
 
 @converter("CastLike", min_opset=15)
 def cast_like(ctx: NodeContext) -> Value:
     x, like = ctx.require(0), ctx.require(1)
-    if like.type.dtype is x.type.dtype:
-        return x
-    return ctx.result("Cast", [x], CastAttrs(like.type.dtype))[0]
+    return _cast(ctx, x, like.type.dtype)
 
 
 @converter("LeakyRelu")

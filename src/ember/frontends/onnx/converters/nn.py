@@ -6,9 +6,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
+from ember.ops.conv import MaxPoolIndicesAttrs
 from ember.ops.nn import BatchNormAttrs, ConvAttrs, GemmAttrs, PoolAttrs
 from ember.ops.reduce import ReduceAttrs
 from ember.support.errors import ImportError_, UnsupportedError
@@ -77,7 +80,7 @@ def conv(ctx: NodeContext) -> list[Value]:
     return ctx.result("Conv", [x, w, b], attrs)
 
 
-def _pool(ctx: NodeContext, op: str, count_include_pad: bool) -> list[Value]:
+def _pool_attrs(ctx: NodeContext, count_include_pad: bool) -> tuple[Value, PoolAttrs]:
     x = ctx.require(0)
     if x.type.rank < 3:
         raise ImportError_(f"input {x.type} must have rank >= 3")
@@ -85,15 +88,23 @@ def _pool(ctx: NodeContext, op: str, count_include_pad: bool) -> list[Value]:
     if len(kernel) != x.type.rank - 2:
         raise ImportError_(f"kernel_shape {list(kernel)} does not match input {x.type}")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
-    attrs = PoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
-                      count_include_pad)
+    return x, PoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
+                        count_include_pad)
+
+
+def _pool(ctx: NodeContext, op: str, count_include_pad: bool) -> list[Value]:
+    x, attrs = _pool_attrs(ctx, count_include_pad)
     return ctx.result(op, [x], attrs)
 
 
 @converter("MaxPool")
 def max_pool(ctx: NodeContext) -> list[Value]:
-    ctx.check_unused(1, "the Indices output")
-    return _pool(ctx, "MaxPool", False)  # storage_order only affects Indices
+    if not ctx.output_used(1):
+        return _pool(ctx, "MaxPool", False)  # storage_order only affects Indices
+    (pool,) = _pool_attrs(ctx, False)[1:]
+    attrs = MaxPoolIndicesAttrs(pool.kernel, pool.strides, pool.pads, pool.dilations, pool.ceil_mode,
+                                ctx.attr_int("storage_order", 0))
+    return ctx.result("MaxPoolWithIndices", [ctx.require(0)], attrs)
 
 
 @converter("AveragePool")
@@ -111,11 +122,39 @@ def global_pool(ctx: NodeContext) -> list[Value]:
 
 
 @converter("BatchNormalization")
-def batch_norm(ctx: NodeContext) -> list[Value]:
+def batch_norm(ctx: NodeContext) -> list[Value | None]:
+    if ctx.opset < 9 and not ctx.attr_int("spatial", 1):
+        raise UnsupportedError("spatial=0 (per-element statistics) is not supported")
+    inputs = [ctx.require(i, what) for i, what in enumerate(("X", "scale", "B", "input_mean", "input_var"))]
+    attrs = BatchNormAttrs(ctx.attr_float("epsilon", 1e-5))
     if ctx.opset >= 14 and ctx.attr_int("training_mode", 0):
-        raise UnsupportedError("BatchNormalization in training mode is not supported "
-                               "(Ember compiles inference)")
+        return _batch_norm_training(ctx, inputs, attrs)
     for i, what in ((1, "running mean"), (2, "running variance"), (3, "saved mean"), (4, "saved variance")):
         ctx.check_unused(i, f"the training-only {what} output")
-    inputs = [ctx.require(i, what) for i, what in enumerate(("X", "scale", "B", "input_mean", "input_var"))]
-    return ctx.result("BatchNormalization", inputs, BatchNormAttrs(ctx.attr_float("epsilon", 1e-5)))
+    return ctx.result("BatchNormalization", inputs, attrs)
+
+
+def _batch_norm_training(ctx: NodeContext, inputs: list[Value], attrs: BatchNormAttrs) -> list[Value | None]:
+    """Training mode: normalizes with the batch's mean and (biased) variance per channel and
+    gives the updated running statistics, input * momentum + batch * (1 - momentum)."""
+    x, scale, bias, mean, var = inputs
+    for i in (3, 4):
+        ctx.check_unused(i, "the saved statistics output")
+    axes = ReduceAttrs(tuple(a for a in range(x.type.rank) if a != 1), keepdims=False)
+    batch_mean = ctx.emit1("ReduceMean", [x], axes)
+    channel_shape = (1, x.type.shape[1]) + (1,) * (x.type.rank - 2)
+    centered = ctx.emit1("Sub", [x, ctx.reshape(batch_mean, channel_shape)])
+    batch_var = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [centered, centered])], axes)
+    (y,) = ctx.result("BatchNormalization", [x, scale, bias, batch_mean, batch_var], attrs)
+    momentum = ctx.attr_float("momentum", 0.9)
+    dtype = mean.type.dtype.numpy
+    keep = ctx.add_constant(np.asarray(momentum, dtype), f"{ctx.name}_momentum")
+    take = ctx.add_constant(np.asarray(1.0 - momentum, dtype), f"{ctx.name}_one_minus_momentum")
+    outputs: list[Value | None] = [y]
+    for i, (running, batch) in enumerate(((mean, batch_mean), (var, batch_var)), start=1):
+        if not ctx.output_used(i):
+            outputs.append(None)
+            continue
+        mixed = ctx.emit1("Add", [ctx.emit1("Mul", [running, keep]), ctx.emit1("Mul", [batch, take])])
+        outputs.append(mixed)
+    return outputs

@@ -1,5 +1,6 @@
 """Converters for ops that pass a value through or produce constants at import: Identity,
-Dropout (inference), Constant, Shape, Size, ConstantOfShape and Range. Shapes are static,
+Dropout (inference), Constant, Shape, Size, ConstantOfShape, Range and the window functions
+(Hann, Hamming, Blackman). Shapes are static,
 so Shape and Size always fold, which lets the shape sub-graphs of exported models fold."""
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import math
 import numpy as np
 
 from ember.frontends.onnx.context import NodeContext
+from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.support.errors import ImportError_, UnsupportedError
+from ember.types import DType
 
 
 @converter("Identity")
@@ -20,13 +23,18 @@ def identity(ctx: NodeContext) -> Value:
 
 @converter("Dropout")
 def dropout(ctx: NodeContext) -> list[Value | None]:
+    """Inference: the identity, and an all-true mask. Training mode drops nothing only with
+    ratio 0; a random mask is not supported (Ember compiles inference)."""
     x = ctx.require(0)
     if ctx.opset >= 12 and ctx.input(2) is not None:
         training = ctx.optional_constant(2, "training_mode")
         if training is not None and bool(np.any(training)):
-            raise UnsupportedError("Dropout in training mode is not supported (Ember compiles inference)")
-    ctx.check_unused(1, "the dropout mask")
-    return [x, None]
+            ratio = ctx.optional_constant(1, "ratio")
+            if ratio is None or float(ratio.reshape(-1)[0]) != 0.0:
+                raise UnsupportedError("Dropout in training mode with a non-zero ratio is not supported "
+                                       "(its mask is random; Ember compiles inference)")
+    mask = ctx.constant_result(np.ones(x.type.shape, dtype=bool), 1) if ctx.output_used(1) else None
+    return [x, mask]
 
 
 @converter("Constant")
@@ -100,11 +108,11 @@ def range_(ctx: NodeContext) -> Value:
             raise ImportError_("delta must not be zero")
         count = max(-((s - l) // d), 0)
         data = (s + np.arange(count, dtype=np.int64) * d).astype(dtype)
-    elif dtype.kind == "f":
+    elif dtype.kind == "f" or dtype == DType.BFLOAT16.numpy:
         s, l, d = float(start.reshape(-1)[0]), float(limit.reshape(-1)[0]), float(delta.reshape(-1)[0])
         if d == 0:
             raise ImportError_("delta must not be zero")
-        count = max(math.ceil(float(limit.reshape(-1)[0] - start.reshape(-1)[0]) / d), 0)
+        count = max(math.ceil((float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / d), 0)
         # Accumulate in the element type (value += delta), as ONNX Runtime does.
         steps = np.full(count, d, dtype=dtype)
         if count:
@@ -113,3 +121,58 @@ def range_(ctx: NodeContext) -> Value:
     else:
         raise ImportError_(f"Range does not take {dtype} inputs")
     return ctx.constant_result(data)
+
+
+# Window functions (opset 17): w[n] for n in [0, size), N = size (periodic) or size - 1.
+_WINDOWS = {
+    "HannWindow": lambda n, N: np.sin(np.pi * n / N) ** 2,
+    "HammingWindow": lambda n, N: 25.0 / 46.0 - (1 - 25.0 / 46.0) * np.cos(2 * np.pi * n / N),
+    "BlackmanWindow": lambda n, N: 0.42 - 0.5 * np.cos(2 * np.pi * n / N) + 0.08 * np.cos(4 * np.pi * n / N),
+}
+
+
+@converter(*_WINDOWS, min_opset=17)
+def window(ctx: NodeContext) -> Value:
+    """Folds to a constant: the window depends only on its (constant) size."""
+    size = ctx.constant(0, "size")
+    if size.size != 1:
+        raise ImportError_(f"size must hold one value, got shape {list(size.shape)}")
+    length = int(size.reshape(-1)[0])
+    code = ctx.attr_int("output_datatype", 1)
+    if code not in ONNX_TO_DTYPE:
+        raise UnsupportedError(f"output_datatype {code} is not supported")
+    periodic = bool(ctx.attr_int("periodic", 1))
+    n = np.arange(max(length, 0), dtype=np.float64)
+    values = _WINDOWS[ctx.op_type](n, length if periodic else length - 1)
+    return ctx.constant_result(values.astype(ONNX_TO_DTYPE[code].numpy))
+
+
+@converter("MelWeightMatrix", min_opset=17)
+def mel_weight_matrix(ctx: NodeContext) -> Value:
+    """Folds to a constant [dft_length // 2 + 1, num_mel_bins] of triangular filters evenly
+    spaced on the mel scale (mel = 2595 log10(1 + hz / 700)), as ONNX defines them."""
+    scalars = []
+    for i, what in enumerate(("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")):
+        data = ctx.constant(i, what)
+        if data.size != 1:
+            raise ImportError_(f"{what} must hold one value, got shape {list(data.shape)}")
+        scalars.append(data.reshape(-1)[0])
+    bins, length, rate = (int(v) for v in scalars[:3])
+    low, high = (float(v) for v in scalars[3:])
+    edges = np.arange(bins + 2)
+    low_mel, high_mel = 2595 * np.log10(1 + low / 700), 2595 * np.log10(1 + high / 700)
+    hz = 700 * (10 ** ((edges * (high_mel - low_mel) / (bins + 2) + low_mel) / 2595) - 1)
+    points = (((length + 1) * hz) // rate).astype(int)
+    out = np.zeros((length // 2 + 1, bins))
+    for i in range(bins):
+        left, center, right = points[i], points[i + 1], points[i + 2]
+        if center == left:
+            out[center, i] = 1
+        else:
+            out[left:center + 1, i] = (np.arange(left, center + 1) - left) / (center - left)
+        if right > center:
+            out[center:right, i] = (right - np.arange(center, right)) / (right - center)
+    code = ctx.attr_int("output_datatype", 1)
+    if code not in ONNX_TO_DTYPE:
+        raise UnsupportedError(f"output_datatype {code} is not supported")
+    return ctx.constant_result(out.astype(ONNX_TO_DTYPE[code].numpy))

@@ -1,0 +1,102 @@
+"""write_bundle: a planned low-level program -> a folder of portable C plus weights.
+
+    <prefix>.h               the API: memory regions, tensor layout, entry function
+    <prefix>.c               the generated kernels and <prefix>_run
+    <prefix>_kernels.c       the kernel library sources the model needs, one translation unit
+    <prefix>_ember_symbols.h renames the library's functions with the prefix
+    ember_*.h, ember_*.c     the kernel library (unchanged copies; compiled via <prefix>_kernels.c)
+    <prefix>.weights.bin     the constant weights
+    <prefix>_weights.c       the same bytes as a const array (bare-metal targets)
+    bundle_main.c, Makefile  an example program and the build for the target
+    startup_cortexm.c, <board>.ld   bare metal: the example firmware's startup and memory map
+
+The same program, target and prefix always give the same bytes. Imports codegen, lir,
+memory, support."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ember.codegen.bundle import examples, header, library, makefile, sources
+from ember.codegen.bundle.layout import Layout, plan_layout
+from ember.codegen.bundle.targets import Target, get_target
+from ember.codegen.emitter import generate_c
+from ember.lir.ir import Program
+from ember.memory import MemoryPlan
+from ember.support.errors import EmberError
+from ember.support.names import sanitize_identifier
+
+
+@dataclass
+class Bundle:
+    """What write_bundle wrote: where, for which target, and the memory contract."""
+
+    directory: Path
+    target: Target
+    prefix: str
+    layout: Layout
+    files: list[str] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)  # run status -> message
+
+    @property
+    def header(self) -> Path:
+        return self.directory / f"{self.prefix}.h"
+
+    def summary(self) -> str:
+        lay = self.layout
+        return (f"bundle '{self.prefix}' for {self.target.name} in {self.directory}: "
+                f"weights {lay.constant_bytes} B, io {lay.mutable_bytes} B, activations {lay.activation_bytes} B "
+                f"(arena {lay.arena_bytes} B at {100 * lay.efficiency:.1f}% efficiency, scratch {lay.scratch_bytes} B)")
+
+
+def sanitize_prefix(prefix: str) -> str:
+    """A C identifier for the symbol prefix: lower case, unsafe characters as '_'."""
+    cleaned = sanitize_identifier(prefix.strip().lower(), prefix="m") if prefix.strip() else ""
+    if not cleaned.strip("_"):
+        raise EmberError(f"bundle prefix {prefix!r} has no usable character (use letters, digits, '_')")
+    return cleaned
+
+
+def write_bundle(program: Program, plan: MemoryPlan | None, output_dir: str | os.PathLike,
+                 target: str | Target = "host", prefix: str = "model") -> Bundle:
+    """Writes the bundle of a planned program (the driver's "lir" and "memory" stages)."""
+    tgt = get_target(target) if isinstance(target, str) else target
+    prefix = sanitize_prefix(prefix)
+    cprogram = generate_c(program, 1)  # bundles run single-threaded: no OpenMP on the target
+    layout = plan_layout(program, cprogram, plan)
+    lib = library.library_files()
+    needed = library.needed_sources(cprogram.source, lib)
+
+    files: dict[str, str | bytes] = {
+        f"{prefix}.h": header.render_header(prefix, tgt, layout, sanitize_identifier(program.name or "model")),
+        f"{prefix}.c": sources.model_source(prefix, cprogram, layout),
+        f"{prefix}_ember_symbols.h": library.symbols_header(prefix, lib),
+        f"{prefix}.weights.bin": cprogram.weights.tobytes(),
+    }
+    objects = [f"{prefix}.o"]
+    if needed:
+        files[f"{prefix}_kernels.c"] = library.kernels_unit(prefix, needed)
+        objects.append(f"{prefix}_kernels.o")
+    for name, text in lib.items():
+        if name.endswith(".h") or name in needed:
+            files[name] = text
+    if tgt.embeds_weights:
+        files[f"{prefix}_weights.c"] = sources.weights_source(prefix, cprogram.weights)
+        objects.append(f"{prefix}_weights.o")
+        files["bundle_main.c"] = examples.bare_metal_main(prefix, layout)
+        files["startup_cortexm.c"] = examples.startup_source()
+        files[f"{tgt.board_ld}.ld"] = examples.linker_script(tgt)
+    else:
+        files["bundle_main.c"] = examples.hosted_main(prefix, layout)
+    files["Makefile"] = makefile.render_makefile(prefix, tgt, layout, objects)
+
+    directory = Path(output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, content in files.items():
+        path = directory / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    return Bundle(directory, tgt, prefix, layout, sorted(files), dict(cprogram.errors))
