@@ -29,6 +29,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from ember.support.paths import cache_dir
+
 SEED = 0
 EXPANDED = "_expanded_function_"
 
@@ -48,16 +50,8 @@ class NodeCase:
         return self.path / "model.onnx"
 
 
-def cache_root() -> Path:
-    root = os.environ.get("EMBER_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ember"
-
-
 def data_dir() -> Path:
-    return cache_root() / "onnx-node-tests" / onnx.__version__
+    return cache_dir() / "onnx-node-tests" / onnx.__version__
 
 
 def _op_of(model: onnx.ModelProto) -> tuple[str, str]:

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import ember
 from ember.backends.cpu import CpuBackend
-from ember.backends.cpu.build import cache_dir
+from ember.support.paths import cache_dir
 from ember.codegen import generate_c
 from ember.driver import compile_graph, compile_model
 from ember.graph import Graph

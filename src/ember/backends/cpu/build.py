@@ -17,17 +17,10 @@ from pathlib import Path
 
 from ember.codegen import RUNTIME_SOURCES, runtime_source
 from ember.support.errors import EmberError
+from ember.support.paths import cache_dir
 
 BASE_FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
               "-Wno-unused-variable", "-Wno-unused-but-set-variable"]
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("EMBER_CACHE_DIR")
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "ember"
 
 
 def find_compiler() -> str:
