@@ -47,12 +47,14 @@ def optimize_graph(graph: Graph, backend: Backend) -> None:
 def lower_for_backend(graph: Graph, backend: Backend) -> None:
     lower_graph(graph, backend.should_lower)
     PassManager(backend.post_lowering_pipeline(), verify=True).run(graph)
-    refused: dict[str, list[str]] = {}
+    refused: dict[tuple[str, str], list[str]] = {}
     for node in graph.nodes:
-        if not backend.supports(node):
-            refused.setdefault(node.op, []).append(node.name)
+        reason = backend.refusal(node)
+        if reason is not None:
+            refused.setdefault((node.op, reason), []).append(node.name)
     if refused:
-        listing = "; ".join(f"{op} (nodes: {', '.join(names)})" for op, names in sorted(refused.items()))
+        listing = "; ".join(f"{op} (nodes: {', '.join(names)}): {reason}"
+                            for (op, reason), names in sorted(refused.items()))
         raise UnsupportedError(f"backend '{backend.name}' cannot run: {listing}")
 
 

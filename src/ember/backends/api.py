@@ -29,6 +29,10 @@ class Backend:
     def supports(self, node: Node) -> bool:
         return node.opdef.primitive
 
+    def refusal(self, node: Node) -> str | None:
+        """Why this backend cannot run `node`, for error messages (None when it can)."""
+        return None if self.supports(node) else "not supported by this backend"
+
     def should_lower(self, node: Node) -> bool:
         return not self.supports(node)
 

@@ -1,8 +1,31 @@
-"""Ops the C backend has no kernel for, each with the reason. The cpu backend lowers a
-non-primitive op it has no kernel for; a primitive op listed here makes the cpu backend
-refuse the model with this reason. tests/test_cpu_ops.py checks that every op in the op table
-either has a C kernel, is lowered away for cpu, or is listed here."""
+"""What the C backend does not do, each with the reason: the one place its limits are listed.
+
+C_EXEMPT: ops with no C kernel. The cpu backend lowers a non-primitive op it has no kernel
+for; a primitive op listed here makes the cpu backend refuse the model with this reason.
+tests/test_cpu_ops.py checks that every op in the op table either has a C kernel, is
+lowered away for cpu, or is listed here.
+C_EXEMPT_TYPES: element types no C kernel handles yet.
+C_EXEMPT_FORMS: ops whose kernels cover only some forms (checked by the kernels' `accepts`).
+The ONNX node suite on cpu (tests/test_onnx_node_suite_cpu.py) accepts a refusal only when
+its reason is one of these."""
 from __future__ import annotations
+
+from ember.types import DType
+
+C_EXEMPT_TYPES: dict[DType, str] = {
+    dtype: "no C kernels for this element type yet (half, bfloat16 and narrow types run on the interpreter)"
+    for dtype in DType
+    if dtype not in (DType.FLOAT32, DType.FLOAT64, DType.INT8, DType.INT16, DType.INT32, DType.INT64,
+                     DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BOOL)
+}
+
+C_EXEMPT_FORMS: dict[str, str] = {
+    "Conv": "only 2-D (NCHW) float32 convolutions with constant weights have C kernels",
+    "FusedConv": "only 2-D (NCHW) float32 convolutions with constant weights have C kernels",
+    "MaxPool": "only 2-D (NCHW) pooling has C kernels",
+    "AveragePool": "only 2-D (NCHW) pooling has C kernels",
+    "quantized": "quantized tensor types have no C kernels yet",
+}
 
 C_EXEMPT: dict[str, str] = {
     "Acos": "no C kernel yet (elementwise math added for ONNX conformance)",

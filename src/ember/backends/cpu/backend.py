@@ -7,8 +7,7 @@ from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import generate_c
-from ember.codegen.c_types import C_TYPES
-from ember.codegen.exemptions import C_EXEMPT
+from ember.codegen.exemptions import C_EXEMPT, C_EXEMPT_FORMS, C_EXEMPT_TYPES
 from ember.codegen.kernels import C_KERNELS, nn, normalization
 from ember.graph import Node
 from ember.lir.ir import Program
@@ -38,14 +37,27 @@ class CpuBackend(Backend):
         self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
     def supports(self, node: Node) -> bool:
-        if node.op not in C_KERNELS or node.op in C_EXEMPT:
-            return False
-        if not node.opdef.primitive and not (node.op in NATIVE_HIGH_LEVEL and NATIVE_HIGH_LEVEL[node.op](node)):
-            return False
-        if node.op in KERNEL_CONDITIONS and not KERNEL_CONDITIONS[node.op](node):
-            return False
+        return self.refusal(node) is None
+
+    def refusal(self, node: Node) -> str | None:
+        """Why the C kernels cannot run `node` (None when they can); every reason comes from
+        codegen/exemptions.py."""
         values = [v for v in node.inputs + node.outputs if v is not None]
-        return all(v.type.dtype in C_TYPES and v.type.quant is None for v in values)
+        for value in values:
+            if value.type.dtype in C_EXEMPT_TYPES:
+                return f"{value.type.dtype}: {C_EXEMPT_TYPES[value.type.dtype]}"
+            if value.type.quant is not None:
+                return C_EXEMPT_FORMS["quantized"]
+        if node.op in C_EXEMPT:
+            return C_EXEMPT[node.op]
+        if node.op not in C_KERNELS:
+            return "no C kernel; the cpu backend lowers it when the op has a lowering"
+        condition = NATIVE_HIGH_LEVEL.get(node.op) or KERNEL_CONDITIONS.get(node.op)
+        if not node.opdef.primitive and node.op not in NATIVE_HIGH_LEVEL:
+            return "no C kernel; the cpu backend lowers it"
+        if condition is not None and not condition(node):
+            return C_EXEMPT_FORMS.get(node.op, "this form has no C kernel; the cpu backend lowers it")
+        return None
 
     def should_lower(self, node: Node) -> bool:
         return not self.supports(node)

@@ -15,6 +15,7 @@ memory, support."""
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,11 +52,12 @@ class Bundle:
 
 
 def sanitize_prefix(prefix: str) -> str:
-    """A C identifier for the symbol prefix: lower case, unsafe characters as '_'."""
-    cleaned = sanitize_identifier(prefix.strip().lower(), prefix="m") if prefix.strip() else ""
-    if not cleaned.strip("_"):
+    """A C identifier for the symbol prefix: lower case, runs of unsafe characters as one
+    '_', none at either end ('My-Net!' -> 'my_net')."""
+    cleaned = re.sub(r"_+", "_", sanitize_identifier(prefix.lower(), prefix="")).strip("_")
+    if not cleaned:
         raise EmberError(f"bundle prefix {prefix!r} has no usable character (use letters, digits, '_')")
-    return cleaned
+    return f"m{cleaned}" if cleaned[0].isdigit() else cleaned
 
 
 def write_bundle(program: Program, plan: MemoryPlan | None, output_dir: str | os.PathLike,

@@ -233,6 +233,17 @@ def emit_chain(em, chain: list[Instr]) -> str:
     return "\n".join(lines)
 
 
+def _placement(buffer) -> tuple[object, int, int]:
+    """(memory region, first byte, end) of a buffer: activations share the arena, at their
+    planned offsets; anything else is its own region."""
+    from ember.lir.ir import BufferKind, footprint
+
+    root, start, end = footprint(buffer)
+    if root.kind is BufferKind.ACTIVATION:
+        return "arena", root.offset + start, root.offset + end
+    return root, start, end
+
+
 def fusable_chains(instrs: list[Instr]) -> dict[int, list[int]]:
     """Chains of elementwise instructions to emit as one loop: start index -> member indices.
 
@@ -260,11 +271,31 @@ def fusable_chains(instrs: list[Instr]) -> dict[int, list[int]]:
         dies = any(m.name == DEALLOC and m.operands[0] is result for m in between)
         return dies or out is result
 
+    def safe_output(members: list[int]) -> bool:
+        """The fused loop writes only the last result, while it still reads the sources: the
+        planner may have placed that result over a source that died in between (unfused,
+        it was read in full first), so no source may share its memory unless it is the same
+        buffer read element for element."""
+        out = instrs[members[-1]].operands[0]
+        results = {id(instrs[i].operands[0]) for i in members[:-1]}
+        region, start, end = _placement(out)
+        for i in members:
+            for source in instrs[i].operands[1:]:
+                if source is None or id(source) in results:
+                    continue
+                other, s0, s1 = _placement(source)
+                if other is not region or s1 <= start or end <= s0:
+                    continue
+                if not (source is out or (s0 == start and source.type == out.type)):
+                    return False
+        return True
+
     for pos, index in enumerate(compute):
         if current:
             prev = current[-1]
             between = instrs[prev + 1:index] + instrs[index + 1:compute[pos + 1] if pos + 1 < len(compute) else len(instrs)]
-            if joinable(instrs[prev], instrs[index], [m for m in between if m.name == DEALLOC]):
+            if (joinable(instrs[prev], instrs[index], [m for m in between if m.name == DEALLOC])
+                    and safe_output(current + [index])):
                 current.append(index)
                 continue
             if len(current) > 1:
