@@ -4,6 +4,7 @@
     ember dump MODEL --stage graph|optimized|lowered|lir|memory|c [--format text|dot]
                      [--print-after-all] [--time-passes]
     ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime]
+    ember bundle MODEL --target T -o DIR [--prefix NAME]
 """
 from __future__ import annotations
 
@@ -58,10 +59,21 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--rounds", type=int, default=3, help="alternating rounds per engine (default 3)")
     bench.add_argument("--seconds", type=float, default=1.0, help="timing budget per round (default 1 s)")
 
+    from ember.codegen.bundle import TARGETS
+
+    bundle = commands.add_parser("bundle", help="compile ahead of time into C, a header and weights (AOT bundle)")
+    bundle.add_argument("model")
+    bundle.add_argument("--target", default="host", help=f"one of {', '.join(TARGETS)} (default host)")
+    bundle.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the bundle's files")
+    bundle.add_argument("--prefix", default="model", help="symbol and file prefix (default model)")
+    bundle.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "bundle":
+            return _bundle(args)
         if args.command == "bench":
             return _bench(args)
         return _dump(args)
@@ -215,6 +227,18 @@ def _bench(args: argparse.Namespace) -> int:
         print(f"ratio ember/{args.compare}: {result['ratio']:.2f}")
     print(f"compile: {result['compile_first']:.2f} s first"
           + (f", {result['compile_cached']:.2f} s cached" if result.get("compile_cached") is not None else ""))
+    return 0
+
+
+
+def _bundle(args: argparse.Namespace) -> int:
+    import ember
+
+    result = ember.bundle(args.model, target=args.target, output_dir=args.output, prefix=args.prefix,
+                          input_shapes=_shapes(args.shape))
+    print(result.summary())
+    print(f"files: {', '.join(result.files)}")
+    print(f"build: make -C {result.directory}")
     return 0
 
 

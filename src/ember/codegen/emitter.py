@@ -212,4 +212,6 @@ def runtime_source(name: str) -> str:
 
 
 def _library() -> str:
-    return "#include <stdint.h>\n#include <string.h>\n#include <math.h>\n#include <omp.h>\n#include \"ember_gemm.h\"\n#include \"ember_math.h\"\n"
+    # omp.h only where OpenMP is on: AOT bundles build the same source without it.
+    return ("#include <stdint.h>\n#include <string.h>\n#include <math.h>\n"
+            "#ifdef _OPENMP\n#include <omp.h>\n#endif\n#include \"ember_gemm.h\"\n#include \"ember_math.h\"\n")

@@ -77,13 +77,6 @@ def kernels_unit(prefix: str, sources: list[str]) -> str:
         " * Compile this file, not the library .c files it includes. */",
         f'#include "{prefix}_ember_symbols.h"',
         "",
-        "/* The GEMM micro-kernel's 8 x 32 register tile is written for 512-bit vectors; with",
-        " * narrower ones (AVX2, NEON, Cortex-M, RV64) it would not fit the registers, so those",
-        " * targets use the library's portable tile. */",
-        "#if !defined(__AVX512F__) && !defined(EMBER_PORTABLE_TILE)",
-        "#define EMBER_PORTABLE_TILE 1",
-        "#endif",
-        "",
         *includes,
         "",
     ])

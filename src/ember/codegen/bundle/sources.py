@@ -4,8 +4,8 @@
 `<prefix>.c` is the cpu backend's generated translation unit, made fit for a bundle:
   - its `ember_run` becomes `static`, called by `<prefix>_run`, which finds each input and
     output inside the io region and the scratch after the arena;
-  - `#include <omp.h>` is guarded by `_OPENMP` (bundles build without OpenMP; bare-metal
-    toolchains have no omp.h);
+  - (the emitter already guards `#include <omp.h>` by `_OPENMP`: bundles build without
+    OpenMP and bare-metal toolchains have no omp.h);
   - the library's external functions carry the prefix (`<prefix>_ember_symbols.h`).
 It includes only stdint.h, string.h and math.h (and the library headers), and neither
 allocates nor does I/O. Imports codegen.emitter, bundle.layout."""
@@ -18,7 +18,6 @@ from ember.codegen.emitter import CProgram
 from ember.support.errors import EmberError
 
 _ENTRY = "int ember_run("
-_OMP = "#include <omp.h>\n"
 
 
 def c_string(text: str) -> str:
@@ -35,12 +34,11 @@ def c_string(text: str) -> str:
 
 
 def _adapt(source: str) -> str:
-    """The generated unit with a static entry and the OpenMP include guarded."""
+    """The generated unit with a static entry."""
     if source.count(_ENTRY) != 1:
         raise EmberError("the generated C has no single 'int ember_run(' entry: the bundle writer "
                          "and the emitter disagree (an Ember bug)")
-    source = source.replace(_ENTRY, "static " + _ENTRY)
-    return source.replace(_OMP, "#ifdef _OPENMP\n#include <omp.h>\n#endif\n")
+    return source.replace(_ENTRY, "static " + _ENTRY)
 
 
 def model_source(prefix: str, cprogram: CProgram, layout: Layout) -> str:

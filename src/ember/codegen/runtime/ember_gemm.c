@@ -106,6 +106,12 @@ static inline __attribute__((always_inline)) void tile(
     default: tile(1, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
     }
 
+/* Without 512-bit vectors the register tile below does not fit the register file (see
+ * tile_portable), so every such target, JIT host or AOT bundle, takes the portable tile. */
+#if !defined(__AVX512F__) && !defined(EMBER_PORTABLE_TILE)
+#define EMBER_PORTABLE_TILE 1
+#endif
+
 #ifdef EMBER_PORTABLE_TILE
 /* The tile for targets without 512-bit vectors (AOT bundles for AVX2, NEON, Cortex-M, RV64):
  * there the 16 x 16-lane accumulators of `tile` split into more values than the registers
