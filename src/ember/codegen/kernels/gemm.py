@@ -19,8 +19,9 @@ from ember.types import DType
 NR = 32
 MR = 8
 ACTIVATION_CODES = {"none": 0, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 4, "tanh": 5, "hard_sigmoid": 6}
-# Below this many multiply-adds a parallel region costs more than it saves.
-PARALLEL_MIN_MACS = 1 << 20
+# Below this many multiply-adds a parallel region costs more than it saves (a warm OpenMP
+# region costs about a microsecond; 256K multiply-adds take a few).
+PARALLEL_MIN_MACS = 1 << 18
 
 
 def pack_panels(b: np.ndarray) -> np.ndarray:

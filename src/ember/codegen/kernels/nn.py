@@ -44,11 +44,14 @@ class DirectLayout:
 
 
 def depthwise_scratch_bytes(conv, in_hw, out_hw, kernel, threads: int) -> int:
-    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_gemm.c."""
+    """Mirror of ember_depthwise_scratch_bytes (dw_per_thread) in runtime/ember_conv.c."""
     s = conv.strides[0]
     hph = out_hw[0] + (kernel[0] - 1) // s + 1
     wph = out_hw[1] + (kernel[1] - 1) // s + 1
-    return threads * (s * s * hph * wph + out_hw[0] * wph + 96) * 4
+    flat = s * s * hph * wph + out_hw[0] * wph + 96
+    width = max((out_hw[1] + 15) // 16 * 32 + kernel[1] + 32, in_hw[1] + 2 * conv.pads[1])
+    strided = kernel[0] * width + 64
+    return threads * max(flat, strided) * 4
 
 
 def _conv_parts(instr: Instr):

@@ -73,11 +73,20 @@ static int dw_flat(const ember_conv_geom *g)
     return g->SH == g->SW && g->DH == 1 && g->DW == 1 && g->SH <= 4 && g->KH * g->KW <= 64;
 }
 
-long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
+static long dw_s2_width(const ember_conv_geom *g);
+
+/* Floats of scratch one thread needs: the larger of the two layouts. */
+static long dw_per_thread(const ember_conv_geom *g)
 {
     dw_layout l = dw_plan(g);
-    long per_thread = l.S * l.S * l.hph * l.wph + l.ext + 96;
-    return nthreads * per_thread * (long)sizeof(float);
+    long flat = l.S * l.S * l.hph * l.wph + l.ext + 96;
+    long strided = g->KH * dw_s2_width(g) + 64;
+    return flat > strided ? flat : strided;
+}
+
+long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
+{
+    return nthreads * dw_per_thread(g) * (long)sizeof(float);
 }
 
 static void dw_epilogue_row(float *yr, const float *rr, long n, const ember_epilogue *ep)
@@ -153,6 +162,67 @@ static void dw_channel_flat(const ember_conv_geom *g, const dw_layout *l, const 
     dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
 }
 
+/* Stride 2 without dilation: the channel is copied once into a zero-padded plane, and each
+ * group of 16 outputs gathers its stride-2 inputs with one two-vector shuffle per tap,
+ * instead of splitting the input into four phase planes (an extra pass over memory). */
+static inline ember_v16 even_lanes(const float *p)
+{
+    ember_v16 lo = vload(p), hi = vload(p + 16);
+#ifdef __clang__
+    return __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+#else
+    const ember_i16 even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    return __builtin_shuffle(lo, hi, even);
+#endif
+}
+
+static long dw_s2_width(const ember_conv_geom *g)
+{
+    /* Room for the last group of 16 outputs: 2 * 16 + KW columns past its start. */
+    long groups = (g->OW + 15) / 16;
+    long need = groups * 32 + g->KW + 32;
+    long padded = g->W + 2 * g->PW;
+    return need > padded ? need : padded;
+}
+
+static int dw_s2(const ember_conv_geom *g)
+{
+    return g->SH == 2 && g->SW == 2 && g->DH == 1 && g->DW == 1 && g->KH * g->KW <= 64;
+}
+
+static void dw_channel_s2(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
+                          const float *rc, const ember_epilogue *ep, float *work)
+{
+    long wp = dw_s2_width(g);
+    for (long i = 0; i < g->OH; i++) {
+        /* The KH padded input rows this output row reads, rebuilt per row: they stay in L1. */
+        for (long u = 0; u < g->KH; u++) {
+            float *row = work + u * wp;
+            long ih = 2 * i + u - g->PH;
+            if (ih < 0 || ih >= g->H) { memset(row, 0, (size_t)wp * sizeof(float)); continue; }
+            memset(row, 0, (size_t)g->PW * sizeof(float));
+            memcpy(row + g->PW, xc + ih * g->W, (size_t)g->W * sizeof(float));
+            memset(row + g->PW + g->W, 0, (size_t)(wp - g->PW - g->W) * sizeof(float));
+        }
+        float *yr = yc + i * g->OW;
+        for (long j = 0; j < g->OW; j += 16) {
+            ember_v16 sum = vsplat(b0);
+            for (long u = 0; u < g->KH; u++) {
+                const float *row = work + u * wp + 2 * j;
+                for (long v = 0; v < g->KW; v++) sum += wc[u * g->KW + v] * even_lanes(row + v);
+            }
+            if (j + 16 <= g->OW) {
+                vstore(yr + j, sum);
+            } else {
+                float tmp[16];
+                vstore(tmp, sum);
+                memcpy(yr + j, tmp, (size_t)(g->OW - j) * sizeof(float));
+            }
+        }
+    }
+    dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
+}
+
 /* Any strides and dilations: direct, with bounds checks per tap. */
 static void dw_channel_general(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
                                const float *rc, const ember_epilogue *ep)
@@ -180,15 +250,18 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
 {
     long plane = g->OH * g->OW;
     dw_layout l = dw_plan(g);
-    long per_thread = l.S * l.S * l.hph * l.wph + l.ext + 96;
-    int flat = dw_flat(g);
+    long per_thread = dw_per_thread(g);
+    int flat = dw_flat(g), s2 = dw_s2(g);
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
     for (long c = 0; c < g->C; c++) {
         const float *xc = g->x + c * g->H * g->W;
         const float *wc = w + c * g->KH * g->KW;
         const float *rc = residual ? residual + c * plane : NULL;
         float b0 = bias ? bias[c] : 0.0f;
-        if (flat) {
+        if (s2) {
+            float *work = scratch + (long)ember_thread_num() * per_thread;
+            dw_channel_s2(g, xc, wc, b0, y + c * plane, rc, ep, work);
+        } else if (flat) {
             float *work = scratch + (long)ember_thread_num() * per_thread;
             dw_channel_flat(g, &l, xc, wc, b0, y + c * plane, rc, ep, work);
         } else {

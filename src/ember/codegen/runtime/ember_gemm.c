@@ -56,7 +56,34 @@ static inline __attribute__((always_inline)) void tile(
 {
     ember_v16 acc[EMBER_MR][2];
     for (int i = 0; i < EMBER_MR; i++) { acc[i][0] = vsplat(0.0f); acc[i][1] = vsplat(0.0f); }
-    for (long k = 0; k < kc; k++) {
+    long k = 0;
+    if (mr <= 2) {
+        /* One or two rows (a GEMV) leave too few accumulators to cover the FMA latency:
+         * split k four ways into independent partial sums and add them at the end. */
+        ember_v16 part[2][2][4];
+        for (int i = 0; i < 2; i++)
+            for (int h = 0; h < 2; h++)
+                for (int s = 0; s < 4; s++) part[i][h][s] = vsplat(0.0f);
+        for (; k + 4 <= kc; k += 4) {
+            #pragma GCC unroll 4
+            for (int s = 0; s < 4; s++) {
+                const float *bk = koff ? bp + koff[k + s] : bp + (k + s) * b_ks;
+                ember_v16 b0 = vload(bk), b1 = vload(bk + 16);
+                #pragma GCC unroll 2
+                for (int i = 0; i < 2; i++) {
+                    if (i < mr) {
+                        float ai = a[i * a_rs + (k + s) * a_ks];
+                        part[i][0][s] += ai * b0;
+                        part[i][1][s] += ai * b1;
+                    }
+                }
+            }
+        }
+        for (int i = 0; i < 2 && i < mr; i++)
+            for (int h = 0; h < 2; h++)
+                acc[i][h] = (part[i][h][0] + part[i][h][1]) + (part[i][h][2] + part[i][h][3]);
+    }
+    for (; k < kc; k++) {
         const float *bk = koff ? bp + koff[k] : bp + k * b_ks;
         ember_v16 b0 = vload(bk);
         ember_v16 b1 = vload(bk + 16);
