@@ -84,7 +84,9 @@ def run_in_process(engine: str, model: str, threads: int, backend: str = "cpu", 
         code = ("import json, sys; from ember.bench import worker; "
                 "json.dump(worker(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5]), int(sys.argv[6])), "
                 "open(sys.argv[7], 'w'))")
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        # NumPy's own BLAS pool would spin on the cores the engine under test uses (Ember folds
+        # constants with NumPy at compile time): one BLAS thread, for both engines alike.
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(seconds),
                                  str(min_runs), out.name], capture_output=True, text=True, env=env, check=False)
         if result.returncode != 0:

@@ -252,7 +252,7 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
     dw_layout l = dw_plan(g);
     long per_thread = dw_per_thread(g);
     int flat = dw_flat(g), s2 = dw_s2(g);
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1)
     for (long c = 0; c < g->C; c++) {
         const float *xc = g->x + c * g->H * g->W;
         const float *wc = w + c * g->KH * g->KW;
@@ -318,7 +318,7 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     float *phases = scratch;
     float *grid = scratch + planes * l.plane + 2 * EMBER_NR;
     memset(phases + planes * l.plane, 0, 2 * EMBER_NR * sizeof(float));
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1)
     for (long pl = 0; pl < planes; pl++) {
         long phase = pl / g->C, c = pl % g->C, a_ = phase / S, b_ = phase % S;
         float *dst = phases + pl * l.plane;
@@ -345,7 +345,7 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     ember_gemm(M, l.grid, K, a, K, 1, EMBER_MR * K, NULL, NULL, NULL, phases, 0, koff, grid, l.grid,
                NULL, NULL, nthreads);
     long pixels = g->OH * g->OW;
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 8) if(nthreads > 1)
     for (long m = 0; m < M; m++) {
         float b0 = bias ? bias[m] : 0.0f;
         for (long i = 0; i < g->OH; i++) {

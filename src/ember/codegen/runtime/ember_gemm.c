@@ -269,7 +269,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         long chunk = chunk_panels(K, panels);
         long chunks = (panels + chunk - 1) / chunk;
         long items = chunks * row_blocks;
-        #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && items > 1)
+        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && items > 1)
         for (long item = 0; item < items; item++) {
             long ch = item / row_blocks, rb = item % row_blocks;
             long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
@@ -283,7 +283,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
     long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
     if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads || nthreads == 1) {
         /* Enough column work: threads take whole chunks (packing their own panels). */
-        #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && chunks > 1)
+        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && chunks > 1)
         for (long ch = 0; ch < chunks; ch++) {
             long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
             ember_bsource src = { NULL, NULL, 0, NULL, NULL };
@@ -305,7 +305,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         for (long p = 0; p < panels; p++) pack(scratch + p * panel_floats, pack_ctx, p * EMBER_NR);
         all = scratch;
     }
-    #pragma omp parallel for num_threads(nthreads) schedule(static)
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
     for (long rb = 0; rb < row_blocks; rb++)
         for (long ch = 0; ch < chunks; ch++) {
             long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
