@@ -51,7 +51,11 @@ def depthwise_scratch_bytes(conv, in_hw, out_hw, kernel, threads: int) -> int:
     flat = s * s * hph * wph + out_hw[0] * wph + 96
     width = max((out_hw[1] + 15) // 16 * 32 + kernel[1] + 32, in_hw[1] + 2 * conv.pads[1])
     strided = kernel[0] * width + 64
-    return threads * max(flat, strided) * 4
+    (sh, sw), (dh, dw) = conv.strides, conv.dilations
+    hp = (out_hw[0] - 1) * sh + (kernel[0] - 1) * dh + 1
+    wp = (out_hw[1] - 1) * sw + (kernel[1] - 1) * dw + 1
+    block = (hp * wp + out_hw[0] * out_hw[1]) * 16 + 64
+    return threads * max(flat, strided, block) * 4
 
 
 def _conv_parts(instr: Instr):

@@ -75,13 +75,29 @@ static int dw_flat(const ember_conv_geom *g)
 
 static long dw_s2_width(const ember_conv_geom *g);
 
-/* Floats of scratch one thread needs: the larger of the two layouts. */
+/* Small planes go 16 channels at a time, channel-last (see dw_block16): the padded input
+ * extent and the output block, 16 floats per position. */
+#define EMBER_DW_BLOCK_MAX_PIXELS 256
+static long dw_block_floats(const ember_conv_geom *g)
+{
+    long hp = (g->OH - 1) * g->SH + (g->KH - 1) * g->DH + 1, wp = (g->OW - 1) * g->SW + (g->KW - 1) * g->DW + 1;
+    return (hp * wp + g->OH * g->OW) * 16 + 64;
+}
+
+static int dw_blocked(const ember_conv_geom *g)
+{
+    return g->H * g->W <= EMBER_DW_BLOCK_MAX_PIXELS && g->C >= 16 && g->KH * g->KW <= 64;
+}
+
+/* Floats of scratch one thread needs: the largest of the layouts. */
 static long dw_per_thread(const ember_conv_geom *g)
 {
     dw_layout l = dw_plan(g);
     long flat = l.S * l.S * l.hph * l.wph + l.ext + 96;
     long strided = g->KH * dw_s2_width(g) + 64;
-    return flat > strided ? flat : strided;
+    long most = flat > strided ? flat : strided;
+    long block = dw_block_floats(g);
+    return most > block ? most : block;
 }
 
 long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
@@ -223,6 +239,53 @@ static void dw_channel_s2(const ember_conv_geom *g, const float *xc, const float
     dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
 }
 
+/* 16 channels at once for small planes, where per-channel set-up would dominate: the
+ * block's input is transposed channel-last into a zero-padded buffer, every output
+ * position then accumulates 16 channels in one vector per tap, and the result is transposed
+ * back with the bias, residual and activation applied. */
+static void dw_block16(const ember_conv_geom *g, long c0, const float *w, const float *bias, const float *residual,
+                       float *y, const ember_epilogue *ep, float *work)
+{
+    long hp = (g->OH - 1) * g->SH + (g->KH - 1) * g->DH + 1, wp = (g->OW - 1) * g->SW + (g->KW - 1) * g->DW + 1;
+    long plane = g->OH * g->OW, in_plane = g->H * g->W, taps = g->KH * g->KW;
+    float *xb = work, *ob = work + hp * wp * 16;
+    for (long r = 0; r < hp; r++) {
+        long ih = r - g->PH;
+        for (long q = 0; q < wp; q++) {
+            long iw = q - g->PW;
+            float *dst = xb + (r * wp + q) * 16;
+            if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) {
+                vstore(dst, vsplat(0.0f));
+                continue;
+            }
+            const float *src = g->x + c0 * in_plane + ih * g->W + iw;
+            for (int l = 0; l < 16; l++) dst[l] = src[l * in_plane];
+        }
+    }
+    ember_v16 wt[64];
+    for (long t = 0; t < taps; t++) {
+        float tmp[16];
+        for (int l = 0; l < 16; l++) tmp[l] = w[(c0 + l) * taps + t];
+        wt[t] = vload(tmp);
+    }
+    ember_v16 b0 = vsplat(0.0f);
+    if (bias) b0 = vload(bias + c0);
+    for (long i = 0; i < g->OH; i++)
+        for (long j = 0; j < g->OW; j++) {
+            ember_v16 sum = b0;
+            for (long u = 0; u < g->KH; u++) {
+                const float *row = xb + ((i * g->SH + u * g->DH) * wp + j * g->SW) * 16;
+                for (long v = 0; v < g->KW; v++) sum += wt[u * g->KW + v] * vload(row + v * g->DW * 16);
+            }
+            vstore(ob + (i * g->OW + j) * 16, sum);
+        }
+    for (int l = 0; l < 16; l++) {
+        float *yc = y + (c0 + l) * plane;
+        for (long o = 0; o < plane; o++) yc[o] = ob[o * 16 + l];
+        dw_epilogue_row(yc, residual ? residual + (c0 + l) * plane : NULL, plane, ep);
+    }
+}
+
 /* Any strides and dilations: direct, with bounds checks per tap. */
 static void dw_channel_general(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
                                const float *rc, const ember_epilogue *ep)
@@ -252,8 +315,13 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
     dw_layout l = dw_plan(g);
     long per_thread = dw_per_thread(g);
     int flat = dw_flat(g), s2 = dw_s2(g);
+    /* Small planes: whole blocks of 16 channels first; leftover channels go one by one. */
+    long blocks = dw_blocked(g) ? g->C / 16 : 0;
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && blocks > 1)
+    for (long blk = 0; blk < blocks; blk++)
+        dw_block16(g, blk * 16, w, bias, residual, y, ep, scratch + (long)ember_thread_num() * per_thread);
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1)
-    for (long c = 0; c < g->C; c++) {
+    for (long c = blocks * 16; c < g->C; c++) {
         const float *xc = g->x + c * g->H * g->W;
         const float *wc = w + c * g->KH * g->KW;
         const float *rc = residual ? residual + c * plane : NULL;
