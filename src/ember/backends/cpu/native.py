@@ -13,7 +13,9 @@ from ember.lir.ir import Program
 from ember.support.errors import EmberError
 
 
-def _aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
+def _aligned_empty(nbytes: int, alignment: int = 4096) -> np.ndarray:
+    """Page-aligned, so the 64-byte alignment the memory plan assumes holds and where a
+    buffer falls in the cache does not change from one process to the next."""
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes]

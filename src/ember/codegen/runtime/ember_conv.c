@@ -320,7 +320,8 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && blocks > 1)
     for (long blk = 0; blk < blocks; blk++)
         dw_block16(g, blk * 16, w, bias, residual, y, ep, scratch + (long)ember_thread_num() * per_thread);
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1)
+    long rest = g->C - blocks * 16;
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1 && rest > 1)
     for (long c = blocks * 16; c < g->C; c++) {
         const float *xc = g->x + c * g->H * g->W;
         const float *wc = w + c * g->KH * g->KW;
