@@ -312,3 +312,11 @@ add(Case("DFT", [(F32, (2, 5, 2))], DFTAttrs(1, 8, True, False), name="DFT_inver
 add(Case("STFT", [(F32, (1, 20, 1)), _w(8)], STFTAttrs(4, 8, True)))
 add(Case("LinearAttention", [(F32, (2, 3, 8)), (F32, (2, 3, 4)), (F32, (2, 3, 6)), None, (F32, (2, 3, 1)),
                              _unit(2, 3, 1)], LinearAttentionAttrs(2, 1, "gated_delta")))
+
+# 1x1 convolutions over small maps take the transposed (pixels-as-rows) GEMM on cpu.
+add(Case("Conv", [(F32, (2, 32, 7, 7)), _w(80, 32, 1, 1), _w(80, seed=6)], ConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1),
+         name="Conv_pointwise_small_map"))
+add(Case("FusedConv", [(F32, (1, 40, 5, 5)), _w(96, 40, 1, 1), _w(96, seed=7), (F32, (1, 96, 5, 5))],
+         FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1), name="FusedConv_pointwise_small_map_residual"))
+add(Case("FusedConv", [(F32, (1, 24, 7, 7)), _w(64, 24, 1, 1), None, None],
+         FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "clip", 0.0, 6.0), name="FusedConv_pointwise_small_map_clip"))

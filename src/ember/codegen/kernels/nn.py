@@ -131,6 +131,9 @@ def emit_conv(em, instr: Instr) -> str:
         ]
         return "\n".join(lines)
     pointwise = kh == kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
+    if pointwise and groups == 1 and pixels < 64 and pixels % 32 and mg >= 64 and (residual is None or act == "none"):
+        return "\n".join(lines + _pointwise_transposed(em, w, mg, k, pixels, n_batch, channels * height * width,
+                                                          residual is not None, act, alpha, beta, threads))
     b_source = {"b_direct": "xg"} if pointwise else {"packer": "ember_pack_im2col", "pack_ctx": "&pk"}
     context = "" if pointwise else f"ember_conv_geom pk = {{ xg, {geometry} }};"
     epilogue = Epilogue(bias=f"bias ? bias + gi * {mg} : NULL", bias_per_row=True,
@@ -149,6 +152,33 @@ def emit_conv(em, instr: Instr) -> str:
         "}",
     ]
     return "\n".join(lines)
+
+
+def _pointwise_transposed(em, w, m: int, k: int, pixels: int, n_batch: int, image: int, has_residual: bool,
+                          act: str, alpha: float, beta: float, threads: int) -> list[str]:
+    """A 1x1 convolution over few pixels (7x7 maps) as Y^T = X^T W^T: the pixels become the
+    GEMM's rows, in 8-row blocks, and the many output channels its 32-wide columns, which
+    wastes far less than 49 pixels padded to two 32-column panels. W^T is packed at compile
+    time; the result is computed channel-last in scratch (bias and activation in the tile)
+    and transposed into NCHW, adding the residual on the way."""
+    from ember.codegen.kernels.gemm import pack_panels
+
+    packed = em.packed_weight(w, "pointwise_t_panels32", pack_panels(w.data.reshape(m, k).T.astype(np.float32)))
+    em.need_scratch(pixels * m * 4)
+    epilogue = Epilogue(bias="bias", bias_per_row=False, activation=act, alpha=alpha, beta=beta)
+    return [
+        epilogue.c_init(),
+        "float *ct = (float *)S;",
+        f"for (long nb = 0; nb < {n_batch}; nb++) {{",
+        f"    ember_gemm({pixels}, {m}, {k}, x + nb * {image}, 1, {pixels}, {MR}, {packed}, NULL, NULL, NULL, 0, "
+        f"NULL, ct, {m}, &ep, NULL, {threads});",
+        f"    float *yb = y + nb * {m * pixels};",
+        f"    const float *rb = {'res + nb * ' + str(m * pixels) if has_residual else 'NULL'}; (void)rb;",
+        f"    for (long c = 0; c < {m}; c++)",
+        f"        for (long p = 0; p < {pixels}; p++)",
+        f"            yb[c * {pixels} + p] = ct[p * {m} + c]{' + rb[c * ' + str(pixels) + ' + p]' if has_residual else ''};",
+        "}",
+    ]
 
 
 def _pool_loops(em, instr: Instr, init: str, accumulate: str, finish) -> str:
