@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.driver import STAGES
 from ember.support.errors import EmberError
 
 _REFERENCE_HELP = ("an .npz holding in_<input name> arrays (used as inputs) and out_<i> arrays "
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
-    dump.add_argument("--stage", choices=["graph", "optimized", "lowered", "lir", "memory", "c"], default="graph",
+    dump.add_argument("--stage", choices=[*STAGES, "c"], default="graph",
                       help="c prints the cpu backend's generated source (implies --backend cpu)")
     dump.add_argument("--format", choices=["text", "dot"], default="text")
     dump.add_argument("--backend", default="interpreter")

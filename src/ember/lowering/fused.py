@@ -42,6 +42,3 @@ def lower_fully_connected(graph: Graph, node: Node) -> list[Value]:
     if residual is not None:
         y = graph.add("Add", y, residual, name=f"{node.name}.residual")
     return [_activation(graph, y, attrs.activation, attrs.alpha, attrs.beta, f"{node.name}.act")]
-
-
-

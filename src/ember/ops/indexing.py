@@ -12,6 +12,7 @@ import numpy as np
 
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import normalize_axis
+from ember.ops.tensor import AxisAttrs
 from ember.types import DType, TensorType
 
 DATA_MOVEMENT = frozenset({"data_movement"})
@@ -30,15 +31,9 @@ def _wrap(indices: np.ndarray, size, op: str) -> np.ndarray:
     return np.where(indices < 0, indices + size, indices)
 
 
-@dataclass(frozen=True)
-class AxisAttrs:
-    axis: int = 0
-
-
 def _gather_elements_infer(attrs: AxisAttrs, types):
     data, indices = types
     _check_indices(indices, "GatherElements")
-    normalize_axis(attrs.axis, data.rank)
     axis = normalize_axis(attrs.axis, data.rank)
     if indices.rank != data.rank or any(i > d for k, (i, d) in enumerate(zip(indices.shape, data.shape))
                                         if k != axis):
@@ -432,5 +427,5 @@ def _tensor_scatter(attrs: TensorScatterAttrs, arrays):
 define_op(OpDef("TensorScatter", ("past_cache", "update", "write_indices?"), ("present_cache",),
                 _tensor_scatter_infer, _tensor_scatter, attrs=TensorScatterAttrs))
 
-__all__ = ["AxisAttrs", "BlockAttrs", "CumulativeAttrs", "GatherNDAttrs", "OneHotAttrs", "ReverseSequenceAttrs",
+__all__ = ["BlockAttrs", "CumulativeAttrs", "GatherNDAttrs", "OneHotAttrs", "ReverseSequenceAttrs",
            "ScatterAttrs", "ScatterNDAttrs", "TensorScatterAttrs", "TopKAttrs", "TriluAttrs"]

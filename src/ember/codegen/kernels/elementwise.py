@@ -63,17 +63,15 @@ def _abs(a, t, attrs):
     return f"{libm('fabs', t)}({a[0]})" if t.is_float else f"({a[0]} < 0 ? -{a[0]} : {a[0]})"
 
 
-def _max(a, t, attrs):
-    # NaN propagates like np.maximum: a NaN in either operand wins.
-    if t.is_float:
-        return f"(({a[0]} != {a[0]} || {a[0]} > {a[1]}) ? {a[0]} : {a[1]})"
-    return f"({a[0]} > {a[1]} ? {a[0]} : {a[1]})"
+def _extreme(compare: str) -> Expr:
+    """Max (">") or Min ("<"). NaN propagates like np.maximum/np.minimum: a NaN in either
+    operand wins."""
 
+    def expr(a, t, attrs):
+        nan = f"{a[0]} != {a[0]} || " if t.is_float else ""
+        return f"(({nan}{a[0]} {compare} {a[1]}) ? {a[0]} : {a[1]})"
 
-def _min(a, t, attrs):
-    if t.is_float:
-        return f"(({a[0]} != {a[0]} || {a[0]} < {a[1]}) ? {a[0]} : {a[1]})"
-    return f"({a[0]} < {a[1]} ? {a[0]} : {a[1]})"
+    return expr
 
 
 def _mod(a, t, attrs):
@@ -148,8 +146,8 @@ BINARY: dict[str, Expr] = {
     "Sub": lambda a, t, attrs: f"({a[0]} - {a[1]})",
     "Mul": lambda a, t, attrs: f"({a[0]} * {a[1]})",
     "Div": lambda a, t, attrs: f"({a[0]} / {a[1]})",
-    "Max": _max,
-    "Min": _min,
+    "Max": _extreme(">"),
+    "Min": _extreme("<"),
     "Mod": _mod,
     "Pow": _pow,
     "Equal": lambda a, t, attrs: f"({a[0]} == {a[1]})",

@@ -15,7 +15,6 @@ from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE, onnx_type_name
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.indexing import (
-    AxisAttrs,
     BlockAttrs,
     CumulativeAttrs,
     GatherNDAttrs,
@@ -27,8 +26,7 @@ from ember.ops.indexing import (
     TopKAttrs,
     TriluAttrs,
 )
-from ember.ops.tensor import AxisAttrs as GatherAttrs
-from ember.ops.tensor import PadAttrs, SliceAttrs
+from ember.ops.tensor import AxisAttrs, PadAttrs, SliceAttrs
 from ember.support.errors import ImportError_, UnsupportedError
 
 
@@ -204,7 +202,7 @@ def compress(ctx: NodeContext) -> Value:
     axis = normalize_axis(axis, x.type.rank)
     kept = np.nonzero(condition[:x.type.shape[axis]])[0].astype(np.int64)
     indices = ctx.add_constant(kept, f"{ctx.name}_indices")
-    return ctx.result("Gather", [x, indices], GatherAttrs(axis))[0]
+    return ctx.result("Gather", [x, indices], AxisAttrs(axis))[0]
 
 
 @converter("NonZero")
