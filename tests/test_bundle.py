@@ -177,15 +177,18 @@ def test_bundle_is_deterministic_and_self_contained(tmp_path):
     layout = first.layout
     assert (tmp_path / "a" / "model.weights.bin").stat().st_size == layout.constant_bytes
     # The model and library sources include no header beyond stdint/string/math (OpenMP only
-    # under _OPENMP), and call no allocator or I/O.
+    # under _OPENMP, AVX-512 intrinsics only under __AVX512F__), and call no allocator or I/O.
     sources = [n for n in first.files if n.endswith((".c", ".h")) and n not in ("bundle_main.c", "startup_cortexm.c")]
     for name in sources:
         text = (tmp_path / "a" / name).read_text()
         for include in re.findall(r'#include [<"]([^>"]+)[>"]', text):
-            assert include in ("stdint.h", "string.h", "math.h", "omp.h") or include in first.files, (name, include)
+            assert include in ("stdint.h", "string.h", "math.h", "omp.h", "immintrin.h") or include in first.files, (
+                name, include)
         assert not re.search(r"\b(malloc|calloc|free|fopen|printf|fprintf|exit)\s*\(", text), name
         if "#include <omp.h>" in text:
             assert re.search(r"#ifdef _OPENMP\s*\n#include <omp.h>", text), f"{name}: unguarded omp.h"
+        if "#include <immintrin.h>" in text:
+            assert re.search(r"#if defined\(__AVX512F__\)\s*\n#include <immintrin.h>", text), f"{name}: unguarded immintrin.h"
 
 
 def test_layout_in_header_is_consistent(tmp_path):

@@ -203,7 +203,7 @@ def _indent(code: str, spaces: int) -> str:
     return "\n".join(pad + line if line.strip() else "" for line in code.strip("\n").splitlines())
 
 
-RUNTIME_SOURCES = ("ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c")
+RUNTIME_SOURCES = ("ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c", "ember_depthwise.c")
 
 
 def runtime_source(name: str) -> str:

@@ -43,19 +43,9 @@ class DirectLayout:
         return koff.reshape(-1).astype(np.int32)
 
 
-def depthwise_scratch_bytes(conv, in_hw, out_hw, kernel, threads: int) -> int:
-    """Mirror of ember_depthwise_scratch_bytes (dw_per_thread) in runtime/ember_conv.c."""
-    s = conv.strides[0]
-    hph = out_hw[0] + (kernel[0] - 1) // s + 1
-    wph = out_hw[1] + (kernel[1] - 1) // s + 1
-    flat = s * s * hph * wph + out_hw[0] * wph + 96
-    width = max((out_hw[1] + 15) // 16 * 32 + kernel[1] + 32, in_hw[1] + 2 * conv.pads[1])
-    strided = kernel[0] * width + 64
-    (sh, sw), (dh, dw) = conv.strides, conv.dilations
-    hp = (out_hw[0] - 1) * sh + (kernel[0] - 1) * dh + 1
-    wp = (out_hw[1] - 1) * sw + (kernel[1] - 1) * dw + 1
-    block = (hp * wp + out_hw[0] * out_hw[1]) * 16 + 64
-    return threads * max(flat, strided, block) * 4
+def depthwise_scratch_bytes(width: int) -> int:
+    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: one row of zeros."""
+    return (width + 16) * 4
 
 
 def _conv_parts(instr: Instr):
@@ -97,7 +87,7 @@ def emit_conv(em, instr: Instr) -> str:
     pixels = oh * ow
     if depthwise:
         threads = em.num_threads if channels * pixels * kh * kw >= PARALLEL_MIN_MACS // 4 else 1
-        em.need_scratch(depthwise_scratch_bytes(conv, (height, width), (oh, ow), (kh, kw), threads))
+        em.need_scratch(depthwise_scratch_bytes(width))
         lines += [
             Epilogue(activation=act, alpha=alpha, beta=beta).c_init(),
             f"for (long nb = 0; nb < {n_batch}; nb++) {{",

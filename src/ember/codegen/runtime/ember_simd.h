@@ -6,6 +6,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 typedef float ember_v16 __attribute__((vector_size(64)));
 typedef int32_t ember_i16 __attribute__((vector_size(64)));
@@ -15,6 +18,23 @@ static inline void vstore(float *p, ember_v16 v) { memcpy(p, &v, sizeof v); }
 static inline ember_v16 vsplat(float x) { ember_v16 v = {0}; return v + x; }
 static inline ember_v16 vselect(ember_i16 mask, ember_v16 a, ember_v16 b) {
     return (ember_v16)(((ember_i16)a & mask) | ((ember_i16)b & ~mask));
+}
+
+/* Lane-wise max and min; a NaN in `b` comes through (as np.maximum / np.minimum keep NaNs
+ * when `b` is the data). */
+static inline ember_v16 vmax(ember_v16 a, ember_v16 b) {
+#if defined(__AVX512F__)
+    return (ember_v16)_mm512_max_ps((__m512)a, (__m512)b);
+#else
+    return vselect(a > b, a, b);
+#endif
+}
+static inline ember_v16 vmin(ember_v16 a, ember_v16 b) {
+#if defined(__AVX512F__)
+    return (ember_v16)_mm512_min_ps((__m512)a, (__m512)b);
+#else
+    return vselect(a < b, a, b);
+#endif
 }
 
 #endif

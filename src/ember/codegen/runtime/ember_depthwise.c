@@ -1,0 +1,209 @@
+/* Depthwise convolution (one filter per channel), NCHW, channels spread over threads.
+ * See ember_gemm.h.
+ *
+ * Without dilation and with equal strides of 1 or 2, each output row is computed 16 outputs
+ * at a time straight from the input: tap (u, v) of outputs (i, j..j+15) reads input row
+ * i * S - PH + u at columns (j + l) * S - PW + v, one vector load (S = 1) or two loads and an
+ * even-lane shuffle (S = 2). Rows that fall in the padding are skipped; vectors that touch the
+ * left or right padding load a window with the out-of-range lanes zeroed (a masked load on
+ * AVX-512). Every vector accumulates all taps in a register and is stored once with the bias
+ * and activation applied, so the input is read once and the output written once, with no
+ * padded copy and no scratch. */
+#include "ember_gemm.h"
+#include "ember_math.h"
+#include "ember_simd.h"
+
+/* Lanes l of the result hold row[start + l] where 0 <= start + l < n, zero elsewhere; only
+ * in-range floats are read. */
+static inline ember_v16 dw_load_window(const float *row, long start, long n)
+{
+    long lo = start < 0 ? -start : 0, hi = n - start < 16 ? n - start : 16;
+    if (lo == 0 && hi == 16) return vload(row + start);
+    if (hi <= lo) return vsplat(0.0f);
+#if defined(__AVX512F__)
+    __mmask16 mask = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+    return (ember_v16)_mm512_maskz_loadu_ps(mask, row + start);
+#else
+    float lanes[16] = {0};
+    for (long l = lo; l < hi; l++) lanes[l] = row[start + l];
+    return vload(lanes);
+#endif
+}
+
+static inline ember_v16 dw_even_lanes(ember_v16 lo, ember_v16 hi)
+{
+#ifdef __clang__
+    return __builtin_shufflevector(lo, hi, 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+#else
+    const ember_i16 even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    return __builtin_shuffle(lo, hi, even);
+#endif
+}
+
+static int dw_direct(const ember_conv_geom *g)
+{
+    return g->SH == g->SW && (g->SH == 1 || g->SH == 2) && g->DH == 1 && g->DW == 1 && g->KH <= 8 && g->KW <= 8;
+}
+
+/* The scratch is one row of zeros that kernel rows in the padding read. */
+long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
+{
+    (void)nthreads;
+    return (g->W + 16) * (long)sizeof(float);
+}
+
+/* Residual and activation on n contiguous outputs. */
+static void dw_epilogue_row(float *yr, const float *rr, long n, const ember_epilogue *ep)
+{
+    if (rr) for (long j = 0; j < n; j++) yr[j] += rr[j];
+    switch (ep->act) {
+    case EMBER_ACT_NONE: break;
+    case EMBER_ACT_RELU: for (long j = 0; j < n; j++) yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f; break;
+    case EMBER_ACT_CLIP:
+        for (long j = 0; j < n; j++) {
+            float v = yr[j];
+            v = v < ep->alpha ? ep->alpha : v;
+            yr[j] = v > ep->beta ? ep->beta : v;
+        }
+        break;
+    default: for (long j = 0; j < n; j++) yr[j] = ember_activate(yr[j], ep);
+    }
+}
+
+/* Whether the activation runs in registers (then no residual may come before it). */
+static int dw_act_in_register(const ember_epilogue *ep, const float *residual)
+{
+    return !residual && (ep->act == EMBER_ACT_NONE || ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP);
+}
+
+static inline ember_v16 dw_act(ember_v16 v, int act, ember_v16 lo, ember_v16 hi)
+{
+    if (act == EMBER_ACT_RELU) return vmax(lo, v);
+    if (act == EMBER_ACT_CLIP) return vmin(hi, vmax(lo, v));
+    return v;
+}
+
+static inline void dw_store(float *yr, long j, long ow, ember_v16 v)
+{
+    if (j + 16 <= ow) {
+        vstore(yr + j, v);
+        return;
+    }
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(yr + j, (__mmask16)((1u << (ow - j)) - 1u), (__m512)v);
+#else
+    float lanes[16];
+    vstore(lanes, v);
+    memcpy(yr + j, lanes, (size_t)(ow - j) * sizeof(float));
+#endif
+}
+
+/* The taps of outputs (i, j..j+15) from row pointers (rows in the padding point at zeros). */
+static inline __attribute__((always_inline)) ember_v16
+dw_vector(const float *const *rows, const ember_v16 *wt, const long KH, const long KW, const long S, long start,
+          long W, int inside, ember_v16 sum)
+{
+    /* One accumulator per kernel row (up to three) shortens the chain of dependent
+     * multiply-adds, which otherwise bounds the speed. */
+    ember_v16 acc1 = vsplat(0.0f), acc2 = vsplat(0.0f);
+    #pragma GCC unroll 8
+    for (long u = 0; u < KH; u++) {
+        const float *row = rows[u];
+        #pragma GCC unroll 8
+        for (long v = 0; v < KW; v++) {
+            ember_v16 in;
+            if (S == 1)
+                in = inside ? vload(row + start + v) : dw_load_window(row, start + v, W);
+            else if (inside)
+                in = dw_even_lanes(vload(row + start + v), vload(row + start + v + 16));
+            else
+                in = dw_even_lanes(dw_load_window(row, start + v, W), dw_load_window(row, start + v + 16, W));
+            if (u % 3 == 1) acc1 += wt[u * KW + v] * in;
+            else if (u % 3 == 2) acc2 += wt[u * KW + v] * in;
+            else sum += wt[u * KW + v] * in;
+        }
+    }
+    return sum + (acc1 + acc2);
+}
+
+/* One channel, straight from the input (see the top of this file). KH, KW and S are passed
+ * as constants by the callers that specialize on them, so the tap loops unroll. */
+static inline __attribute__((always_inline)) void
+dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const long S, const float *xc,
+                  const float *wc, float b0, float *yc, const float *rc, const ember_epilogue *ep,
+                  const float *zeros)
+{
+    ember_v16 wt[64];
+    for (long t = 0; t < KH * KW; t++) wt[t] = vsplat(wc[t]);
+    int in_reg = dw_act_in_register(ep, rc);
+    int act = in_reg ? ep->act : EMBER_ACT_NONE;
+    ember_v16 lo = vsplat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vsplat(ep->beta);
+    ember_v16 bias = vsplat(b0);
+    long W = g->W, PW = g->PW, OW = g->OW;
+    /* Output vectors [j_in, j_out) read only inside the row; the others take windows. */
+    long j_in = (PW + S - 1) / S;
+    j_in = (j_in + 15) / 16 * 16;
+    long j_out = j_in;
+    while (j_out + 16 <= OW && j_out * S - PW + 16 * S - 1 + KW <= W) j_out += 16;
+    const float *rows[8];
+    for (long i = 0; i < g->OH; i++) {
+        for (long u = 0; u < KH; u++) {
+            long ih = i * S - g->PH + u;
+            rows[u] = ih >= 0 && ih < g->H ? xc + ih * W : zeros;
+        }
+        float *yr = yc + i * OW;
+        long j = 0;
+        for (; j < j_in && j < OW; j += 16)
+            dw_store(yr, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, W, 0, bias), act, lo, hi));
+        for (; j < j_out; j += 16)
+            vstore(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, W, 1, bias), act, lo, hi));
+        for (; j < OW; j += 16)
+            dw_store(yr, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, W, 0, bias), act, lo, hi));
+    }
+    if (!in_reg) dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
+}
+
+/* Any strides and dilations: direct, with bounds checks per tap. */
+static void dw_channel_general(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
+                               const float *rc, const ember_epilogue *ep)
+{
+    for (long i = 0; i < g->OH; i++) {
+        float *yr = yc + i * g->OW;
+        for (long j = 0; j < g->OW; j++) {
+            float acc = b0;
+            for (long u = 0; u < g->KH; u++) {
+                long ih = i * g->SH - g->PH + u * g->DH;
+                if (ih < 0 || ih >= g->H) continue;
+                for (long v = 0; v < g->KW; v++) {
+                    long iw = j * g->SW - g->PW + v * g->DW;
+                    if (iw >= 0 && iw < g->W) acc += wc[u * g->KW + v] * xc[ih * g->W + iw];
+                }
+            }
+            yr[j] = acc;
+        }
+        dw_epilogue_row(yr, rc ? rc + i * g->OW : NULL, g->OW, ep);
+    }
+}
+
+static void dw_channel(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
+                       const float *rc, const ember_epilogue *ep, const float *zeros)
+{
+    if (!dw_direct(g)) dw_channel_general(g, xc, wc, b0, yc, rc, ep);
+    else if (g->KH == 3 && g->KW == 3 && g->SH == 1) dw_channel_direct(g, 3, 3, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else if (g->KH == 3 && g->KW == 3) dw_channel_direct(g, 3, 3, 2, xc, wc, b0, yc, rc, ep, zeros);
+    else if (g->KH == 5 && g->KW == 5 && g->SH == 1) dw_channel_direct(g, 5, 5, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else if (g->KH == 5 && g->KW == 5) dw_channel_direct(g, 5, 5, 2, xc, wc, b0, yc, rc, ep, zeros);
+    else if (g->SH == 1) dw_channel_direct(g, g->KH, g->KW, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else dw_channel_direct(g, g->KH, g->KW, 2, xc, wc, b0, yc, rc, ep, zeros);
+}
+
+void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
+                     float *y, const ember_epilogue *ep, float *scratch, int nthreads)
+{
+    long plane = g->OH * g->OW, taps = g->KH * g->KW;
+    memset(scratch, 0, (size_t)ember_depthwise_scratch_bytes(g, nthreads));
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1 && g->C > 1)
+    for (long c = 0; c < g->C; c++)
+        dw_channel(g, g->x + c * g->H * g->W, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane,
+                   residual ? residual + c * plane : NULL, ep, scratch);
+}

@@ -1,0 +1,65 @@
+"""Convolution kernels of the cpu backend against the interpreter over the geometries that pick
+different code paths: depthwise rows narrower and wider than one vector, with and without
+vectors that lie wholly inside the row, strides 1, 2 and 3, kernels the library specializes on
+(3x3, 5x5) and others, asymmetric padding, dilation, activations in registers and after a
+residual."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.backends.cpu import CpuBackend
+from ember.driver import compile_graph
+from ember.graph import Graph
+from ember.ops.fused import FusedConvAttrs
+from ember.types import DType, TensorType
+from tests.helpers import relative_error
+
+
+def _depthwise_graph(channels, hw, kernel, stride, pads, dilation, activation, residual) -> Graph:
+    rng = np.random.default_rng(channels * 1000 + hw[1])
+    g = Graph("dw")
+    x = g.add_input("x", TensorType(DType.FLOAT32, (1, channels, *hw)))
+    w = g.add_constant(rng.standard_normal((channels, 1, *kernel)).astype(np.float32), "w")
+    b = g.add_constant(rng.standard_normal(channels).astype(np.float32), "b")
+    oh = (hw[0] + pads[0] + pads[2] - dilation * (kernel[0] - 1) - 1) // stride + 1
+    ow = (hw[1] + pads[1] + pads[3] - dilation * (kernel[1] - 1) - 1) // stride + 1
+    r = g.add_input("r", TensorType(DType.FLOAT32, (1, channels, oh, ow))) if residual else None
+    alpha, beta = (-0.5, 0.75) if activation == "clip" else (0.0, 0.0)
+    attrs = FusedConvAttrs((stride, stride), pads, (dilation, dilation), channels, activation, alpha, beta)
+    g.set_outputs([("y", g.add("FusedConv", x, w, b, r, attrs=attrs, name="conv"))])
+    return g
+
+
+DEPTHWISE = [
+    # channels, (H, W), kernel, stride, pads, dilation, activation, residual
+    (5, (7, 7), (3, 3), 1, (1, 1, 1, 1), 1, "clip", False),
+    (17, (14, 14), (3, 3), 2, (1, 1, 1, 1), 1, "relu", False),
+    (3, (9, 40), (3, 3), 1, (1, 1, 1, 1), 1, "none", True),
+    (3, (11, 67), (3, 3), 2, (1, 1, 1, 1), 1, "clip", False),
+    (2, (6, 70), (3, 3), 2, (0, 0, 1, 1), 1, "relu", False),
+    (4, (12, 48), (5, 5), 1, (2, 2, 2, 2), 1, "sigmoid", False),
+    (3, (13, 81), (5, 5), 2, (2, 2, 2, 2), 1, "clip", True),
+    (2, (10, 36), (7, 7), 1, (3, 1, 3, 2), 1, "none", False),
+    (2, (9, 35), (2, 4), 2, (0, 1, 1, 2), 1, "relu", False),
+    (3, (9, 9), (3, 3), 3, (1, 1, 1, 1), 1, "none", False),
+    (3, (12, 20), (3, 3), 1, (2, 2, 2, 2), 2, "relu", False),
+    (2, (3, 33), (3, 3), 1, (1, 1, 1, 1), 1, "none", False),
+    (2, (1, 17), (1, 3), 1, (0, 1, 0, 1), 1, "none", False),
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: f"{c[0]}x{c[1][0]}x{c[1][1]}k{c[2][0]}{c[2][1]}s{c[3]}")
+def test_depthwise_matches_interpreter(case):
+    channels, hw, kernel, stride, pads, dilation, activation, residual = case
+    rng = np.random.default_rng(7)
+    graph = _depthwise_graph(*case)
+    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32)}
+    if residual:
+        feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
+    expected = compile_graph(_depthwise_graph(*case), "interpreter").run(feeds)["y"]
+    for threads in (1, 2):
+        actual = compile_graph(_depthwise_graph(*case), CpuBackend(num_threads=threads)).run(feeds)["y"]
+        assert actual.shape == expected.shape
+        assert relative_error(actual, expected) < 1e-5, threads
