@@ -13,19 +13,23 @@
 #include "ember_math.h"
 #include "ember_simd.h"
 
-/* Lanes l of the result hold row[start + l] where 0 <= start + l < n, zero elsewhere; only
- * in-range floats are read. */
-static inline ember_v16 dw_load_window(const float *row, long start, long n)
+/* Which lanes l of a 16-float window at row[start] lie inside a row of n floats. */
+static inline uint32_t dw_window_mask(long start, long n)
 {
     long lo = start < 0 ? -start : 0, hi = n - start < 16 ? n - start : 16;
-    if (lo == 0 && hi == 16) return vload(row + start);
-    if (hi <= lo) return vsplat(0.0f);
+    if (hi <= lo) return 0;
+    return ((1u << hi) - 1u) & ~((1u << lo) - 1u);
+}
+
+/* Lanes in `mask` read row[start + l], the others are zero; only those lanes touch memory. */
+static inline ember_v16 dw_load_masked(const float *row, long start, uint32_t mask)
+{
 #if defined(__AVX512F__)
-    __mmask16 mask = (__mmask16)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
-    return (ember_v16)_mm512_maskz_loadu_ps(mask, row + start);
+    return (ember_v16)_mm512_maskz_loadu_ps((__mmask16)mask, row + start);
 #else
     float lanes[16] = {0};
-    for (long l = lo; l < hi; l++) lanes[l] = row[start + l];
+    for (int l = 0; l < 16; l++)
+        if (mask >> l & 1u) lanes[l] = row[start + l];
     return vload(lanes);
 #endif
 }
@@ -98,10 +102,11 @@ static inline void dw_store(float *yr, long j, long ow, ember_v16 v)
 #endif
 }
 
-/* The taps of outputs (i, j..j+15) from row pointers (rows in the padding point at zeros). */
+/* The taps of outputs (i, j..j+15) from row pointers (rows in the padding point at zeros);
+ * `masks` (KW pairs, one per 16-float half) is NULL where every read lies inside the row. */
 static inline __attribute__((always_inline)) ember_v16
 dw_vector(const float *const *rows, const ember_v16 *wt, const long KH, const long KW, const long S, long start,
-          long W, int inside, ember_v16 sum)
+          const uint32_t *masks, ember_v16 sum)
 {
     /* One accumulator per kernel row (up to three) shortens the chain of dependent
      * multiply-adds, which otherwise bounds the speed. */
@@ -113,11 +118,12 @@ dw_vector(const float *const *rows, const ember_v16 *wt, const long KH, const lo
         for (long v = 0; v < KW; v++) {
             ember_v16 in;
             if (S == 1)
-                in = inside ? vload(row + start + v) : dw_load_window(row, start + v, W);
-            else if (inside)
-                in = dw_even_lanes(vload(row + start + v), vload(row + start + v + 16));
+                in = masks ? dw_load_masked(row, start + v, masks[2 * v]) : vload(row + start + v);
+            else if (masks)
+                in = dw_even_lanes(dw_load_masked(row, start + v, masks[2 * v]),
+                                   dw_load_masked(row, start + v + 16, masks[2 * v + 1]));
             else
-                in = dw_even_lanes(dw_load_window(row, start + v, W), dw_load_window(row, start + v + 16, W));
+                in = dw_even_lanes(vload(row + start + v), vload(row + start + v + 16));
             if (u % 3 == 1) acc1 += wt[u * KW + v] * in;
             else if (u % 3 == 2) acc2 += wt[u * KW + v] * in;
             else sum += wt[u * KW + v] * in;
@@ -126,8 +132,18 @@ dw_vector(const float *const *rows, const ember_v16 *wt, const long KH, const lo
     return sum + (acc1 + acc2);
 }
 
+static inline void dw_rows(const ember_conv_geom *g, const float *xc, const float *zeros, long i, long KH, long S,
+                           const float **rows)
+{
+    for (long u = 0; u < KH; u++) {
+        long ih = i * S - g->PH + u;
+        rows[u] = ih >= 0 && ih < g->H ? xc + ih * g->W : zeros;
+    }
+}
+
 /* One channel, straight from the input (see the top of this file). KH, KW and S are passed
- * as constants by the callers that specialize on them, so the tap loops unroll. */
+ * as constants by the callers that specialize on them, so the tap loops unroll. Vectors
+ * that touch the padding go column by column, their load masks computed once per column. */
 static inline __attribute__((always_inline)) void
 dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const long S, const float *xc,
                   const float *wc, float b0, float *yc, const float *rc, const ember_epilogue *ep,
@@ -140,26 +156,33 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     ember_v16 lo = vsplat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vsplat(ep->beta);
     ember_v16 bias = vsplat(b0);
     long W = g->W, PW = g->PW, OW = g->OW;
-    /* Output vectors [j_in, j_out) read only inside the row; the others take windows. */
+    /* Output vectors [j_in, j_out) read only inside the row; the others take masked windows. */
     long j_in = (PW + S - 1) / S;
     j_in = (j_in + 15) / 16 * 16;
+    if (j_in > OW) j_in = (OW + 15) / 16 * 16;
     long j_out = j_in;
     while (j_out + 16 <= OW && j_out * S - PW + 16 * S - 1 + KW <= W) j_out += 16;
     const float *rows[8];
-    for (long i = 0; i < g->OH; i++) {
-        for (long u = 0; u < KH; u++) {
-            long ih = i * S - g->PH + u;
-            rows[u] = ih >= 0 && ih < g->H ? xc + ih * W : zeros;
+    for (long j = 0; j < OW; j += 16) {
+        if (j == j_in) j = j_out;
+        if (j >= OW) break;
+        uint32_t masks[16];
+        for (long v = 0; v < KW; v++) {
+            masks[2 * v] = dw_window_mask(j * S - PW + v, W);
+            masks[2 * v + 1] = dw_window_mask(j * S - PW + v + 16, W);
         }
-        float *yr = yc + i * OW;
-        long j = 0;
-        for (; j < j_in && j < OW; j += 16)
-            dw_store(yr, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, W, 0, bias), act, lo, hi));
-        for (; j < j_out; j += 16)
-            vstore(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, W, 1, bias), act, lo, hi));
-        for (; j < OW; j += 16)
-            dw_store(yr, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, W, 0, bias), act, lo, hi));
+        for (long i = 0; i < g->OH; i++) {
+            dw_rows(g, xc, zeros, i, KH, S, rows);
+            dw_store(yc + i * OW, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, masks, bias), act, lo, hi));
+        }
     }
+    if (j_out > j_in)
+        for (long i = 0; i < g->OH; i++) {
+            dw_rows(g, xc, zeros, i, KH, S, rows);
+            float *yr = yc + i * OW;
+            for (long j = j_in; j < j_out; j += 16)
+                vstore(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, NULL, bias), act, lo, hi));
+        }
     if (!in_reg) dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
 }
 
