@@ -164,9 +164,11 @@ def _pointwise_transposed(em, w, m: int, k: int, pixels: int, n_batch: int, imag
         f"NULL, ct, {m}, &ep, NULL, {threads});",
         f"    float *yb = y + nb * {m * pixels};",
         f"    const float *rb = {'res + nb * ' + str(m * pixels) if has_residual else 'NULL'}; (void)rb;",
-        f"    for (long c = 0; c < {m}; c++)",
+        *([f"    #pragma omp parallel for {em.threads_pragma} schedule(static)"] if threads > 1 else []),
+        f"    for (long c0 = 0; c0 < {m}; c0 += 16)",
         f"        for (long p = 0; p < {pixels}; p++)",
-        f"            yb[c * {pixels} + p] = ct[p * {m} + c]{' + rb[c * ' + str(pixels) + ' + p]' if has_residual else ''};",
+        f"            for (long c = c0; c < c0 + 16 && c < {m}; c++)",
+        f"                yb[c * {pixels} + p] = ct[p * {m} + c]{' + rb[c * ' + str(pixels) + ' + p]' if has_residual else ''};",
         "}",
     ]
 

@@ -134,19 +134,7 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
             float *dst = y + m * pixels + i * g->OW;
             const float *res = residual ? residual + m * pixels + i * g->OW : NULL;
             for (long j = 0; j < g->OW; j++) dst[j] = src[j] + b0;
-            if (res) for (long j = 0; j < g->OW; j++) dst[j] += res[j];
-            switch (ep->act) {
-            case EMBER_ACT_NONE: break;
-            case EMBER_ACT_RELU: for (long j = 0; j < g->OW; j++) dst[j] = dst[j] > 0.0f ? dst[j] : 0.0f; break;
-            case EMBER_ACT_CLIP:
-                for (long j = 0; j < g->OW; j++) {
-                    float v = dst[j];
-                    v = v < ep->alpha ? ep->alpha : v;
-                    dst[j] = v > ep->beta ? ep->beta : v;
-                }
-                break;
-            default: for (long j = 0; j < g->OW; j++) dst[j] = ember_activate(dst[j], ep);
-            }
+            ember_finish_span(dst, res, g->OW, ep);
         }
     }
 }

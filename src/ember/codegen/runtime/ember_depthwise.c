@@ -56,24 +56,6 @@ long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
     return (g->W + 16) * (long)sizeof(float);
 }
 
-/* Residual and activation on n contiguous outputs. */
-static void dw_epilogue_row(float *yr, const float *rr, long n, const ember_epilogue *ep)
-{
-    if (rr) for (long j = 0; j < n; j++) yr[j] += rr[j];
-    switch (ep->act) {
-    case EMBER_ACT_NONE: break;
-    case EMBER_ACT_RELU: for (long j = 0; j < n; j++) yr[j] = yr[j] > 0.0f ? yr[j] : 0.0f; break;
-    case EMBER_ACT_CLIP:
-        for (long j = 0; j < n; j++) {
-            float v = yr[j];
-            v = v < ep->alpha ? ep->alpha : v;
-            yr[j] = v > ep->beta ? ep->beta : v;
-        }
-        break;
-    default: for (long j = 0; j < n; j++) yr[j] = ember_activate(yr[j], ep);
-    }
-}
-
 /* Whether the activation runs in registers (then no residual may come before it). */
 static int dw_act_in_register(const ember_epilogue *ep, const float *residual)
 {
@@ -183,7 +165,7 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
             for (long j = j_in; j < j_out; j += 16)
                 vstore(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, NULL, bias), act, lo, hi));
         }
-    if (!in_reg) dw_epilogue_row(yc, rc, g->OH * g->OW, ep);
+    if (!in_reg) ember_finish_span(yc, rc, g->OH * g->OW, ep);
 }
 
 /* Any strides and dilations: direct, with bounds checks per tap. */
@@ -204,7 +186,7 @@ static void dw_channel_general(const ember_conv_geom *g, const float *xc, const 
             }
             yr[j] = acc;
         }
-        dw_epilogue_row(yr, rc ? rc + i * g->OW : NULL, g->OW, ep);
+        ember_finish_span(yr, rc ? rc + i * g->OW : NULL, g->OW, ep);
     }
 }
 

@@ -6,7 +6,7 @@
 float ember_activate(float v, const ember_epilogue *ep)
 {
     switch (ep->act) {
-    case EMBER_ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case EMBER_ACT_RELU: return v < 0.0f ? 0.0f : v;  /* NaN stays NaN, as in np.maximum */
     case EMBER_ACT_CLIP: return v < ep->alpha ? ep->alpha : (v > ep->beta ? ep->beta : v);
     case EMBER_ACT_LEAKY_RELU: return v >= 0.0f ? v : v * ep->alpha;
     case EMBER_ACT_SIGMOID: return ember_sigmoidf(v);
@@ -24,10 +24,8 @@ static inline __attribute__((always_inline)) ember_v16 finish(ember_v16 v, const
     if (ep->residual) v += vload(ep->residual + row * ep->ld_residual + col);
     switch (ep->act) {
     case EMBER_ACT_NONE: return v;
-    case EMBER_ACT_RELU: return vselect(v > vsplat(0.0f), v, vsplat(0.0f));
-    case EMBER_ACT_CLIP:
-        v = vselect(v < vsplat(ep->alpha), vsplat(ep->alpha), v);
-        return vselect(v > vsplat(ep->beta), vsplat(ep->beta), v);
+    case EMBER_ACT_RELU: return vmax(vsplat(0.0f), v);
+    case EMBER_ACT_CLIP: return vmin(vsplat(ep->beta), vmax(vsplat(ep->alpha), v));
     case EMBER_ACT_LEAKY_RELU: return vselect(v >= vsplat(0.0f), v, v * ep->alpha);
     default: {
         float tmp[16];
@@ -35,6 +33,23 @@ static inline __attribute__((always_inline)) ember_v16 finish(ember_v16 v, const
         for (int j = 0; j < 16; j++) tmp[j] = ember_activate(tmp[j], ep);
         return vload(tmp);
     }
+    }
+}
+
+void ember_finish_span(float *y, const float *residual, long n, const ember_epilogue *ep)
+{
+    if (residual) for (long j = 0; j < n; j++) y[j] += residual[j];
+    switch (ep->act) {
+    case EMBER_ACT_NONE: break;
+    case EMBER_ACT_RELU: for (long j = 0; j < n; j++) y[j] = y[j] < 0.0f ? 0.0f : y[j]; break;
+    case EMBER_ACT_CLIP:
+        for (long j = 0; j < n; j++) {
+            float v = y[j];
+            v = v < ep->alpha ? ep->alpha : v;
+            y[j] = v > ep->beta ? ep->beta : v;
+        }
+        break;
+    default: for (long j = 0; j < n; j++) y[j] = ember_activate(y[j], ep);
     }
 }
 
@@ -211,6 +226,17 @@ static long chunk_panels(long K, long panels)
     return chunk < panels ? chunk : panels;
 }
 
+/* Chunks in a multiple of the thread count, so whole chunks split evenly (never larger than
+ * chunk_panels, which sizes the scratch). */
+static long balanced_chunk(long K, long panels, int nthreads)
+{
+    long chunk = chunk_panels(K, panels);
+    if (nthreads <= 1) return chunk;
+    long chunks = (panels + chunk - 1) / chunk;
+    chunks = (chunks + nthreads - 1) / nthreads * nthreads;
+    return (panels + chunks - 1) / chunks;
+}
+
 long ember_gemm_scratch_bytes(long N, long K, int nthreads)
 {
     long panels = (N + EMBER_NR - 1) / EMBER_NR;
@@ -278,7 +304,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         }
         return;
     }
-    long chunk = chunk_panels(K, panels);
+    long chunk = balanced_chunk(K, panels, nthreads);
     long chunks = (panels + chunk - 1) / chunk;
     long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
     if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads || nthreads == 1) {

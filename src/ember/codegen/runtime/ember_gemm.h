@@ -51,6 +51,10 @@ void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, lo
 /* The epilogue activation on one value. */
 float ember_activate(float v, const ember_epilogue *ep);
 
+/* The residual (NULL for none) and the activation of `ep` on n contiguous values; ep's bias
+ * and residual fields are not used. */
+void ember_finish_span(float *y, const float *residual, long n, const ember_epilogue *ep);
+
 /* Writes panel columns [col0, col0 + 32) of B (K x N, zero beyond N) into `panel` [K][32]. */
 typedef void (*ember_packer)(float *panel, const void *ctx, long col0);
 
