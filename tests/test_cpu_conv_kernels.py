@@ -63,3 +63,45 @@ def test_depthwise_matches_interpreter(case):
         actual = compile_graph(_depthwise_graph(*case), CpuBackend(num_threads=threads)).run(feeds)["y"]
         assert actual.shape == expected.shape
         assert relative_error(actual, expected) < 1e-5, threads
+
+
+def _conv_graph(channels, out_channels, hw, kernel, stride, pads, activation, residual) -> Graph:
+    rng = np.random.default_rng(out_channels * 100 + hw[1])
+    g = Graph("conv")
+    x = g.add_input("x", TensorType(DType.FLOAT32, (1, channels, *hw)))
+    w = g.add_constant(rng.standard_normal((out_channels, channels, *kernel)).astype(np.float32), "w")
+    b = g.add_constant(rng.standard_normal(out_channels).astype(np.float32), "b")
+    oh = (hw[0] + pads[0] + pads[2] - kernel[0]) // stride + 1
+    ow = (hw[1] + pads[1] + pads[3] - kernel[1]) // stride + 1
+    r = g.add_input("r", TensorType(DType.FLOAT32, (1, out_channels, oh, ow))) if residual else None
+    alpha, beta = (-0.5, 0.75) if activation == "clip" else (0.0, 0.0)
+    attrs = FusedConvAttrs((stride, stride), pads, (1, 1), 1, activation, alpha, beta)
+    g.set_outputs([("y", g.add("FusedConv", x, w, b, r, attrs=attrs, name="conv"))])
+    return g
+
+
+DIRECT = [
+    # in channels, out channels, (H, W), kernel, stride, pads, activation, residual
+    (3, 10, (11, 9), (3, 3), 1, (1, 1, 1, 1), "relu", True),
+    (3, 16, (20, 20), (3, 3), 2, (1, 1, 1, 1), "clip", False),
+    (4, 9, (7, 5), (3, 3), 1, (1, 1, 1, 1), "sigmoid", True),
+    (2, 17, (16, 40), (5, 5), 2, (2, 1, 2, 2), "none", True),
+    (5, 8, (13, 70), (3, 3), 1, (1, 1, 1, 1), "clip", True),
+    (3, 12, (10, 12), (7, 7), 3, (3, 3, 3, 3), "relu", False),
+    (6, 33, (5, 3), (3, 3), 1, (1, 1, 1, 1), "none", False),
+]
+
+
+@pytest.mark.parametrize("case", DIRECT, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}s{c[4]}")
+def test_direct_convolution_matches_interpreter(case):
+    channels, out_channels, hw, *_rest = case
+    residual = case[-1]
+    rng = np.random.default_rng(11)
+    graph = _conv_graph(*case)
+    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32)}
+    if residual:
+        feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
+    expected = compile_graph(_conv_graph(*case), "interpreter").run(feeds)["y"]
+    for threads in (1, 2):
+        actual = compile_graph(_conv_graph(*case), CpuBackend(num_threads=threads)).run(feeds)["y"]
+        assert relative_error(actual, expected) < 1e-5, threads

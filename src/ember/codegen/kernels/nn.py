@@ -32,8 +32,8 @@ class DirectLayout:
         self.grid = out_hw[0] * self.wph
         self.key = f"{channels}x{out_hw}x{kernel}s{stride}"
 
-    def scratch_bytes(self, rows: int) -> int:
-        return (self.stride ** 2 * self.channels * self.plane + 2 * 32 + rows * self.grid) * 4
+    def scratch_bytes(self) -> int:
+        return (self.stride ** 2 * self.channels * self.plane + 2 * 32) * 4
 
     def offsets(self) -> np.ndarray:
         s, (kh, kw) = self.stride, self.kernel
@@ -106,7 +106,7 @@ def emit_conv(em, instr: Instr) -> str:
     threads = threads_for(em, mg * pixels * k)
     if sh == sw and dh == dw == 1 and not (kh == kw == 1 and sh == 1 and conv.pads == (0, 0, 0, 0)):
         layout = DirectLayout(cg, (oh, ow), (kh, kw), sh)
-        em.need_scratch(layout.scratch_bytes(mg))
+        em.need_scratch(layout.scratch_bytes())
         koff = em.constant(f"koff{layout.key}", layout.offsets(), "int32_t")
         epilogue = Epilogue(activation=act, alpha=alpha, beta=beta)
         lines += [

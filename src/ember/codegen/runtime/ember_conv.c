@@ -56,7 +56,7 @@ void ember_pack_im2col(float *panel, const void *ctx, long col0)
  * phase plane ((u % S, v % S), c) at q + (u / S) * wph + v / S. With koff[k] holding that
  * offset per reduction index k, B(k, q) = phases[koff[k] + q]: the GEMM reads its B rows in
  * place and nothing is packed. The grid is wph wide (a few columns wider than OW); the
- * extra columns are computed into scratch and dropped when the epilogue writes y. */
+ * tiles drop the extra columns as they store into y (ember_epilogue.grid_w). */
 typedef struct { long S, hph, wph, plane, grid; } conv_layout;
 
 static conv_layout conv_plan(const ember_conv_geom *g)
@@ -78,7 +78,8 @@ int ember_conv_direct_ok(const ember_conv_geom *g)
 long ember_conv_direct_scratch_bytes(const ember_conv_geom *g, long M)
 {
     conv_layout l = conv_plan(g);
-    return (l.S * l.S * g->C * l.plane + 2 * EMBER_NR + M * l.grid) * (long)sizeof(float);
+    (void)M;
+    return (l.S * l.S * g->C * l.plane + 2 * EMBER_NR) * (long)sizeof(float);
 }
 
 void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff)
@@ -97,7 +98,6 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     conv_layout l = conv_plan(g);
     long S = l.S, planes = S * S * g->C;
     float *phases = scratch;
-    float *grid = scratch + planes * l.plane + 2 * EMBER_NR;
     memset(phases + planes * l.plane, 0, 2 * EMBER_NR * sizeof(float));
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1)
     for (long pl = 0; pl < planes; pl++) {
@@ -122,19 +122,16 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
             for (long t = t1; t < l.wph; t++) row[t] = 0.0f;
         }
     }
+    /* The tiles store straight into y's rows (bias, residual and activation applied),
+     * dropping the grid's extra columns. */
+    ember_epilogue onto_y = *ep;
+    onto_y.bias = bias;
+    onto_y.bias_per_row = 1;
+    onto_y.residual = residual;
+    onto_y.ld_residual = g->OH * g->OW;
+    onto_y.grid_w = l.wph;
+    onto_y.out_w = g->OW;
     long K = g->C * g->KH * g->KW;
-    ember_gemm(M, l.grid, K, a, K, 1, EMBER_MR * K, NULL, NULL, NULL, phases, 0, koff, grid, l.grid,
-               NULL, NULL, nthreads);
-    long pixels = g->OH * g->OW;
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 8) if(nthreads > 1)
-    for (long m = 0; m < M; m++) {
-        float b0 = bias ? bias[m] : 0.0f;
-        for (long i = 0; i < g->OH; i++) {
-            const float *src = grid + m * l.grid + i * l.wph;
-            float *dst = y + m * pixels + i * g->OW;
-            const float *res = residual ? residual + m * pixels + i * g->OW : NULL;
-            for (long j = 0; j < g->OW; j++) dst[j] = src[j] + b0;
-            ember_finish_span(dst, res, g->OW, ep);
-        }
-    }
+    ember_gemm(M, l.grid, K, a, K, 1, EMBER_MR * K, NULL, NULL, NULL, phases, 0, koff, y, g->OH * g->OW,
+               &onto_y, NULL, nthreads);
 }

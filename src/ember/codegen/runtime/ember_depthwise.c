@@ -21,19 +21,6 @@ static inline uint32_t dw_window_mask(long start, long n)
     return ((1u << hi) - 1u) & ~((1u << lo) - 1u);
 }
 
-/* Lanes in `mask` read row[start + l], the others are zero; only those lanes touch memory. */
-static inline ember_v16 dw_load_masked(const float *row, long start, uint32_t mask)
-{
-#if defined(__AVX512F__)
-    return (ember_v16)_mm512_maskz_loadu_ps((__mmask16)mask, row + start);
-#else
-    float lanes[16] = {0};
-    for (int l = 0; l < 16; l++)
-        if (mask >> l & 1u) lanes[l] = row[start + l];
-    return vload(lanes);
-#endif
-}
-
 static inline ember_v16 dw_even_lanes(ember_v16 lo, ember_v16 hi)
 {
 #ifdef __clang__
@@ -71,17 +58,8 @@ static inline ember_v16 dw_act(ember_v16 v, int act, ember_v16 lo, ember_v16 hi)
 
 static inline void dw_store(float *yr, long j, long ow, ember_v16 v)
 {
-    if (j + 16 <= ow) {
-        vstore(yr + j, v);
-        return;
-    }
-#if defined(__AVX512F__)
-    _mm512_mask_storeu_ps(yr + j, (__mmask16)((1u << (ow - j)) - 1u), (__m512)v);
-#else
-    float lanes[16];
-    vstore(lanes, v);
-    memcpy(yr + j, lanes, (size_t)(ow - j) * sizeof(float));
-#endif
+    if (j + 16 <= ow) vstore(yr + j, v);
+    else vstore_masked(yr + j, (1u << (ow - j)) - 1u, v);
 }
 
 /* The taps of outputs (i, j..j+15) from row pointers (rows in the padding point at zeros);
@@ -100,10 +78,10 @@ dw_vector(const float *const *rows, const ember_v16 *wt, const long KH, const lo
         for (long v = 0; v < KW; v++) {
             ember_v16 in;
             if (S == 1)
-                in = masks ? dw_load_masked(row, start + v, masks[2 * v]) : vload(row + start + v);
+                in = masks ? vload_masked(row + start + v, masks[2 * v]) : vload(row + start + v);
             else if (masks)
-                in = dw_even_lanes(dw_load_masked(row, start + v, masks[2 * v]),
-                                   dw_load_masked(row, start + v + 16, masks[2 * v + 1]));
+                in = dw_even_lanes(vload_masked(row + start + v, masks[2 * v]),
+                                   vload_masked(row + start + v + 16, masks[2 * v + 1]));
             else
                 in = dw_even_lanes(vload(row + start + v), vload(row + start + v + 16));
             if (u % 3 == 1) acc1 += wt[u * KW + v] * in;

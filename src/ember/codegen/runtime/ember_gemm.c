@@ -64,6 +64,38 @@ static void epilogue_partial(float *c, long ldc, int mr, int ncols, const ember_
         }
 }
 
+/* The tile's rows onto an output grid (see ember_epilogue.grid_w): the 32 columns split into
+ * runs that stay on one grid row; each run's kept columns are contiguous in C, so they go
+ * out as masked vector stores, the residual coming in the same way. */
+static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+                       const ember_epilogue *ep, long row0, long col0)
+{
+    ember_epilogue rest = *ep;
+    rest.residual = NULL;
+    float *row_base = c - col0;  /* C's columns are output positions from here on */
+    for (int s = 0; s < ncols;) {
+        long q = col0 + s, gi = q / ep->grid_w, gj = q % ep->grid_w;
+        int run = ep->grid_w - gj < ncols - s ? (int)(ep->grid_w - gj) : ncols - s;
+        if (gj < ep->out_w) {
+            int kept = ep->out_w - gj < run ? (int)(ep->out_w - gj) : run;
+            long shift = gi * ep->out_w + gj - q;  /* lane l of the tile goes to column col0 + l + shift */
+            for (int h = 0; h < 2; h++) {
+                int lo = s > 16 * h ? s - 16 * h : 0, hi = s + kept - 16 * h < 16 ? s + kept - 16 * h : 16;
+                if (hi <= lo) continue;
+                uint32_t mask = ((1u << hi) - 1u) & ~((1u << lo) - 1u);
+                long at = col0 + 16 * h + shift;
+                for (int i = 0; i < mr; i++) {
+                    ember_v16 v = acc[i][h];
+                    if (ep->residual)
+                        v += vload_masked(ep->residual + (row0 + i) * ep->ld_residual + at, mask);
+                    vstore_masked(row_base + i * ldc + at, mask, finish(v, &rest, row0 + i, at));
+                }
+            }
+        }
+        s += run;
+    }
+}
+
 /* One mr x 32 tile over the full K; `mr` is a constant in each instantiation below. */
 static inline __attribute__((always_inline)) void tile(
     int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks, const int32_t *koff,
@@ -110,6 +142,10 @@ static inline __attribute__((always_inline)) void tile(
                 acc[i][1] += ai * b1;
             }
         }
+    }
+    if (ep && ep->grid_w) {
+        store_grid((const ember_v16 (*)[2])acc, mr, c, ldc, ncols, ep, row0, col0);
+        return;
     }
     if (ncols == EMBER_NR) {
         if (ep) {

@@ -37,6 +37,11 @@ typedef struct {
     long ld_residual;
     int act;
     float alpha, beta;
+    /* grid_w > 0: C's columns are positions q of an output grid grid_w wide of which the
+     * first out_w columns are kept; column q is stored at (q / grid_w) * out_w + q % grid_w
+     * and the others are dropped (direct convolution computes on such a grid). The
+     * residual is addressed the same way; the bias must be per row. */
+    long grid_w, out_w;
 } ember_epilogue;
 
 /* C[mr x ncols] (leading dimension ldc) = A * B, B's row k at bp + k * b_ks, then the epilogue; row0/col0 locate the

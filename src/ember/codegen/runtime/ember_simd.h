@@ -37,4 +37,27 @@ static inline ember_v16 vmin(ember_v16 a, ember_v16 b) {
 #endif
 }
 
+/* Lanes whose bit is set in `mask` read p[l] (the others are zero) / are written to p[l];
+ * only those lanes touch memory. */
+static inline ember_v16 vload_masked(const float *p, uint32_t mask) {
+#if defined(__AVX512F__)
+    return (ember_v16)_mm512_maskz_loadu_ps((__mmask16)mask, p);
+#else
+    float lanes[16] = {0};
+    for (int l = 0; l < 16; l++)
+        if (mask >> l & 1u) lanes[l] = p[l];
+    return vload(lanes);
+#endif
+}
+static inline void vstore_masked(float *p, uint32_t mask, ember_v16 v) {
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, (__mmask16)mask, (__m512)v);
+#else
+    float lanes[16];
+    vstore(lanes, v);
+    for (int l = 0; l < 16; l++)
+        if (mask >> l & 1u) p[l] = lanes[l];
+#endif
+}
+
 #endif
