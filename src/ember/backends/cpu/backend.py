@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
@@ -11,6 +12,7 @@ from ember.codegen.exemptions import C_EXEMPT, C_EXEMPT_FORMS, C_EXEMPT_TYPES
 from ember.codegen.kernels import C_KERNELS, nn, normalization
 from ember.graph import Node
 from ember.lir.ir import Program
+from ember.support.errors import EmberError
 
 # High-level ops the C kernels run directly instead of lowering them, with the condition
 # under which they do (otherwise they are lowered to primitives).
@@ -31,8 +33,13 @@ KERNEL_CONDITIONS = {op: nn.accepts for op in ("Conv", "MaxPool", "AveragePool")
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, num_threads: int | None = None, sanitize: bool | None = None) -> None:
+    def __init__(self, num_threads: int | None = None, sanitize: bool | None = None, march: str | None = None) -> None:
+        """march: build for this ISA level (e.g. "x86-64-v3" for AVX2) instead of the host's
+        own, for libraries that must also run on older machines of the same architecture."""
+        if march is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
+            raise EmberError(f"march {march!r} is not an ISA name")
         self.num_threads = num_threads or os.cpu_count() or 1
+        self.march = march
         # EMBER_SANITIZE=1 builds every library with AddressSanitizer and UBSan (test mode).
         self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
@@ -69,5 +76,5 @@ class CpuBackend(Backend):
 
     def compile(self, program: Program) -> NativeProgram:
         cprogram = generate_c(program, self.num_threads)
-        library = build_library(cprogram.source, sanitize=self.sanitize)
+        library = build_library(cprogram.source, sanitize=self.sanitize, march=self.march)
         return NativeProgram(library, cprogram, program)

@@ -92,10 +92,12 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
     return obj
 
 
-def build_library(source: str, extra_flags: list[str] | None = None, sanitize: bool = False) -> Path:
-    """Compiles a model's C source (plus the cached kernel library) into a shared library."""
+def build_library(source: str, extra_flags: list[str] | None = None, sanitize: bool = False,
+                  march: str | None = None) -> Path:
+    """Compiles a model's C source (plus the cached kernel library) into a shared library,
+    for the host's ISA or the -march level named (which the host must be able to run)."""
     compiler = find_compiler()
-    flags = BASE_FLAGS + target_flags() + list(extra_flags or [])
+    flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
     runtime = _runtime_object(compiler, flags)

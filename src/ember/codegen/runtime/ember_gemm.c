@@ -207,9 +207,21 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
             float ai = a[i * a_rs + k * a_ks];
             for (int j = 0; j < EMBER_NR; j++) acc[j] += ai * bk[j];
         }
+        if (ep && ep->grid_w) {
+            /* Onto the output grid (see ember_epilogue.grid_w), dropping the extra columns. */
+            float *row = c - col0 + i * ldc;
+            for (int j = 0; j < ncols; j++) {
+                long q = col0 + j, gj = q % ep->grid_w, at = q / ep->grid_w * ep->out_w + gj;
+                if (gj >= ep->out_w) continue;
+                float v = acc[j] + (ep->bias ? ep->bias[row0 + i] : 0.0f);
+                if (ep->residual) v += ep->residual[(row0 + i) * ep->ld_residual + at];
+                row[at] = ember_activate(v, ep);
+            }
+            continue;
+        }
         memcpy(c + i * ldc, acc, (size_t)ncols * sizeof(float));
     }
-    if (ep) epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
+    if (ep && !ep->grid_w) epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
 }
 #endif
 
@@ -217,7 +229,7 @@ void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, cons
                      const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
                      long row0, long col0)
 {
-    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE) ep = NULL;
+    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE && !ep->grid_w) ep = NULL;
 #ifdef EMBER_PORTABLE_TILE
     tile_portable(mr, kc, a, a_rs, a_ks, bp, b_ks, koff, c, ldc, ncols, ep, row0, col0);
 #else
