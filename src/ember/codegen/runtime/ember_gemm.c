@@ -191,37 +191,74 @@ static inline __attribute__((always_inline)) void tile(
 #endif
 
 #ifdef EMBER_PORTABLE_TILE
-/* The tile for targets without 512-bit vectors (AOT bundles for AVX2, NEON, Cortex-M, RV64):
- * there the 16 x 16-lane accumulators of `tile` split into more values than the registers
- * hold, and GCC takes minutes and ~0.5 MB of code per instantiation. One row at a time, a
- * 32-float accumulator the compiler keeps in native vectors (or scalars). Reads all 32
- * columns of B, as `tile` does. */
+/* The tile for targets without 512-bit vectors (AVX2, SSE, NEON, Cortex-M, RV64), where the
+ * 16 x 16-lane accumulators of `tile` split into more values than the registers hold (and GCC
+ * takes minutes and ~0.5 MB of code per instantiation). In native vectors (8 lanes with AVX,
+ * 4 otherwise: wider generic vectors go through memory there) it runs 4 rows x 2 vectors of
+ * columns at a time: 8 accumulators, two B vectors and one broadcast fit 16 registers, and
+ * each k does 8 multiply-adds for 6 loads. Rows past mr repeat the last row (computed, never
+ * stored). Reads all 32 columns of B, as `tile` does. */
+#if defined(__AVX__)
+#define EMBER_PL 8
+#else
+#define EMBER_PL 4
+#endif
+typedef float ember_vn __attribute__((vector_size(EMBER_PL * 4)));
+
 static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
                           const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
                           long row0, long col0)
 {
-    for (int i = 0; i < mr; i++) {
-        float acc[EMBER_NR] = {0};
-        for (long k = 0; k < kc; k++) {
-            const float *bk = koff ? bp + koff[k] : bp + k * b_ks;
-            float ai = a[i * a_rs + k * a_ks];
-            for (int j = 0; j < EMBER_NR; j++) acc[j] += ai * bk[j];
-        }
-        if (ep && ep->grid_w) {
-            /* Onto the output grid (see ember_epilogue.grid_w), dropping the extra columns. */
-            float *row = c - col0 + i * ldc;
-            for (int j = 0; j < ncols; j++) {
-                long q = col0 + j, gj = q % ep->grid_w, at = q / ep->grid_w * ep->out_w + gj;
-                if (gj >= ep->out_w) continue;
-                float v = acc[j] + (ep->bias ? ep->bias[row0 + i] : 0.0f);
-                if (ep->residual) v += ep->residual[(row0 + i) * ep->ld_residual + at];
-                row[at] = ember_activate(v, ep);
+    float out[EMBER_MR][EMBER_NR];
+    for (int r = 0; r < mr; r += 4) {
+        const float *ar[4];
+        for (int i = 0; i < 4; i++) ar[i] = a + (r + i < mr ? r + i : mr - 1) * a_rs;
+        for (int h = 0; h < EMBER_NR; h += 2 * EMBER_PL) {
+            ember_vn acc[4][2];
+            for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = (ember_vn){0};
+            for (long k = 0; k < kc; k++) {
+                const float *bk = (koff ? bp + koff[k] : bp + k * b_ks) + h;
+                ember_vn b0, b1;
+                memcpy(&b0, bk, sizeof b0);
+                memcpy(&b1, bk + EMBER_PL, sizeof b1);
+                for (int i = 0; i < 4; i++) {
+                    float ai = ar[i][k * a_ks];
+                    acc[i][0] += ai * b0;
+                    acc[i][1] += ai * b1;
+                }
             }
-            continue;
+            for (int i = 0; i < 4 && r + i < mr; i++) {
+                memcpy(out[r + i] + h, &acc[i][0], sizeof acc[i][0]);
+                memcpy(out[r + i] + h + EMBER_PL, &acc[i][1], sizeof acc[i][1]);
+            }
         }
-        memcpy(c + i * ldc, acc, (size_t)ncols * sizeof(float));
     }
-    if (ep && !ep->grid_w) epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
+    if (ep && ep->grid_w) {
+        /* Onto the output grid (see ember_epilogue.grid_w): runs of columns on one grid row,
+         * the extra columns dropped. */
+        for (int s = 0; s < ncols;) {
+            long q = col0 + s, gj = q % ep->grid_w, at = q / ep->grid_w * ep->out_w + gj;
+            int run = ep->grid_w - gj < ncols - s ? (int)(ep->grid_w - gj) : ncols - s;
+            int kept = gj < ep->out_w ? (ep->out_w - gj < run ? (int)(ep->out_w - gj) : run) : 0;
+            for (int i = 0; i < mr && kept > 0; i++) {
+                float *dst = c - col0 + i * ldc + at, b = ep->bias ? ep->bias[row0 + i] : 0.0f;
+                for (int j = 0; j < kept; j++) dst[j] = out[i][s + j] + b;
+                ember_finish_span(dst, ep->residual ? ep->residual + (row0 + i) * ep->ld_residual + at : NULL, kept, ep);
+            }
+            s += run;
+        }
+        return;
+    }
+    for (int i = 0; i < mr; i++) {
+        if (ep && ep->bias) {
+            if (ep->bias_per_row) for (int j = 0; j < EMBER_NR; j++) out[i][j] += ep->bias[row0 + i];
+            else for (int j = 0; j < ncols; j++) out[i][j] += ep->bias[col0 + j];
+        }
+        memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
+        if (ep)
+            ember_finish_span(c + i * ldc, ep->residual ? ep->residual + (row0 + i) * ep->ld_residual + col0 : NULL,
+                              ncols, ep);
+    }
 }
 #endif
 
