@@ -36,6 +36,8 @@ class NativeProgram:
         self._scratch = _aligned_empty(max(cprogram.scratch_bytes, 64))
         self._errors = cprogram.errors
         self._outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
+        # Fetching an array's address costs microseconds: the fixed regions' are taken once.
+        self._fixed = (self._weights.ctypes.data, self._arena.ctypes.data, self._scratch.ctypes.data)
         self._lock = threading.Lock()
         self.source = cprogram.source
         self.library = library
@@ -44,9 +46,9 @@ class NativeProgram:
         outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        weights, arena, scratch = self._fixed
         with self._lock:
-            status = self._entry(self._weights.ctypes.data, in_ptrs, out_ptrs, self._arena.ctypes.data,
-                                 self._scratch.ctypes.data)
+            status = self._entry(weights, in_ptrs, out_ptrs, arena, scratch)
         if status:
             raise EmberError(self._errors.get(status, f"native code failed with status {status}"))
         return outputs
