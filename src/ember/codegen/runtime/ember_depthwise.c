@@ -9,45 +9,12 @@
  * load on AVX-512). Every vector accumulates all taps in registers and is stored once with
  * the bias and activation applied, so the input is read once and the output written once,
  * with no padded copy.
- * L is the machine's vector width (16 floats on AVX-512, 8 on AVX, 4 elsewhere): wider
- * generic vectors than the registers spill, and small maps waste fewer lanes. */
+ * L is the machine's vector width (ember_vn, see ember_simd.h): small maps waste fewer lanes. */
 #include "ember_gemm.h"
 #include "ember_math.h"
 #include "ember_simd.h"
 
-#if defined(__AVX512F__)
-#define DW_L 16
-#elif defined(__AVX__)
-#define DW_L 8
-#else
-#define DW_L 4
-#endif
-typedef float dw_v __attribute__((vector_size(DW_L * 4)));
-typedef int32_t dw_iv __attribute__((vector_size(DW_L * 4)));
-
-static inline dw_v dw_load(const float *p) { dw_v v; memcpy(&v, p, sizeof v); return v; }
-static inline void dw_put(float *p, dw_v v) { memcpy(p, &v, sizeof v); }
-static inline dw_v dw_splat(float x) { dw_v v = {0}; return v + x; }
-static inline dw_v dw_select(dw_iv mask, dw_v a, dw_v b) { return (dw_v)(((dw_iv)a & mask) | ((dw_iv)b & ~mask)); }
-
-/* Lane-wise max / min; a NaN in `b` comes through, as in np.maximum / np.minimum. */
-static inline dw_v dw_max(dw_v a, dw_v b)
-{
-#if DW_L == 16
-    return (dw_v)_mm512_max_ps((__m512)a, (__m512)b);
-#else
-    return dw_select(a > b, a, b);
-#endif
-}
-
-static inline dw_v dw_min(dw_v a, dw_v b)
-{
-#if DW_L == 16
-    return (dw_v)_mm512_min_ps((__m512)a, (__m512)b);
-#else
-    return dw_select(a < b, a, b);
-#endif
-}
+#define DW_L EMBER_VN_LANES
 
 /* Which lanes l of an L-float window at row[start] lie inside a row of n floats. */
 static inline uint32_t dw_window_mask(long start, long n)
@@ -57,54 +24,17 @@ static inline uint32_t dw_window_mask(long start, long n)
     return ((1u << hi) - 1u) & ~((1u << lo) - 1u);
 }
 
-#if DW_L == 8 && defined(__AVX2__)
-static inline __m256i dw_lanes(uint32_t mask)
-{
-    const dw_iv bit = {1, 2, 4, 8, 16, 32, 64, 128};
-    return (__m256i)((bit & (int32_t)mask) != 0);
-}
-#endif
-
-/* Lanes in `mask` read p[l], the others are zero; only those lanes touch memory. */
-static inline dw_v dw_load_masked(const float *p, uint32_t mask)
+static inline ember_vn dw_even_lanes(ember_vn lo, ember_vn hi)
 {
 #if DW_L == 16
-    return (dw_v)_mm512_maskz_loadu_ps((__mmask16)mask, p);
-#elif DW_L == 8 && defined(__AVX2__)
-    return (dw_v)_mm256_maskload_ps(p, dw_lanes(mask));
-#else
-    float lanes[DW_L] = {0};
-    for (int l = 0; l < DW_L; l++)
-        if (mask >> l & 1u) lanes[l] = p[l];
-    return dw_load(lanes);
-#endif
-}
-
-static inline void dw_store_masked(float *p, uint32_t mask, dw_v v)
-{
-#if DW_L == 16
-    _mm512_mask_storeu_ps(p, (__mmask16)mask, (__m512)v);
-#elif DW_L == 8 && defined(__AVX2__)
-    _mm256_maskstore_ps(p, dw_lanes(mask), (__m256)v);
-#else
-    float lanes[DW_L];
-    dw_put(lanes, v);
-    for (int l = 0; l < DW_L; l++)
-        if (mask >> l & 1u) p[l] = lanes[l];
-#endif
-}
-
-static inline dw_v dw_even_lanes(dw_v lo, dw_v hi)
-{
-#if DW_L == 16
-    const dw_iv even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    const ember_vni even = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
 #elif DW_L == 8
-    const dw_iv even = {0, 2, 4, 6, 8, 10, 12, 14};
+    const ember_vni even = {0, 2, 4, 6, 8, 10, 12, 14};
 #else
-    const dw_iv even = {0, 2, 4, 6};
+    const ember_vni even = {0, 2, 4, 6};
 #endif
 #ifdef __clang__
-    dw_v out;
+    ember_vn out;
     for (int l = 0; l < DW_L; l++) out[l] = even[l] < DW_L ? lo[even[l]] : hi[even[l] - DW_L];
     return out;
 #else
@@ -130,41 +60,41 @@ static int dw_act_in_register(const ember_epilogue *ep, const float *residual)
     return !residual && (ep->act == EMBER_ACT_NONE || ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP);
 }
 
-static inline dw_v dw_act(dw_v v, int act, dw_v lo, dw_v hi)
+static inline ember_vn dw_act(ember_vn v, int act, ember_vn lo, ember_vn hi)
 {
-    if (act == EMBER_ACT_RELU) return dw_max(lo, v);
-    if (act == EMBER_ACT_CLIP) return dw_min(hi, dw_max(lo, v));
+    if (act == EMBER_ACT_RELU) return vn_max(lo, v);
+    if (act == EMBER_ACT_CLIP) return vn_min(hi, vn_max(lo, v));
     return v;
 }
 
-static inline void dw_store(float *yr, long j, long ow, dw_v v)
+static inline void dw_store(float *yr, long j, long ow, ember_vn v)
 {
-    if (j + DW_L <= ow) dw_put(yr + j, v);
-    else dw_store_masked(yr + j, (1u << (ow - j)) - 1u, v);
+    if (j + DW_L <= ow) vn_store(yr + j, v);
+    else vn_store_masked(yr + j, (1u << (ow - j)) - 1u, v);
 }
 
 /* The taps of outputs (i, j..j+L-1) from row pointers (rows in the padding point at zeros);
  * `masks` (KW pairs, one per L-float half) is NULL where every read lies inside the row. */
-static inline __attribute__((always_inline)) dw_v
-dw_vector(const float *const *rows, const dw_v *wt, const long KH, const long KW, const long S, long start,
-          const uint32_t *masks, dw_v sum)
+static inline __attribute__((always_inline)) ember_vn
+dw_vector(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long S, long start,
+          const uint32_t *masks, ember_vn sum)
 {
     /* One accumulator per kernel row (up to three) shortens the chain of dependent
      * multiply-adds, which otherwise bounds the speed. */
-    dw_v acc1 = dw_splat(0.0f), acc2 = dw_splat(0.0f);
+    ember_vn acc1 = vn_splat(0.0f), acc2 = vn_splat(0.0f);
     #pragma GCC unroll 8
     for (long u = 0; u < KH; u++) {
         const float *row = rows[u];
         #pragma GCC unroll 8
         for (long v = 0; v < KW; v++) {
-            dw_v in;
+            ember_vn in;
             if (S == 1)
-                in = masks ? dw_load_masked(row + start + v, masks[2 * v]) : dw_load(row + start + v);
+                in = masks ? vn_load_masked(row + start + v, masks[2 * v]) : vn_load(row + start + v);
             else if (masks)
-                in = dw_even_lanes(dw_load_masked(row + start + v, masks[2 * v]),
-                                   dw_load_masked(row + start + v + DW_L, masks[2 * v + 1]));
+                in = dw_even_lanes(vn_load_masked(row + start + v, masks[2 * v]),
+                                   vn_load_masked(row + start + v + DW_L, masks[2 * v + 1]));
             else
-                in = dw_even_lanes(dw_load(row + start + v), dw_load(row + start + v + DW_L));
+                in = dw_even_lanes(vn_load(row + start + v), vn_load(row + start + v + DW_L));
             if (u % 3 == 1) acc1 += wt[u * KW + v] * in;
             else if (u % 3 == 2) acc2 += wt[u * KW + v] * in;
             else sum += wt[u * KW + v] * in;
@@ -190,12 +120,12 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
                   const float *wc, float b0, float *yc, const float *rc, const ember_epilogue *ep,
                   const float *zeros)
 {
-    dw_v wt[64];
-    for (long t = 0; t < KH * KW; t++) wt[t] = dw_splat(wc[t]);
+    ember_vn wt[64];
+    for (long t = 0; t < KH * KW; t++) wt[t] = vn_splat(wc[t]);
     int in_reg = dw_act_in_register(ep, rc);
     int act = in_reg ? ep->act : EMBER_ACT_NONE;
-    dw_v lo = dw_splat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = dw_splat(ep->beta);
-    dw_v bias = dw_splat(b0);
+    ember_vn lo = vn_splat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vn_splat(ep->beta);
+    ember_vn bias = vn_splat(b0);
     long W = g->W, PW = g->PW, OW = g->OW;
     /* Output vectors [j_in, j_out) read only inside the row; the others take masked windows. */
     long j_in = (PW + S - 1) / S;
@@ -222,7 +152,7 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
             dw_rows(g, xc, zeros, i, KH, S, rows);
             float *yr = yc + i * OW;
             for (long j = j_in; j < j_out; j += DW_L)
-                dw_put(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, NULL, bias), act, lo, hi));
+                vn_store(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, NULL, bias), act, lo, hi));
         }
     if (!in_reg) ember_finish_span(yc, rc, g->OH * g->OW, ep);
 }

@@ -16,26 +16,6 @@ float ember_activate(float v, const ember_epilogue *ep)
     }
 }
 
-/* Bias, residual and activation on one 16-wide vector of row `row`, columns [col, col + 16),
- * while it is still in registers. */
-static inline __attribute__((always_inline)) ember_v16 finish(ember_v16 v, const ember_epilogue *ep, long row, long col)
-{
-    if (ep->bias) v += ep->bias_per_row ? vsplat(ep->bias[row]) : vload(ep->bias + col);
-    if (ep->residual) v += vload(ep->residual + row * ep->ld_residual + col);
-    switch (ep->act) {
-    case EMBER_ACT_NONE: return v;
-    case EMBER_ACT_RELU: return vmax(vsplat(0.0f), v);
-    case EMBER_ACT_CLIP: return vmin(vsplat(ep->beta), vmax(vsplat(ep->alpha), v));
-    case EMBER_ACT_LEAKY_RELU: return vselect(v >= vsplat(0.0f), v, v * ep->alpha);
-    default: {
-        float tmp[16];
-        vstore(tmp, v);
-        for (int j = 0; j < 16; j++) tmp[j] = ember_activate(tmp[j], ep);
-        return vload(tmp);
-    }
-    }
-}
-
 void ember_finish_span(float *y, const float *residual, long n, const ember_epilogue *ep)
 {
     if (residual) for (long j = 0; j < n; j++) y[j] += residual[j];
@@ -53,46 +33,87 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
     }
 }
 
-static void epilogue_partial(float *c, long ldc, int mr, int ncols, const ember_epilogue *ep, long row0, long col0)
+/* A finished tile held in memory (`out`, 32 floats a row) into C's rows, bias, residual and
+ * activation applied on the way. */
+static void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols, const ember_epilogue *ep,
+                       long row0, long col0)
 {
-    for (int i = 0; i < mr; i++)
-        for (int j = 0; j < ncols; j++) {
-            float v = c[i * ldc + j];
-            if (ep->bias) v += ep->bias_per_row ? ep->bias[row0 + i] : ep->bias[col0 + j];
-            if (ep->residual) v += ep->residual[(row0 + i) * ep->ld_residual + col0 + j];
-            c[i * ldc + j] = ember_activate(v, ep);
+    for (int i = 0; i < mr; i++) {
+        if (ep && ep->bias) {
+            if (ep->bias_per_row) for (int j = 0; j < EMBER_NR; j++) out[i][j] += ep->bias[row0 + i];
+            else for (int j = 0; j < ncols; j++) out[i][j] += ep->bias[col0 + j];
         }
+        memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
+        if (ep)
+            ember_finish_span(c + i * ldc, ep->residual ? ep->residual + (row0 + i) * ep->ld_residual + col0 : NULL,
+                              ncols, ep);
+    }
 }
 
-/* The tile's rows onto an output grid (see ember_epilogue.grid_w): the 32 columns split into
- * runs that stay on one grid row; each run's kept columns are contiguous in C, so they go
- * out as masked vector stores, the residual coming in the same way. */
+/* Tile columns [s, s + run) lie on one row of the output grid (see ember_epilogue.grid_w);
+ * the first `kept` of them are output columns, stored from output position `at` on. Returns
+ * run. */
+static inline int grid_run(const ember_epilogue *ep, long col0, int s, int ncols, int *kept, long *at)
+{
+    long q = col0 + s, gj = q % ep->grid_w;
+    int run = ep->grid_w - gj < ncols - s ? (int)(ep->grid_w - gj) : ncols - s;
+    *kept = gj < ep->out_w ? (ep->out_w - gj < run ? (int)(ep->out_w - gj) : run) : 0;
+    *at = q / ep->grid_w * ep->out_w + gj;
+    return run;
+}
+
+/* Without 512-bit vectors the register tile below does not fit the register file (see
+ * tile_portable), so every such target, JIT host or AOT bundle, takes the portable tile. */
+#if !defined(__AVX512F__) && !defined(EMBER_PORTABLE_TILE)
+#define EMBER_PORTABLE_TILE 1
+#endif
+
+#ifndef EMBER_PORTABLE_TILE
+/* The AVX-512 tile: here ember_vn is ember_v16 (see ember_simd.h). */
+
+/* Bias, residual and activation on one 16-wide vector of row `row`, columns [col, col + 16),
+ * while it is still in registers. */
+static inline __attribute__((always_inline)) ember_v16 finish(ember_v16 v, const ember_epilogue *ep, long row, long col)
+{
+    if (ep->bias) v += ep->bias_per_row ? vsplat(ep->bias[row]) : vload(ep->bias + col);
+    if (ep->residual) v += vload(ep->residual + row * ep->ld_residual + col);
+    switch (ep->act) {
+    case EMBER_ACT_NONE: return v;
+    case EMBER_ACT_RELU: return vn_max(vsplat(0.0f), v);
+    case EMBER_ACT_CLIP: return vn_min(vsplat(ep->beta), vn_max(vsplat(ep->alpha), v));
+    case EMBER_ACT_LEAKY_RELU: return vselect(v >= vsplat(0.0f), v, v * ep->alpha);
+    default: {
+        float tmp[16];
+        vstore(tmp, v);
+        for (int j = 0; j < 16; j++) tmp[j] = ember_activate(tmp[j], ep);
+        return vload(tmp);
+    }
+    }
+}
+
+/* The tile's rows onto the output grid: each run's kept columns are contiguous in C, so they
+ * go out as masked vector stores, the residual coming in the same way. */
 static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
                        const ember_epilogue *ep, long row0, long col0)
 {
     ember_epilogue rest = *ep;
     rest.residual = NULL;
     float *row_base = c - col0;  /* C's columns are output positions from here on */
-    for (int s = 0; s < ncols;) {
-        long q = col0 + s, gi = q / ep->grid_w, gj = q % ep->grid_w;
-        int run = ep->grid_w - gj < ncols - s ? (int)(ep->grid_w - gj) : ncols - s;
-        if (gj < ep->out_w) {
-            int kept = ep->out_w - gj < run ? (int)(ep->out_w - gj) : run;
-            long shift = gi * ep->out_w + gj - q;  /* lane l of the tile goes to column col0 + l + shift */
-            for (int h = 0; h < 2; h++) {
-                int lo = s > 16 * h ? s - 16 * h : 0, hi = s + kept - 16 * h < 16 ? s + kept - 16 * h : 16;
-                if (hi <= lo) continue;
-                uint32_t mask = ((1u << hi) - 1u) & ~((1u << lo) - 1u);
-                long at = col0 + 16 * h + shift;
-                for (int i = 0; i < mr; i++) {
-                    ember_v16 v = acc[i][h];
-                    if (ep->residual)
-                        v += vload_masked(ep->residual + (row0 + i) * ep->ld_residual + at, mask);
-                    vstore_masked(row_base + i * ldc + at, mask, finish(v, &rest, row0 + i, at));
-                }
+    int kept;
+    long at;
+    for (int s = 0, run; s < ncols; s += run) {
+        run = grid_run(ep, col0, s, ncols, &kept, &at);
+        for (int h = 0; h < 2 && kept > 0; h++) {
+            int lo = s > 16 * h ? s - 16 * h : 0, hi = s + kept - 16 * h < 16 ? s + kept - 16 * h : 16;
+            if (hi <= lo) continue;
+            uint32_t mask = ((1u << hi) - 1u) & ~((1u << lo) - 1u);
+            long lane0 = at - s + 16 * h;  /* where lane 0 of this half would go */
+            for (int i = 0; i < mr; i++) {
+                ember_v16 v = acc[i][h];
+                if (ep->residual) v += vn_load_masked(ep->residual + (row0 + i) * ep->ld_residual + lane0, mask);
+                vn_store_masked(row_base + i * ldc + lane0, mask, finish(v, &rest, row0 + i, lane0));
             }
         }
-        s += run;
     }
 }
 
@@ -163,13 +184,12 @@ static inline __attribute__((always_inline)) void tile(
         }
         return;
     }
+    float out[EMBER_MR][EMBER_NR];
     for (int i = 0; i < mr; i++) {
-        float tmp[EMBER_NR];
-        vstore(tmp, acc[i][0]);
-        vstore(tmp + 16, acc[i][1]);
-        memcpy(c + i * ldc, tmp, (size_t)ncols * sizeof(float));
+        vstore(out[i], acc[i][0]);
+        vstore(out[i] + 16, acc[i][1]);
     }
-    if (ep) epilogue_partial(c, ldc, mr, ncols, ep, row0, col0);
+    store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
 }
 
 #define EMBER_TILE_CASES(KOFF) \
@@ -184,27 +204,16 @@ static inline __attribute__((always_inline)) void tile(
     default: tile(1, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
     }
 
-/* Without 512-bit vectors the register tile below does not fit the register file (see
- * tile_portable), so every such target, JIT host or AOT bundle, takes the portable tile. */
-#if !defined(__AVX512F__) && !defined(EMBER_PORTABLE_TILE)
-#define EMBER_PORTABLE_TILE 1
 #endif
 
 #ifdef EMBER_PORTABLE_TILE
 /* The tile for targets without 512-bit vectors (AVX2, SSE, NEON, Cortex-M, RV64), where the
  * 16 x 16-lane accumulators of `tile` split into more values than the registers hold (and GCC
- * takes minutes and ~0.5 MB of code per instantiation). In native vectors (8 lanes with AVX,
- * 4 otherwise: wider generic vectors go through memory there) it runs 4 rows x 2 vectors of
+ * takes minutes and ~0.5 MB of code per instantiation). In native vectors (ember_vn: 8 lanes
+ * with AVX, 4 otherwise; 16 where forced on AVX-512) it runs 4 rows x 2 vectors of
  * columns at a time: 8 accumulators, two B vectors and one broadcast fit 16 registers, and
  * each k does 8 multiply-adds for 6 loads. Rows past mr repeat the last row (computed, never
  * stored). Reads all 32 columns of B, as `tile` does. */
-#if defined(__AVX__)
-#define EMBER_PL 8
-#else
-#define EMBER_PL 4
-#endif
-typedef float ember_vn __attribute__((vector_size(EMBER_PL * 4)));
-
 static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
                           const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
                           long row0, long col0)
@@ -213,14 +222,12 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
     for (int r = 0; r < mr; r += 4) {
         const float *ar[4];
         for (int i = 0; i < 4; i++) ar[i] = a + (r + i < mr ? r + i : mr - 1) * a_rs;
-        for (int h = 0; h < EMBER_NR; h += 2 * EMBER_PL) {
+        for (int h = 0; h < EMBER_NR; h += 2 * EMBER_VN_LANES) {
             ember_vn acc[4][2];
-            for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = (ember_vn){0};
+            for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = vn_splat(0.0f);
             for (long k = 0; k < kc; k++) {
                 const float *bk = (koff ? bp + koff[k] : bp + k * b_ks) + h;
-                ember_vn b0, b1;
-                memcpy(&b0, bk, sizeof b0);
-                memcpy(&b1, bk + EMBER_PL, sizeof b1);
+                ember_vn b0 = vn_load(bk), b1 = vn_load(bk + EMBER_VN_LANES);
                 for (int i = 0; i < 4; i++) {
                     float ai = ar[i][k * a_ks];
                     acc[i][0] += ai * b0;
@@ -228,36 +235,25 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
                 }
             }
             for (int i = 0; i < 4 && r + i < mr; i++) {
-                memcpy(out[r + i] + h, &acc[i][0], sizeof acc[i][0]);
-                memcpy(out[r + i] + h + EMBER_PL, &acc[i][1], sizeof acc[i][1]);
+                vn_store(out[r + i] + h, acc[i][0]);
+                vn_store(out[r + i] + h + EMBER_VN_LANES, acc[i][1]);
             }
         }
     }
-    if (ep && ep->grid_w) {
-        /* Onto the output grid (see ember_epilogue.grid_w): runs of columns on one grid row,
-         * the extra columns dropped. */
-        for (int s = 0; s < ncols;) {
-            long q = col0 + s, gj = q % ep->grid_w, at = q / ep->grid_w * ep->out_w + gj;
-            int run = ep->grid_w - gj < ncols - s ? (int)(ep->grid_w - gj) : ncols - s;
-            int kept = gj < ep->out_w ? (ep->out_w - gj < run ? (int)(ep->out_w - gj) : run) : 0;
-            for (int i = 0; i < mr && kept > 0; i++) {
-                float *dst = c - col0 + i * ldc + at, b = ep->bias ? ep->bias[row0 + i] : 0.0f;
-                for (int j = 0; j < kept; j++) dst[j] = out[i][s + j] + b;
-                ember_finish_span(dst, ep->residual ? ep->residual + (row0 + i) * ep->ld_residual + at : NULL, kept, ep);
-            }
-            s += run;
-        }
+    if (!(ep && ep->grid_w)) {
+        store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
         return;
     }
-    for (int i = 0; i < mr; i++) {
-        if (ep && ep->bias) {
-            if (ep->bias_per_row) for (int j = 0; j < EMBER_NR; j++) out[i][j] += ep->bias[row0 + i];
-            else for (int j = 0; j < ncols; j++) out[i][j] += ep->bias[col0 + j];
+    /* Onto the output grid: the kept columns of each run, then their epilogue. */
+    int kept;
+    long at;
+    for (int s = 0, run; s < ncols; s += run) {
+        run = grid_run(ep, col0, s, ncols, &kept, &at);
+        for (int i = 0; i < mr && kept > 0; i++) {
+            float *dst = c - col0 + i * ldc + at, b = ep->bias ? ep->bias[row0 + i] : 0.0f;
+            for (int j = 0; j < kept; j++) dst[j] = out[i][s + j] + b;
+            ember_finish_span(dst, ep->residual ? ep->residual + (row0 + i) * ep->ld_residual + at : NULL, kept, ep);
         }
-        memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
-        if (ep)
-            ember_finish_span(c + i * ldc, ep->residual ? ep->residual + (row0 + i) * ep->ld_residual + col0 : NULL,
-                              ncols, ep);
     }
 }
 #endif

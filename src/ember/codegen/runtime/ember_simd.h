@@ -1,6 +1,11 @@
-/* 16-lane float vectors through GCC/Clang vector extensions, shared by the kernel library's
- * .c files: zmm on AVX-512, ymm pairs on AVX2, NEON quads on AArch64, scalar elsewhere.
- * Loads and stores go through memcpy, so no alignment is assumed. */
+/* Float vectors through GCC/Clang vector extensions, shared by the kernel library's .c files.
+ * Loads and stores go through memcpy, so no alignment is assumed.
+ *
+ * ember_v16: 16 lanes whatever the target (zmm on AVX-512; elsewhere the compiler splits it),
+ * for the AVX-512 GEMM tile and code that is not register-bound.
+ * ember_vn: the target's native width, EMBER_VN_LANES floats (16 on AVX-512, 8 with AVX, 4
+ * otherwise), for register-tiled kernels that must build everywhere: wider generic vectors
+ * than the registers spill, and on SSE even a splat goes through memory. */
 #ifndef EMBER_SIMD_H
 #define EMBER_SIMD_H
 
@@ -20,42 +25,70 @@ static inline ember_v16 vselect(ember_i16 mask, ember_v16 a, ember_v16 b) {
     return (ember_v16)(((ember_i16)a & mask) | ((ember_i16)b & ~mask));
 }
 
+#if defined(__AVX512F__)
+#define EMBER_VN_LANES 16
+#elif defined(__AVX__)
+#define EMBER_VN_LANES 8
+#else
+#define EMBER_VN_LANES 4
+#endif
+typedef float ember_vn __attribute__((vector_size(EMBER_VN_LANES * 4)));
+typedef int32_t ember_vni __attribute__((vector_size(EMBER_VN_LANES * 4)));
+
+static inline ember_vn vn_load(const float *p) { ember_vn v; memcpy(&v, p, sizeof v); return v; }
+static inline void vn_store(float *p, ember_vn v) { memcpy(p, &v, sizeof v); }
+static inline ember_vn vn_splat(float x) { ember_vn v = {0}; return v + x; }
+static inline ember_vn vn_select(ember_vni mask, ember_vn a, ember_vn b) {
+    return (ember_vn)(((ember_vni)a & mask) | ((ember_vni)b & ~mask));
+}
+
 /* Lane-wise max and min; a NaN in `b` comes through (as np.maximum / np.minimum keep NaNs
  * when `b` is the data). */
-static inline ember_v16 vmax(ember_v16 a, ember_v16 b) {
-#if defined(__AVX512F__)
-    return (ember_v16)_mm512_max_ps((__m512)a, (__m512)b);
+static inline ember_vn vn_max(ember_vn a, ember_vn b) {
+#if EMBER_VN_LANES == 16
+    return (ember_vn)_mm512_max_ps((__m512)a, (__m512)b);
 #else
-    return vselect(a > b, a, b);
+    return vn_select(a > b, a, b);
 #endif
 }
-static inline ember_v16 vmin(ember_v16 a, ember_v16 b) {
-#if defined(__AVX512F__)
-    return (ember_v16)_mm512_min_ps((__m512)a, (__m512)b);
+static inline ember_vn vn_min(ember_vn a, ember_vn b) {
+#if EMBER_VN_LANES == 16
+    return (ember_vn)_mm512_min_ps((__m512)a, (__m512)b);
 #else
-    return vselect(a < b, a, b);
+    return vn_select(a < b, a, b);
 #endif
 }
 
+#if EMBER_VN_LANES == 8 && defined(__AVX2__)
+static inline __m256i vn_lane_mask(uint32_t mask) {
+    const ember_vni bit = {1, 2, 4, 8, 16, 32, 64, 128};
+    return (__m256i)((bit & (int32_t)mask) != 0);
+}
+#endif
+
 /* Lanes whose bit is set in `mask` read p[l] (the others are zero) / are written to p[l];
  * only those lanes touch memory. */
-static inline ember_v16 vload_masked(const float *p, uint32_t mask) {
-#if defined(__AVX512F__)
-    return (ember_v16)_mm512_maskz_loadu_ps((__mmask16)mask, p);
+static inline ember_vn vn_load_masked(const float *p, uint32_t mask) {
+#if EMBER_VN_LANES == 16
+    return (ember_vn)_mm512_maskz_loadu_ps((__mmask16)mask, p);
+#elif EMBER_VN_LANES == 8 && defined(__AVX2__)
+    return (ember_vn)_mm256_maskload_ps(p, vn_lane_mask(mask));
 #else
-    float lanes[16] = {0};
-    for (int l = 0; l < 16; l++)
+    float lanes[EMBER_VN_LANES] = {0};
+    for (int l = 0; l < EMBER_VN_LANES; l++)
         if (mask >> l & 1u) lanes[l] = p[l];
-    return vload(lanes);
+    return vn_load(lanes);
 #endif
 }
-static inline void vstore_masked(float *p, uint32_t mask, ember_v16 v) {
-#if defined(__AVX512F__)
+static inline void vn_store_masked(float *p, uint32_t mask, ember_vn v) {
+#if EMBER_VN_LANES == 16
     _mm512_mask_storeu_ps(p, (__mmask16)mask, (__m512)v);
+#elif EMBER_VN_LANES == 8 && defined(__AVX2__)
+    _mm256_maskstore_ps(p, vn_lane_mask(mask), (__m256)v);
 #else
-    float lanes[16];
-    vstore(lanes, v);
-    for (int l = 0; l < 16; l++)
+    float lanes[EMBER_VN_LANES];
+    vn_store(lanes, v);
+    for (int l = 0; l < EMBER_VN_LANES; l++)
         if (mask >> l & 1u) p[l] = lanes[l];
 #endif
 }
