@@ -1,8 +1,10 @@
 """Ember cpu vs ONNX Runtime on the shared models and a 1024x1024x1024 GEMM with constant
-weights, at 1 and 2 threads, each engine in its own process, alternating; prints medians,
-the Ember/ONNX Runtime ratio, GFLOP/s where the FLOP count is known, and compile times.
+weights, at 1 and 2 threads. Each engine runs in its own long-lived process and the two take
+turns in short timing blocks (see ember/bench.py); prints median latencies, the median
+Ember/ONNX Runtime ratio of adjacent blocks with its quartiles, GFLOP/s where the FLOP count
+is known, and compile times (from an empty cache, and cached).
 
-    python bench/compare.py [--models mlp,resnet18,...] [--threads 1,2] [--rounds 3]
+    python bench/compare.py [--models mlp,resnet18,...] [--threads 1,2] [--rounds 15] [--seconds 0.3]
 """
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="mlp,resnet18,mobilenetv2,bert_synthetic,gru,gemm1024")
     parser.add_argument("--threads", default="1,2")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=15, help="timing blocks per engine")
+    parser.add_argument("--seconds", type=float, default=0.3, help="length of one timing block")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
@@ -51,15 +53,16 @@ def main() -> int:
             if not paths[name].exists():
                 print(f"skipping {name}: {paths[name]} not found", file=sys.stderr)
                 del paths[name]
-        print(f"{'model':16} {'thr':>3} {'ember ms':>10} {'ort ms':>10} {'ratio':>6} {'GFLOP/s':>8} "
-              f"{'compile s':>9} {'cached s':>8}")
+        print(f"{'model':16} {'thr':>3} {'ember ms':>10} {'ort ms':>10} {'ratio':>6} {'(q1-q3)':>11} "
+              f"{'GFLOP/s':>8} {'compile s':>9} {'cached s':>8}")
         for threads in [int(t) for t in args.threads.split(",")]:
             for name, path in paths.items():
                 r = compare(str(path), threads, rounds=args.rounds, seconds=args.seconds)
                 gflops = f"{GFLOP[name] / r['ember']:.1f}" if name in GFLOP else "-"
-                cached = f"{r['compile_cached']:.2f}" if r.get("compile_cached") is not None else "-"
+                spread = f"{r['ratio_q1']:.2f}-{r['ratio_q3']:.2f}"
                 print(f"{name:16} {threads:>3} {r['ember'] * 1e3:>10.3f} {r['onnxruntime'] * 1e3:>10.3f} "
-                      f"{r['ratio']:>6.2f} {gflops:>8} {r['compile_first']:>9.2f} {cached:>8}", flush=True)
+                      f"{r['ratio']:>6.2f} {spread:>11} {gflops:>8} {r['compile_first']:>9.2f} "
+                      f"{r['compile_cached']:>8.2f}", flush=True)
     return 0
 
 

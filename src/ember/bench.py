@@ -1,8 +1,12 @@
 """Side-by-side latency measurement shared by `ember bench` and bench/compare.py.
 
-Each engine runs in its own process (so thread pools never compete), the processes
-alternate, and each reports the median of many timed runs after warm-up; ratios are
-computed from medians taken in the same session. ONNX Runtime is only a yardstick here."""
+Each engine lives in its own long-running process (so thread pools never compete), and the
+processes take turns: the driver asks one for a short block of timed runs, waits, then asks
+the other, many times over, reversing the order every pair. On a shared machine the load
+from neighbours comes and goes over seconds; a ratio taken per adjacent pair of blocks sees
+both engines under the same conditions, so the reported ratio is the median of the per-pair
+ratios (with its quartiles), not a ratio of medians taken at different times.
+ONNX Runtime is only a yardstick here."""
 from __future__ import annotations
 
 import json
@@ -13,11 +17,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ember.support.errors import EmberError
+
+# Threads of the engine that just finished may spin for a moment before sleeping.
+_HANDOFF_SECONDS = 0.05
 
 
 def _inputs_for(session_inputs: list[tuple[str, tuple[int, ...], np.dtype]], reference: Path | None) -> dict:
@@ -34,34 +41,27 @@ def _inputs_for(session_inputs: list[tuple[str, tuple[int, ...], np.dtype]], ref
     return feeds
 
 
-def _time(fn, seconds: float, min_runs: int) -> list[float]:
-    for _ in range(3):
-        fn()
+def _time_block(fn: Callable[[], Any], seconds: float, min_runs: int) -> list[float]:
     times: list[float] = []
     start = time.perf_counter()
     while len(times) < min_runs or time.perf_counter() - start < seconds:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-        if len(times) >= 20 * min_runs:
-            break
     return times
 
 
-def worker(engine: str, model: str, threads: int, backend: str, seconds: float, min_runs: int) -> dict[str, Any]:
-    """Runs inside a child process: loads one engine, returns timings as a dict."""
-    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+def _load(engine: str, model: str, threads: int, backend: str) -> tuple[Callable[[], Any], dict[str, Any]]:
     reference = Path(model).with_suffix(".ref.npz")
     if engine == "ember":
         import ember
 
         t0 = time.perf_counter()
         compiled = ember.compile(model, backend=backend, num_threads=threads)
-        compile_seconds = time.perf_counter() - t0
+        info = {"compile_seconds": time.perf_counter() - t0}
         specs = [(s.name, s.type.shape, s.type.dtype.numpy) for s in compiled.inputs]
         feeds = _inputs_for(specs, reference)
-        times = _time(lambda: compiled.run(feeds), seconds, min_runs)
-        return {"median": statistics.median(times), "runs": len(times), "compile_seconds": compile_seconds}
+        return (lambda: compiled.run(feeds)), info
     if engine == "onnxruntime":
         import onnxruntime as ort
 
@@ -73,42 +73,112 @@ def worker(engine: str, model: str, threads: int, backend: str, seconds: float, 
                     "tensor(bool)": np.bool_, "tensor(double)": np.float64}
         specs = [(i.name, tuple(i.shape), type_map[i.type]) for i in session.get_inputs()]
         feeds = _inputs_for(specs, reference)
-        times = _time(lambda: session.run(None, feeds), seconds, min_runs)
-        return {"median": statistics.median(times), "runs": len(times)}
+        return (lambda: session.run(None, feeds)), {}
     raise EmberError(f"unknown engine '{engine}' (ember or onnxruntime)")
 
 
-def run_in_process(engine: str, model: str, threads: int, backend: str = "cpu", seconds: float = 2.0,
-                   min_runs: int = 20) -> dict[str, Any]:
-    with tempfile.NamedTemporaryFile("r", suffix=".json") as out:
-        code = ("import json, sys; from ember.bench import worker; "
-                "json.dump(worker(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5]), int(sys.argv[6])), "
-                "open(sys.argv[7], 'w'))")
+def serve(engine: str, model: str, threads: int, backend: str) -> None:
+    """Runs inside a child process: loads one engine, then answers timing requests.
+
+    The protocol is one JSON object per line on the original stdout (anything the engine
+    prints goes to stderr): first {"ready": ..., info}, then for each request line
+    {"seconds": s, "min_runs": n} a reply {"times": [...]}, until stdin closes."""
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    try:
+        run, info = _load(engine, model, threads, backend)
+        for _ in range(3):
+            run()
+    except Exception as err:  # reported to the driver, which raises it as an EmberError
+        protocol.write(json.dumps({"error": f"{type(err).__name__}: {err}"}) + "\n")
+        protocol.flush()
+        return
+    protocol.write(json.dumps({"ready": True, **info}) + "\n")
+    protocol.flush()
+    for line in sys.stdin:
+        request = json.loads(line)
+        times = _time_block(run, float(request["seconds"]), int(request["min_runs"]))
+        protocol.write(json.dumps({"times": times}) + "\n")
+        protocol.flush()
+
+
+class _Worker:
+    def __init__(self, engine: str, model: str, threads: int, backend: str, cache_dir: str | None = None):
+        self.engine = engine
+        code = "import sys; from ember.bench import serve; serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])"
         # NumPy's own BLAS pool would spin on the cores the engine under test uses (Ember folds
         # constants with NumPy at compile time): one BLAS thread, for both engines alike.
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(seconds),
-                                 str(min_runs), out.name], capture_output=True, text=True, env=env, check=False)
-        if result.returncode != 0:
-            raise EmberError(f"{engine} failed on {model}:\n{result.stderr[-3000:]}")
-        return json.load(open(out.name))
+        if cache_dir:
+            env["EMBER_CACHE_DIR"] = cache_dir
+        self._stderr = tempfile.TemporaryFile("w+")
+        self._process = subprocess.Popen([sys.executable, "-c", code, engine, model, str(threads), backend],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                         text=True, env=env)
+        self.info = self._reply()
+
+    def _reply(self) -> dict[str, Any]:
+        line = self._process.stdout.readline()
+        reply = json.loads(line) if line else {}
+        if "error" in reply or not reply:
+            self.close()
+            self._stderr.seek(0)
+            detail = reply.get("error") or self._stderr.read()[-3000:]
+            raise EmberError(f"{self.engine} failed: {detail}")
+        return reply
+
+    def block(self, seconds: float, min_runs: int) -> list[float]:
+        self._process.stdin.write(json.dumps({"seconds": seconds, "min_runs": min_runs}) + "\n")
+        self._process.stdin.flush()
+        return self._reply()["times"]
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+        self._stderr.close()
 
 
-def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 3, seconds: float = 1.0,
-            engines: tuple[str, ...] = ("ember", "onnxruntime")) -> dict[str, Any]:
-    """Alternates engines for `rounds` rounds; reports the median of the per-round medians."""
-    medians: dict[str, list[float]] = {e: [] for e in engines}
-    compile_times: list[float] = []
-    for _ in range(rounds):
-        for engine in engines:
-            result = run_in_process(engine, model, threads, backend, seconds)
-            medians[engine].append(result["median"])
-            if "compile_seconds" in result:
-                compile_times.append(result["compile_seconds"])
-    summary: dict[str, Any] = {e: statistics.median(v) for e, v in medians.items()}
-    if "ember" in summary and "onnxruntime" in summary:
-        summary["ratio"] = summary["ember"] / summary["onnxruntime"]
-    if compile_times:
-        summary["compile_first"] = compile_times[0]
-        summary["compile_cached"] = statistics.median(compile_times[1:]) if len(compile_times) > 1 else None
+def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str) -> float:
+    worker = _Worker("ember", model, threads, backend, cache_dir)
+    worker.close()
+    return worker.info["compile_seconds"]
+
+
+def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, seconds: float = 0.3,
+            engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5) -> dict[str, Any]:
+    """Times each engine in `rounds` interleaved blocks of about `seconds` each.
+
+    Returns the median latency per engine (over all runs), the median and quartiles of the
+    per-round ratio ember / other engine, and Ember's compile time from an empty cache
+    ("compile_first", kernel library included) and again with that cache filled."""
+    with tempfile.TemporaryDirectory(prefix="ember-bench-cache-") as cache:
+        workers = [_Worker(engine, model, threads, backend, cache if engine == "ember" else None)
+                   for engine in engines]
+        times: dict[str, list[float]] = {e: [] for e in engines}
+        block_medians: dict[str, list[float]] = {e: [] for e in engines}
+        try:
+            for round_ in range(rounds):
+                for worker in (workers if round_ % 2 == 0 else workers[::-1]):
+                    block = worker.block(seconds, min_runs)
+                    times[worker.engine] += block
+                    block_medians[worker.engine].append(statistics.median(block))
+                    time.sleep(_HANDOFF_SECONDS)
+        finally:
+            for worker in workers:
+                worker.close()
+        summary: dict[str, Any] = {e: statistics.median(v) for e, v in times.items()}
+        summary["runs"] = {e: len(v) for e, v in times.items()}
+        if "ember" in engines:
+            summary["compile_first"] = workers[engines.index("ember")].info["compile_seconds"]
+            summary["compile_cached"] = _compile_seconds(model, threads, backend, cache)
+        others = [e for e in engines if e != "ember"]
+        if "ember" in engines and others:
+            ratios = sorted(a / b for a, b in zip(block_medians["ember"], block_medians[others[0]]))
+            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+            summary["ratio"] = statistics.median(ratios)
+            summary["ratio_q1"], summary["ratio_q3"] = quartiles[0], quartiles[2]
     return summary

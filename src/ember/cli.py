@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--backend", default="cpu")
     bench.add_argument("--threads", type=int, default=1)
     bench.add_argument("--compare", choices=["onnxruntime"], help="also time this engine, in its own process")
-    bench.add_argument("--rounds", type=int, default=3, help="alternating rounds per engine (default 3)")
-    bench.add_argument("--seconds", type=float, default=1.0, help="timing budget per round (default 1 s)")
+    bench.add_argument("--rounds", type=int, default=15, help="interleaved timing blocks per engine (default 15)")
+    bench.add_argument("--seconds", type=float, default=0.3, help="timing budget per block (default 0.3 s)")
 
     from ember.codegen.bundle import TARGETS
 
@@ -221,13 +221,14 @@ def _bench(args: argparse.Namespace) -> int:
     engines = ("ember", args.compare) if args.compare else ("ember",)
     result = compare(str(args.model), args.threads, backend=args.backend, rounds=args.rounds,
                      seconds=args.seconds, engines=engines)
-    print(f"model: {args.model} (backend {args.backend}, {args.threads} thread(s), median of {args.rounds} rounds)")
-    print(f"ember: {result['ember'] * 1e3:.3f} ms")
+    print(f"model: {args.model} (backend {args.backend}, {args.threads} thread(s), "
+          f"{args.rounds} interleaved blocks per engine)")
+    print(f"ember: {result['ember'] * 1e3:.3f} ms (median of {result['runs']['ember']} runs)")
     if args.compare:
-        print(f"{args.compare}: {result[args.compare] * 1e3:.3f} ms")
-        print(f"ratio ember/{args.compare}: {result['ratio']:.2f}")
-    print(f"compile: {result['compile_first']:.2f} s first"
-          + (f", {result['compile_cached']:.2f} s cached" if result.get("compile_cached") is not None else ""))
+        print(f"{args.compare}: {result[args.compare] * 1e3:.3f} ms (median of {result['runs'][args.compare]} runs)")
+        print(f"ratio ember/{args.compare}: {result['ratio']:.2f} "
+              f"(per-block quartiles {result['ratio_q1']:.2f}-{result['ratio_q3']:.2f})")
+    print(f"compile: {result['compile_first']:.2f} s from an empty cache, {result['compile_cached']:.2f} s cached")
     return 0
 
 
