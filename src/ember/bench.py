@@ -121,9 +121,9 @@ class _Worker:
         line = self._process.stdout.readline()
         reply = json.loads(line) if line else {}
         if "error" in reply or not reply:
-            self.close()
             self._stderr.seek(0)
             detail = reply.get("error") or self._stderr.read()[-3000:]
+            self.close()
             raise EmberError(f"{self.engine} failed: {detail}")
         return reply
 
@@ -142,20 +142,23 @@ class _Worker:
         self._stderr.close()
 
 
-def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str) -> float:
+def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | None) -> float:
     worker = _Worker("ember", model, threads, backend, cache_dir)
     worker.close()
     return worker.info["compile_seconds"]
 
 
 def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, seconds: float = 0.3,
-            engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5) -> dict[str, Any]:
+            engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5,
+            fresh_cache: bool = True) -> dict[str, Any]:
     """Times each engine in `rounds` interleaved blocks of about `seconds` each.
 
     Returns the median latency per engine (over all runs), the median and quartiles of the
-    per-round ratio ember / other engine, and Ember's compile time from an empty cache
-    ("compile_first", kernel library included) and again with that cache filled."""
-    with tempfile.TemporaryDirectory(prefix="ember-bench-cache-") as cache:
+    per-round ratio ember / other engine, and Ember's compile time in the first process
+    ("compile_first": from an empty cache, kernel library included, when `fresh_cache`) and
+    in a second one, with the cache filled ("compile_cached")."""
+    with tempfile.TemporaryDirectory(prefix="ember-bench-cache-") as fresh:
+        cache = fresh if fresh_cache else None
         workers = [_Worker(engine, model, threads, backend, cache if engine == "ember" else None)
                    for engine in engines]
         times: dict[str, list[float]] = {e: [] for e in engines}
