@@ -114,3 +114,39 @@ def test_direct_convolution_matches_interpreter(case):
     if residual:
         feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
     _run_builds(lambda: _conv_graph(*case), feeds)
+
+
+WINOGRAD = [
+    # in channels, out channels, (H, W), pads, activation, residual: 3x3 stride 1, 32+ channels
+    # and 32+ 2x2 tiles, so ember_winograd runs them (checked below).
+    (32, 32, (16, 16), (1, 1, 1, 1), "relu", True),       # two full blocks of tiles
+    (33, 40, (13, 11), (1, 1, 1, 1), "clip", False),      # odd output sizes, a short last block
+    (32, 35, (17, 18), (0, 0, 0, 0), "none", True),       # no padding, no bias
+    (36, 32, (12, 15), (2, 1, 0, 1), "sigmoid", False),   # asymmetric padding
+]
+
+
+def _winograd_graph(channels, out_channels, hw, pads, activation, residual) -> Graph:
+    return _conv_graph(channels, out_channels, hw, (3, 3), 1, pads, activation, residual)
+
+
+@pytest.mark.parametrize("case", WINOGRAD, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}p{''.join(map(str, c[3]))}")
+def test_winograd_convolution_matches_interpreter(case):
+    channels, out_channels, hw, pads, activation, residual = case
+    rng = np.random.default_rng(13)
+    graph = _winograd_graph(*case)
+    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32)}
+    if residual:
+        feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
+    _run_builds(lambda: _winograd_graph(*case), feeds)
+
+
+def test_winograd_is_chosen_only_where_it_applies():
+    def source(graph, winograd=True):
+        return compile_graph(graph, CpuBackend(num_threads=1, winograd=winograd))._executable.source
+
+    assert "ember_winograd(" in source(_winograd_graph(*WINOGRAD[0]))
+    assert "ember_winograd(" not in source(_winograd_graph(*WINOGRAD[0]), winograd=False)
+    # Too few channels, or too few tiles (a 7x7 map), stay on the direct kernel.
+    assert "ember_winograd(" not in source(_winograd_graph(16, 32, (16, 16), (1, 1, 1, 1), "relu", False))
+    assert "ember_winograd(" not in source(_winograd_graph(64, 64, (7, 7), (1, 1, 1, 1), "relu", False))

@@ -77,9 +77,10 @@ class WeightBlob:
 class Emitter:
     """State shared by the kernel emitters while generating one program."""
 
-    def __init__(self, program: Program, num_threads: int) -> None:
+    def __init__(self, program: Program, num_threads: int, winograd: bool = True) -> None:
         self.program = program
         self.num_threads = max(1, num_threads)
+        self.winograd = winograd
         self.blob = WeightBlob()
         self.scratch_bytes = 0
         self.errors: dict[int, str] = {}
@@ -146,12 +147,13 @@ class Emitter:
         return f"num_threads({self.num_threads})"
 
 
-def generate_c(program: Program, num_threads: int = 1, profile: bool = False) -> CProgram:
-    """profile: time every instruction into a table read by `ember_profile` (for tuning)."""
+def generate_c(program: Program, num_threads: int = 1, profile: bool = False, winograd: bool = True) -> CProgram:
+    """profile: time every instruction into a table read by `ember_profile` (for tuning).
+    winograd: run the 3x3 convolutions that gain from it as Winograd F(2x2, 3x3)."""
     from ember.codegen.kernels import C_KERNELS
     from ember.codegen.kernels.elementwise import emit_chain, fusable_chains
 
-    emitter = Emitter(program, num_threads)
+    emitter = Emitter(program, num_threads, winograd)
     body: list[str] = []
     profiled: list[str] = []
     chains = fusable_chains(program.instrs)
@@ -203,7 +205,8 @@ def _indent(code: str, spaces: int) -> str:
     return "\n".join(pad + line if line.strip() else "" for line in code.strip("\n").splitlines())
 
 
-RUNTIME_SOURCES = ("ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c", "ember_depthwise.c")
+RUNTIME_SOURCES = ("ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c", "ember_depthwise.c",
+                   "ember_winograd.c")
 
 
 def runtime_source(name: str) -> str:

@@ -33,13 +33,16 @@ KERNEL_CONDITIONS = {op: nn.accepts for op in ("Conv", "MaxPool", "AveragePool")
 class CpuBackend(Backend):
     name = "cpu"
 
-    def __init__(self, num_threads: int | None = None, sanitize: bool | None = None, march: str | None = None) -> None:
+    def __init__(self, num_threads: int | None = None, sanitize: bool | None = None, march: str | None = None,
+                 winograd: bool = True) -> None:
         """march: build for this ISA level (e.g. "x86-64-v3" for AVX2) instead of the host's
-        own, for libraries that must also run on older machines of the same architecture."""
+        own, for libraries that must also run on older machines of the same architecture.
+        winograd: False keeps every 3x3 convolution on the direct kernel (for comparison)."""
         if march is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
             raise EmberError(f"march {march!r} is not an ISA name")
         self.num_threads = num_threads or os.cpu_count() or 1
         self.march = march
+        self.winograd = winograd
         # EMBER_SANITIZE=1 builds every library with AddressSanitizer and UBSan (test mode).
         self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
@@ -75,6 +78,6 @@ class CpuBackend(Backend):
         return ["constant-fold", "form-fully-connected", "fuse-activations", "cse", "dce"]
 
     def compile(self, program: Program) -> NativeProgram:
-        cprogram = generate_c(program, self.num_threads)
+        cprogram = generate_c(program, self.num_threads, winograd=self.winograd)
         library = build_library(cprogram.source, sanitize=self.sanitize, march=self.march)
         return NativeProgram(library, cprogram, program)

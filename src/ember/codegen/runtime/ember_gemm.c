@@ -358,6 +358,23 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
     }
 }
 
+/* One chunk of panels against all rows, packing the chunk into `mine` unless B is pre-packed. */
+static void chunk_sweep(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
+                        const float *bp, ember_packer pack, const void *pack_ctx, float *c, long ldc,
+                        const ember_epilogue *ep, float *mine, long ch, long chunk)
+{
+    long panels = (N + EMBER_NR - 1) / EMBER_NR, panel_floats = K * EMBER_NR;
+    long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
+    ember_bsource src = { NULL, NULL, 0, NULL, NULL };
+    if (bp) {
+        src.panels = bp + p0 * panel_floats;
+    } else {
+        for (long p = p0; p < p1; p++) pack(mine + (p - p0) * panel_floats, pack_ctx, p * EMBER_NR);
+        src.panels = mine;
+    }
+    sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, 0, M);
+}
+
 void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
                 const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads)
@@ -376,7 +393,15 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         long chunk = chunk_panels(K, panels);
         long chunks = (panels + chunk - 1) / chunk;
         long items = chunks * row_blocks;
-        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && items > 1)
+        /* Serial calls stay out of OpenMP: an inactive region still costs microseconds,
+         * which small GEMMs (Winograd's, a GRU step's) would pay every call. */
+        if (nthreads <= 1 || items <= 1) {
+            for (long ch = 0; ch < chunks; ch++)
+                sweep(M, K, a, a_rs, a_ks, a_block, &src, ch * chunk,
+                      ch * chunk + chunk < panels ? ch * chunk + chunk : panels, N, c, ldc, ep, 0, M);
+            return;
+        }
+        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
         for (long item = 0; item < items; item++) {
             long ch = item / row_blocks, rb = item % row_blocks;
             long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
@@ -390,19 +415,15 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
     long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
     if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads || nthreads == 1) {
         /* Enough column work: threads take whole chunks (packing their own panels). */
-        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && chunks > 1)
-        for (long ch = 0; ch < chunks; ch++) {
-            long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
-            ember_bsource src = { NULL, NULL, 0, NULL, NULL };
-            if (bp) {
-                src.panels = bp + p0 * panel_floats;
-            } else {
-                float *mine = scratch + (long)ember_thread_num() * chunk * panel_floats;
-                for (long p = p0; p < p1; p++) pack(mine + (p - p0) * panel_floats, pack_ctx, p * EMBER_NR);
-                src.panels = mine;
-            }
-            sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, 0, M);
+        if (nthreads <= 1 || chunks <= 1) {
+            for (long ch = 0; ch < chunks; ch++)
+                chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep, scratch, ch, chunk);
+            return;
         }
+        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+        for (long ch = 0; ch < chunks; ch++)
+            chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep,
+                        scratch + (long)ember_thread_num() * chunk * K * EMBER_NR, ch, chunk);
         return;
     }
     /* Few, tall column chunks: pack every panel once, then split the rows. */

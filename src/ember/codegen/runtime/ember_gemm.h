@@ -102,4 +102,11 @@ void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff);
 void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const int32_t *koff, const float *bias,
                        const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 
+/* Winograd F(2x2, 3x3) convolution of one image group: 3x3 kernel, stride 1, no dilation, any
+ * padding (the caller checks). `u` holds the weights transformed as G g G^T, [16][M][C]
+ * (row-major per 4x4 position); scratch holds ember_winograd_scratch_bytes(g, M, nthreads) bytes. */
+long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads);
+void ember_winograd(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
+                    float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+
 #endif
