@@ -320,3 +320,6 @@ add(Case("FusedConv", [(F32, (1, 40, 5, 5)), _w(96, 40, 1, 1), _w(96, seed=7), (
          FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1), name="FusedConv_pointwise_small_map_residual"))
 add(Case("FusedConv", [(F32, (1, 24, 7, 7)), _w(64, 24, 1, 1), None, None],
          FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "clip", 0.0, 6.0), name="FusedConv_pointwise_small_map_clip"))
+# Residual and activation together, batch 2: the tiles' transposed store adds the residual first.
+add(Case("FusedConv", [(F32, (2, 48, 7, 7)), _w(72, 48, 1, 1), _w(72, seed=8), (F32, (2, 72, 7, 7))],
+         FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "relu"), name="FusedConv_pointwise_small_map_residual_relu"))

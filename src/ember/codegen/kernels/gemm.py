@@ -42,11 +42,13 @@ class Epilogue:
     activation: str = "none"
     alpha: float = 0.0
     beta: float = 0.0
+    transposed: bool = False  # C (and the residual) stored column-major: see ember_gemm.h
 
     def c_init(self, name: str = "ep") -> str:
+        tail = ", 0, 0, 1" if self.transposed else ""
         return (f"ember_epilogue {name} = {{ {self.bias}, {int(self.bias_per_row)}, {self.residual}, "
                 f"{self.ld_residual}, {ACTIVATION_CODES[self.activation]}, {float(self.alpha).hex()}f, "
-                f"{float(self.beta).hex()}f }};")
+                f"{float(self.beta).hex()}f{tail} }};")
 
 
 def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:

@@ -135,9 +135,6 @@ def emit_conv(em, instr: Instr) -> str:
         return "\n".join(lines)
     mg = out_channels // groups
     k = cg * kh * kw
-    # The weights are read in place, row-major [M][C*KH*KW]: broadcasting A from K-strided rows
-    # measured faster in the tile than from 8-row interleaved blocks.
-    a = em.pointer(w, const=True)
     group_a = mg * k
     threads = threads_for(em, mg * pixels * k)
     if em.winograd and groups == 1 and WinogradLayout.applies((kh, kw), (sh, sw), (dh, dw), cg, mg, (oh, ow)):
@@ -153,6 +150,13 @@ def emit_conv(em, instr: Instr) -> str:
             "}",
         ]
         return "\n".join(lines)
+    # The direct and im2col paths read the weights in place, row-major [M][C*KH*KW]: broadcasting A
+    # from K-strided rows measured faster in the tile than from 8-row interleaved blocks. (Taken
+    # only where used: the weight blob holds what the kernels read, so Winograd and the transposed
+    # 1x1 GEMM, which read repacked copies, do not also carry the originals.)
+    def a() -> str:
+        return em.pointer(w, const=True)
+
     if sh == sw and dh == dw == 1 and not (kh == kw == 1 and sh == 1 and conv.pads == (0, 0, 0, 0)):
         layout = DirectLayout(cg, (oh, ow), (kh, kw), sh)
         em.need_scratch(layout.scratch_bytes())
@@ -164,21 +168,21 @@ def emit_conv(em, instr: Instr) -> str:
             f"for (long gi = 0; gi < {groups}; gi++) {{",
             f"    ember_conv_geom g = {{ x + nb * {channels * height * width} + gi * {cg * height * width}, {geometry} }};",
             f"    long base = nb * {out_channels * pixels} + gi * {mg * pixels};",
-            f"    ember_conv_direct(&g, {mg}, {a} + gi * {group_a}, {koff}, bias ? bias + gi * {mg} : NULL, "
+            f"    ember_conv_direct(&g, {mg}, {a()} + gi * {group_a}, {koff}, bias ? bias + gi * {mg} : NULL, "
             f"res ? res + base : NULL, y + base, &ep, (float *)S, {threads});",
             "}",
         ]
         return "\n".join(lines)
     pointwise = kh == kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
-    if pointwise and groups == 1 and pixels < 64 and pixels % 32 and mg >= 64 and (residual is None or act == "none"):
+    if pointwise and groups == 1 and pixels < 64 and pixels % 32 and mg >= 64:
         return "\n".join(lines + _pointwise_transposed(em, w, mg, k, pixels, n_batch, channels * height * width,
-                                                          residual is not None, act, alpha, beta, threads))
+                                                          act, alpha, beta, threads))
     b_source = {"b_direct": "xg"} if pointwise else {"packer": "ember_pack_im2col", "pack_ctx": "&pk"}
     context = "" if pointwise else f"ember_conv_geom pk = {{ xg, {geometry} }};"
     epilogue = Epilogue(bias=f"bias ? bias + gi * {mg} : NULL", bias_per_row=True,
                         residual="res ? res + base : NULL", ld_residual=pixels,
                         activation=act, alpha=alpha, beta=beta)
-    call = emit_gemm_call(em, m=mg, n=pixels, k=k, a=f"{a} + gi * {group_a}", a_layout=(k, 1, MR * k),
+    call = emit_gemm_call(em, m=mg, n=pixels, k=k, a=f"{a()} + gi * {group_a}", a_layout=(k, 1, MR * k),
                           c="y + base", threads=threads, **b_source)
     lines += [
         f"for (long nb = 0; nb < {n_batch}; nb++)",
@@ -193,31 +197,24 @@ def emit_conv(em, instr: Instr) -> str:
     return "\n".join(lines)
 
 
-def _pointwise_transposed(em, w, m: int, k: int, pixels: int, n_batch: int, image: int, has_residual: bool,
-                          act: str, alpha: float, beta: float, threads: int) -> list[str]:
+def _pointwise_transposed(em, w, m: int, k: int, pixels: int, n_batch: int, image: int, act: str, alpha: float,
+                          beta: float, threads: int) -> list[str]:
     """A 1x1 convolution over few pixels (7x7 maps) as Y^T = X^T W^T: the pixels become the
     GEMM's rows, in 8-row blocks, and the many output channels its 32-wide columns, which
     wastes far less than 49 pixels padded to two 32-column panels. W^T is packed at compile
-    time; the result is computed channel-last in scratch (bias and activation in the tile)
-    and transposed into NCHW, adding the residual on the way."""
+    time; the tiles store transposed, straight into NCHW y, with bias, residual and
+    activation applied on the way."""
     from ember.codegen.kernels.gemm import pack_panels
 
     packed = em.packed_weight(w, "pointwise_t_panels32", pack_panels(w.data.reshape(m, k).T.astype(np.float32)))
-    em.need_scratch(pixels * m * 4)
-    epilogue = Epilogue(bias="bias", bias_per_row=False, activation=act, alpha=alpha, beta=beta)
+    residual = f"res ? res + nb * {m * pixels} : NULL"
+    epilogue = Epilogue(bias="bias", residual=residual, ld_residual=pixels, activation=act, alpha=alpha, beta=beta,
+                        transposed=True)
     return [
-        epilogue.c_init(),
-        "float *ct = (float *)S;",
         f"for (long nb = 0; nb < {n_batch}; nb++) {{",
+        f"    {epilogue.c_init()}",
         f"    ember_gemm({pixels}, {m}, {k}, x + nb * {image}, 1, {pixels}, {MR}, {packed}, NULL, NULL, NULL, 0, "
-        f"NULL, ct, {m}, &ep, NULL, {threads});",
-        f"    float *yb = y + nb * {m * pixels};",
-        f"    const float *rb = {'res + nb * ' + str(m * pixels) if has_residual else 'NULL'}; (void)rb;",
-        *([f"    #pragma omp parallel for {em.threads_pragma} schedule(static)"] if threads > 1 else []),
-        f"    for (long c0 = 0; c0 < {m}; c0 += 16)",
-        f"        for (long p = 0; p < {pixels}; p++)",
-        f"            for (long c = c0; c < c0 + 16 && c < {m}; c++)",
-        f"                yb[c * {pixels} + p] = ct[p * {m} + c]{' + rb[c * ' + str(pixels) + ' + p]' if has_residual else ''};",
+        f"NULL, y + nb * {m * pixels}, {pixels}, &ep, NULL, {threads});",
         "}",
     ]
 

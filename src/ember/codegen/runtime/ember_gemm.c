@@ -33,11 +33,19 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
     }
 }
 
-/* A finished tile held in memory (`out`, 32 floats a row) into C's rows, bias, residual and
- * activation applied on the way. */
+/* A finished tile held in memory (`out`, 32 floats a row) into C's rows (or columns, when
+ * transposed), bias, residual and activation applied on the way. */
 static void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols, const ember_epilogue *ep,
                        long row0, long col0)
 {
+    if (ep && ep->transposed) {  /* c points at (row0, col0) of the transposed C */
+        for (int j = 0; j < ncols; j++) {
+            float b = ep->bias ? ep->bias[col0 + j] : 0.0f, *dst = c + j * ldc;
+            for (int i = 0; i < mr; i++) dst[i] = out[i][j] + b;
+            ember_finish_span(dst, ep->residual ? ep->residual + (col0 + j) * ep->ld_residual + row0 : NULL, mr, ep);
+        }
+        return;
+    }
     for (int i = 0; i < mr; i++) {
         if (ep && ep->bias) {
             if (ep->bias_per_row) for (int j = 0; j < EMBER_NR; j++) out[i][j] += ep->bias[row0 + i];
@@ -168,7 +176,7 @@ static inline __attribute__((always_inline)) void tile(
         store_grid((const ember_v16 (*)[2])acc, mr, c, ldc, ncols, ep, row0, col0);
         return;
     }
-    if (ncols == EMBER_NR) {
+    if (ncols == EMBER_NR && !(ep && ep->transposed)) {
         if (ep) {
             #pragma GCC unroll 8
             for (int i = 0; i < EMBER_MR; i++) {
@@ -262,7 +270,7 @@ void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, cons
                      const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
                      long row0, long col0)
 {
-    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE && !ep->grid_w) ep = NULL;
+    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE && !ep->grid_w && !ep->transposed) ep = NULL;
 #ifdef EMBER_PORTABLE_TILE
     tile_portable(mr, kc, a, a_rs, a_ks, bp, b_ks, koff, c, ldc, ncols, ep, row0, col0);
 #else
@@ -353,7 +361,8 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
             else if (b->koff) { bp = b->direct + col0; b_ks = 0; koff = b->koff; }
             else if (ncols == EMBER_NR) { bp = b->direct + col0; b_ks = b->ldb; }
             else { bp = b->tail; b_ks = EMBER_NR; }
-            ember_tile_rows(mr, K, ab, a_rs, a_ks, bp, b_ks, koff, c + r * ldc + col0, ldc, ncols, ep, r, col0);
+            float *ct = ep && ep->transposed ? c + col0 * ldc + r : c + r * ldc + col0;
+            ember_tile_rows(mr, K, ab, a_rs, a_ks, bp, b_ks, koff, ct, ldc, ncols, ep, r, col0);
         }
     }
 }

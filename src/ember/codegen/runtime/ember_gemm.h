@@ -42,6 +42,9 @@ typedef struct {
      * and the others are dropped (direct convolution computes on such a grid). The
      * residual is addressed the same way; the bias must be per row. */
     long grid_w, out_w;
+    /* C stored transposed: element (i, j) at c[j * ldc + i] (the residual likewise); lets a
+     * GEMM with pixels as rows write NCHW output directly. Bias per column only. */
+    int transposed;
 } ember_epilogue;
 
 /* C[mr x ncols] (leading dimension ldc) = A * B, B's row k at bp + k * b_ks, then the epilogue; row0/col0 locate the
