@@ -1,6 +1,7 @@
-"""The op conformance cases on the cpu backend built with AddressSanitizer and UBSan, in a
-child process that preloads the sanitizer runtime (Python itself is not instrumented). Any
-out-of-bounds access or undefined behaviour in a kernel aborts that process and fails here."""
+"""The op conformance cases and the convolution kernel geometries (direct, Winograd,
+depthwise) on the cpu backend built with AddressSanitizer and UBSan, in a child process that
+preloads the sanitizer runtime (Python itself is not instrumented). Any out-of-bounds access
+or undefined behaviour in a kernel aborts that process and fails here."""
 from __future__ import annotations
 
 import os
@@ -29,7 +30,8 @@ def test_op_cases_run_clean_under_sanitizers(tmp_path):
     env = dict(os.environ, EMBER_SANITIZE="1", EMBER_CACHE_DIR=str(tmp_path), LD_PRELOAD=asan,
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-x", "-p", "no:cacheprovider",
-               str(REPO / "tests" / "test_cpu_ops.py"), "-k", "cpu_matches"]
+               str(REPO / "tests" / "test_cpu_ops.py"), str(REPO / "tests" / "test_cpu_conv_kernels.py"),
+               "-k", "cpu_matches or matches_interpreter"]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     tail = (result.stdout + result.stderr)[-4000:]
     assert result.returncode == 0, tail
