@@ -53,7 +53,14 @@ long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads
  * into even and odd columns: rows[2 * i][k] = column 2k, rows[2 * i + 1][k] = column 2k + 1, so
  * tile tx's patch row i is (even[tx], odd[tx], even[tx + 1], odd[tx + 1]) and every access
  * in the transform has unit stride. `half` floats per split row. */
-static void load_rows(const ember_conv_geom *g, const float *xc, long ty, long half, float *rows)
+static inline void edge_pair(const ember_conv_geom *g, const float *src, long k, float *even, float *odd)
+{
+    long c0 = 2 * k - g->PW, c1 = c0 + 1;
+    even[k] = c0 >= 0 && c0 < g->W ? src[2 * k] : 0.0f;
+    odd[k] = c1 >= 0 && c1 < g->W ? src[2 * k + 1] : 0.0f;
+}
+
+static void load_rows(const ember_conv_geom *g, const float *xc, long ty, long half, float *restrict rows)
 {
     for (long i = 0; i < 4; i++) {
         float *even = rows + 2 * i * half, *odd = even + half;
@@ -63,19 +70,13 @@ static void load_rows(const ember_conv_geom *g, const float *xc, long ty, long h
             continue;
         }
         const float *src = xc + ih * g->W - g->PW;
-        /* Pairs k with both columns inside the row run without checks. */
+        /* Pairs k in [k0, k1) have both columns inside the row: no checks there. */
         long k0 = (g->PW + 1) / 2, k1 = (g->W + g->PW) / 2;
         if (k1 > half) k1 = half;
         if (k0 > k1) k0 = k1;
-        for (long k = 0; k < half; k++) {
-            if (k == k0) {
-                for (; k < k1; k++) { even[k] = src[2 * k]; odd[k] = src[2 * k + 1]; }
-                if (k >= half) break;
-            }
-            long c0 = 2 * k - g->PW, c1 = c0 + 1;
-            even[k] = c0 >= 0 && c0 < g->W ? src[2 * k] : 0.0f;
-            odd[k] = c1 >= 0 && c1 < g->W ? src[2 * k + 1] : 0.0f;
-        }
+        for (long k = 0; k < k0; k++) edge_pair(g, src, k, even, odd);
+        for (long k = k0; k < k1; k++) { even[k] = src[2 * k]; odd[k] = src[2 * k + 1]; }
+        for (long k = k1; k < half; k++) edge_pair(g, src, k, even, odd);
     }
 }
 
