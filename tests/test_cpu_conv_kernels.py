@@ -25,6 +25,14 @@ if platform.machine().lower() in ("x86_64", "amd64"):
     BUILDS.append((2, "x86-64-v3"))
 
 
+def _check_case(build_graph, seed: int) -> None:
+    """Random x (and residual r, when the graph takes one) through every build."""
+    rng = np.random.default_rng(seed)
+    inputs = build_graph().inputs
+    feeds = {p.name: rng.standard_normal(p.type.shape).astype(np.float32) for p in inputs}
+    _run_builds(build_graph, feeds)
+
+
 def _run_builds(build_graph, feeds):
     expected = compile_graph(build_graph(), "interpreter").run(feeds)["y"]
     for threads, march in BUILDS:
@@ -68,13 +76,7 @@ DEPTHWISE = [
 
 @pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: f"{c[0]}x{c[1][0]}x{c[1][1]}k{c[2][0]}{c[2][1]}s{c[3]}")
 def test_depthwise_matches_interpreter(case):
-    channels, hw, kernel, stride, pads, dilation, activation, residual = case
-    rng = np.random.default_rng(7)
-    graph = _depthwise_graph(*case)
-    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32)}
-    if residual:
-        feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
-    _run_builds(lambda: _depthwise_graph(*case), feeds)
+    _check_case(lambda: _depthwise_graph(*case), seed=7)
 
 
 def _conv_graph(channels, out_channels, hw, kernel, stride, pads, activation, residual) -> Graph:
@@ -106,14 +108,7 @@ DIRECT = [
 
 @pytest.mark.parametrize("case", DIRECT, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}s{c[4]}")
 def test_direct_convolution_matches_interpreter(case):
-    channels, out_channels, hw, *_rest = case
-    residual = case[-1]
-    rng = np.random.default_rng(11)
-    graph = _conv_graph(*case)
-    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32)}
-    if residual:
-        feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
-    _run_builds(lambda: _conv_graph(*case), feeds)
+    _check_case(lambda: _conv_graph(*case), seed=11)
 
 
 WINOGRAD = [
@@ -132,13 +127,7 @@ def _winograd_graph(channels, out_channels, hw, pads, activation, residual) -> G
 
 @pytest.mark.parametrize("case", WINOGRAD, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}p{''.join(map(str, c[3]))}")
 def test_winograd_convolution_matches_interpreter(case):
-    channels, out_channels, hw, pads, activation, residual = case
-    rng = np.random.default_rng(13)
-    graph = _winograd_graph(*case)
-    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32)}
-    if residual:
-        feeds["r"] = rng.standard_normal(graph.inputs[1].type.shape).astype(np.float32)
-    _run_builds(lambda: _winograd_graph(*case), feeds)
+    _check_case(lambda: _winograd_graph(*case), seed=13)
 
 
 def test_winograd_is_chosen_only_where_it_applies():
