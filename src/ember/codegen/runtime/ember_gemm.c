@@ -39,10 +39,20 @@ static void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int n
                        long row0, long col0)
 {
     if (ep && ep->transposed) {  /* c points at (row0, col0) of the transposed C */
+        /* Bias (per column), residual (read transposed) and activation on the tile in memory,
+         * in the order the registers path uses; then the transposed copy. */
+        if (ep->bias)
+            for (int i = 0; i < mr; i++)
+                for (int j = 0; j < ncols; j++) out[i][j] += ep->bias[col0 + j];
+        if (ep->residual)
+            for (int j = 0; j < ncols; j++) {
+                const float *r = ep->residual + (col0 + j) * ep->ld_residual + row0;
+                for (int i = 0; i < mr; i++) out[i][j] += r[i];
+            }
+        for (int i = 0; i < mr; i++) ember_finish_span(out[i], NULL, ncols, ep);
         for (int j = 0; j < ncols; j++) {
-            float b = ep->bias ? ep->bias[col0 + j] : 0.0f, *dst = c + j * ldc;
-            for (int i = 0; i < mr; i++) dst[i] = out[i][j] + b;
-            ember_finish_span(dst, ep->residual ? ep->residual + (col0 + j) * ep->ld_residual + row0 : NULL, mr, ep);
+            float *dst = c + j * ldc;
+            for (int i = 0; i < mr; i++) dst[i] = out[i][j];
         }
         return;
     }
