@@ -325,15 +325,22 @@ static long chunk_panels(long K, long panels)
     return chunk < panels ? chunk : panels;
 }
 
-/* Chunks in a multiple of the thread count, so whole chunks split evenly (never larger than
- * chunk_panels, which sizes the scratch). */
-static long balanced_chunk(long K, long panels, int nthreads)
+/* How many chunks the panels go in: enough that none exceeds chunk_panels (which sizes the
+ * scratch), and a multiple of the thread count so that whole chunks split evenly. Sizes
+ * differ by at most one, larger first (chunk_start), so threads taking chunks in order
+ * finish together. */
+static long balanced_chunks(long K, long panels, int nthreads)
 {
     long chunk = chunk_panels(K, panels);
-    if (nthreads <= 1) return chunk;
     long chunks = (panels + chunk - 1) / chunk;
-    chunks = (chunks + nthreads - 1) / nthreads * nthreads;
-    return (panels + chunks - 1) / chunks;
+    if (nthreads > 1) chunks = (chunks + nthreads - 1) / nthreads * nthreads;
+    return chunks < panels ? chunks : panels;
+}
+
+static inline long chunk_start(long ch, long chunks, long panels)
+{
+    long base = panels / chunks, extra = panels % chunks;
+    return ch * base + (ch < extra ? ch : extra);
 }
 
 long ember_gemm_scratch_bytes(long N, long K, int nthreads)
@@ -377,13 +384,12 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
     }
 }
 
-/* One chunk of panels against all rows, packing the chunk into `mine` unless B is pre-packed. */
+/* Panels [p0, p1) against all rows, packed into `mine` first unless B is pre-packed. */
 static void chunk_sweep(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
                         const float *bp, ember_packer pack, const void *pack_ctx, float *c, long ldc,
-                        const ember_epilogue *ep, float *mine, long ch, long chunk)
+                        const ember_epilogue *ep, float *mine, long p0, long p1)
 {
-    long panels = (N + EMBER_NR - 1) / EMBER_NR, panel_floats = K * EMBER_NR;
-    long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
+    long panel_floats = K * EMBER_NR;
     ember_bsource src = { NULL, NULL, 0, NULL, NULL };
     if (bp) {
         src.panels = bp + p0 * panel_floats;
@@ -429,20 +435,22 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         }
         return;
     }
-    long chunk = balanced_chunk(K, panels, nthreads);
-    long chunks = (panels + chunk - 1) / chunk;
+    long chunks = balanced_chunks(K, panels, nthreads);
+    long biggest = (panels + chunks - 1) / chunks;
     long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
     if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads || nthreads == 1) {
         /* Enough column work: threads take whole chunks (packing their own panels). */
         if (nthreads <= 1 || chunks <= 1) {
             for (long ch = 0; ch < chunks; ch++)
-                chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep, scratch, ch, chunk);
+                chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep, scratch,
+                            chunk_start(ch, chunks, panels), chunk_start(ch + 1, chunks, panels));
             return;
         }
         #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
         for (long ch = 0; ch < chunks; ch++)
             chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep,
-                        scratch + (long)ember_thread_num() * chunk * K * EMBER_NR, ch, chunk);
+                        scratch + (long)ember_thread_num() * biggest * panel_floats, chunk_start(ch, chunks, panels),
+                        chunk_start(ch + 1, chunks, panels));
         return;
     }
     /* Few, tall column chunks: pack every panel once, then split the rows. */
@@ -455,10 +463,9 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
     for (long rb = 0; rb < row_blocks; rb++)
         for (long ch = 0; ch < chunks; ch++) {
-            long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
+            long p0 = chunk_start(ch, chunks, panels), p1 = chunk_start(ch + 1, chunks, panels);
             long m0 = rb * EMBER_MR, m1 = m0 + EMBER_MR < M ? m0 + EMBER_MR : M;
             ember_bsource src = { all + p0 * panel_floats, NULL, 0, NULL, NULL };
             sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, m0, m1);
         }
 }
-
