@@ -59,15 +59,14 @@ class WinogradLayout:
         self.blocks = math.ceil(self.tiles / self.BLOCK)
         self.half = math.ceil((tiles_w + 1) / 16) * 16
 
-    @staticmethod
-    def applies(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], channels: int,
+    @classmethod
+    def applies(cls, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], channels: int,
                 out_channels: int, out_hw: tuple[int, int]) -> bool:
         """Where it measured faster than the direct kernel: the GEMMs need some depth and
         width (32+ channels each way), and a map of at least one full block of tiles (maps
         below ~11x11 waste most of their only block, and stream 16/9 more weights)."""
-        tiles = (out_hw[0] + 1) // 2 * ((out_hw[1] + 1) // 2)
         return (kernel == (3, 3) and strides == (1, 1) and dilations == (1, 1)
-                and min(channels, out_channels) >= 32 and tiles >= WinogradLayout.BLOCK)
+                and min(channels, out_channels) >= 32 and cls(channels, out_channels, out_hw).tiles >= cls.BLOCK)
 
     def scratch_bytes(self, threads: int) -> int:
         planes = 16 * ((self.channels + self.out_channels) * self.BLOCK + 32)
@@ -151,12 +150,9 @@ def emit_conv(em, instr: Instr) -> str:
         ]
         return "\n".join(lines)
     # The direct and im2col paths read the weights in place, row-major [M][C*KH*KW]: broadcasting A
-    # from K-strided rows measured faster in the tile than from 8-row interleaved blocks. (Taken
-    # only where used: the weight blob holds what the kernels read, so Winograd and the transposed
-    # 1x1 GEMM, which read repacked copies, do not also carry the originals.)
-    def a() -> str:
-        return em.pointer(w, const=True)
-
+    # from K-strided rows measured faster in the tile than from 8-row interleaved blocks. The
+    # pointer is taken in those branches only, since taking it puts the weights in the blob
+    # (Winograd and the transposed 1x1 GEMM read repacked copies instead).
     if sh == sw and dh == dw == 1 and not (kh == kw == 1 and sh == 1 and conv.pads == (0, 0, 0, 0)):
         layout = DirectLayout(cg, (oh, ow), (kh, kw), sh)
         em.need_scratch(layout.scratch_bytes())
@@ -168,7 +164,7 @@ def emit_conv(em, instr: Instr) -> str:
             f"for (long gi = 0; gi < {groups}; gi++) {{",
             f"    ember_conv_geom g = {{ x + nb * {channels * height * width} + gi * {cg * height * width}, {geometry} }};",
             f"    long base = nb * {out_channels * pixels} + gi * {mg * pixels};",
-            f"    ember_conv_direct(&g, {mg}, {a()} + gi * {group_a}, {koff}, bias ? bias + gi * {mg} : NULL, "
+            f"    ember_conv_direct(&g, {mg}, {em.pointer(w, const=True)} + gi * {group_a}, {koff}, bias ? bias + gi * {mg} : NULL, "
             f"res ? res + base : NULL, y + base, &ep, (float *)S, {threads});",
             "}",
         ]
@@ -182,7 +178,7 @@ def emit_conv(em, instr: Instr) -> str:
     epilogue = Epilogue(bias=f"bias ? bias + gi * {mg} : NULL", bias_per_row=True,
                         residual="res ? res + base : NULL", ld_residual=pixels,
                         activation=act, alpha=alpha, beta=beta)
-    call = emit_gemm_call(em, m=mg, n=pixels, k=k, a=f"{a()} + gi * {group_a}", a_layout=(k, 1, MR * k),
+    call = emit_gemm_call(em, m=mg, n=pixels, k=k, a=f"{em.pointer(w, const=True)} + gi * {group_a}", a_layout=(k, 1, MR * k),
                           c="y + base", threads=threads, **b_source)
     lines += [
         f"for (long nb = 0; nb < {n_batch}; nb++)",

@@ -49,10 +49,7 @@ long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads
     return per_thread_floats(g, M, &p) * (used > 0 ? used : 1) * (long)sizeof(float);
 }
 
-/* Input rows 2 * ty - PH + i (i < 4) of one channel, zero-padded from input column -PW, split
- * into even and odd columns: rows[2 * i][k] = column 2k, rows[2 * i + 1][k] = column 2k + 1, so
- * tile tx's patch row i is (even[tx], odd[tx], even[tx + 1], odd[tx + 1]) and every access
- * in the transform has unit stride. `half` floats per split row. */
+/* Columns 2k and 2k + 1 of an input row (src at column -PW), zero outside the row. */
 static inline void edge_pair(const ember_conv_geom *g, const float *src, long k, float *even, float *odd)
 {
     long c0 = 2 * k - g->PW, c1 = c0 + 1;
@@ -60,6 +57,10 @@ static inline void edge_pair(const ember_conv_geom *g, const float *src, long k,
     odd[k] = c1 >= 0 && c1 < g->W ? src[2 * k + 1] : 0.0f;
 }
 
+/* Input rows 2 * ty - PH + i (i < 4) of one channel, zero-padded from input column -PW, split
+ * into even and odd columns: rows[2 * i][k] = column 2k, rows[2 * i + 1][k] = column 2k + 1, so
+ * tile tx's patch row i is (even[tx], odd[tx], even[tx + 1], odd[tx + 1]) and every access
+ * in the transform has unit stride. `half` floats per split row. */
 static void load_rows(const ember_conv_geom *g, const float *xc, long ty, long half, float *restrict rows)
 {
     for (long i = 0; i < 4; i++) {
