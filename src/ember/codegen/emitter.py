@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from importlib import resources
 
 import numpy as np
 
 from ember.codegen.c_types import c_type
+from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source  # noqa: F401
 from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
 from ember.support.errors import UnsupportedError
 from ember.support.names import sanitize_identifier
@@ -203,15 +203,6 @@ def generate_c(program: Program, num_threads: int = 1, profile: bool = False, wi
 def _indent(code: str, spaces: int) -> str:
     pad = " " * spaces
     return "\n".join(pad + line if line.strip() else "" for line in code.strip("\n").splitlines())
-
-
-RUNTIME_SOURCES = ("ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c", "ember_depthwise.c",
-                   "ember_winograd.c")
-
-
-def runtime_source(name: str) -> str:
-    """The text of one file of the portable kernel library shipped in codegen/runtime/."""
-    return resources.files("ember.codegen.runtime").joinpath(name).read_text()
 
 
 def _library() -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ember.codegen.emitter import RUNTIME_SOURCES, runtime_source
+from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 
 # A function defined or declared at file scope with external linkage: a line that starts
 # with a return type (not `static`, not `typedef`) and names an ember_ function.
