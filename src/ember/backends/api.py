@@ -1,8 +1,7 @@
 """The backend protocol: the narrow interface every target implements.
 
 A backend names itself, says which ops it executes natively (`supports`) and which high-level
-ops it wants lowered (`should_lower`), picks its graph optimization pipeline (a list of pass
-names) and compiles a verified low-level program into an Executable."""
+ops it wants lowered (`should_lower`), picks its graph and LIR pipelines (lists of pass names) and compiles a verified low-level program into an Executable."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -44,6 +43,13 @@ class Backend:
     def post_lowering_pipeline(self) -> list[str]:
         """Passes run after lowering: clean-up, and any re-fusion of what lowering exposed."""
         return ["constant-fold", "dce"]
+
+    def lir_pipeline(self) -> list[str]:
+        """LIR passes run before memory planning (a native backend ends with its own, e.g.
+        kernel selection). They see this backend through the pass context."""
+        from ember.lir.passes import DEFAULT_LIR_PIPELINE
+
+        return list(DEFAULT_LIR_PIPELINE)
 
     def compile(self, program: Program) -> Executable:
         raise NotImplementedError(f"backend {self.name} does not compile programs")

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ember.backends.api import Backend
+from ember.lir.chain import ELEMENTWISE_CHAIN, run_chain
 from ember.lir.ir import COPY, MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
 from ember.memory import plan_memory
 from ember.ops import OpError
@@ -71,16 +72,23 @@ def _typed(raw: np.ndarray, offset: int, buffer: Buffer) -> np.ndarray:
 
 def _step(instr: Instr) -> Step:
     if instr.name == COPY:
-        dest, src = instr.operands
+        dest, src = instr.base_operands
 
         def copy(env: Env) -> None:
             env[id(dest)][...] = env[id(src)]
 
         return copy
+    if instr.name == ELEMENTWISE_CHAIN:
+        out, *sources = instr.base_operands
+
+        def chain(env: Env) -> None:
+            env[id(out)][...] = run_chain(instr.attrs, [env[id(b)] for b in sources])
+
+        return chain
     op = instr.idef.op
     results = len(op.results)
-    outs = instr.operands[:results]
-    ins = instr.operands[results:]
+    outs = instr.base_operands[:results]
+    ins = instr.base_operands[results:]
     attrs = instr.attrs
 
     def execute(env: Env) -> None:

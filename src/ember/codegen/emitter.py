@@ -1,11 +1,15 @@
-"""The C emitter: one translation unit per program.
+"""The C emitter: one translation unit per program whose kernels are selected and whose
+memory is planned. It only prints: every decision (kernel, algorithm, threads, packed
+weights, scratch) is in the LIR already, put there by the `select-kernels` pass.
 
-    int ember_run(const uint8_t *W, uint8_t *const *in, uint8_t *const *out, uint8_t *A, uint8_t *S)
+    int ember_run(const uint8_t *W, uint8_t *const *in, uint8_t *const *out, uint8_t *A)
 
-W is the weight blob (raw and pre-packed weights, 64-byte aligned), `in`/`out` the model's
-input and output buffers in program order, A the activation arena and S per-thread scratch.
-S is scratch shared by the threads of one kernel at a time. The function returns 0, or 1 + the index of the instruction that failed a run-time check
-(e.g. a Gather index out of range); `CProgram.errors` maps that to a message.
+W is the weight blob (raw weights and their compile-time packed copies, each 64-byte
+aligned), `in`/`out` the model's input and output buffers in program order, and A the
+activation arena (kernels' scratch included: the planner places it like any buffer). The
+entry's name and linkage are options (`CodegenOptions`), so bundles use the same text. It
+returns 0, or 1 + the index of the instruction that failed a run-time check (e.g. a Gather
+index out of range); `CProgram.errors` maps that to a message.
 
 Every kernel is specialized on its constant shapes and carries a comment naming its graph
 node (sanitized: model names never reach the source raw). Output is deterministic: the same
@@ -14,20 +18,32 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ember.codegen.c_types import c_type
-from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source  # noqa: F401
-from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
-from ember.support.errors import UnsupportedError
+from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, OperandKind, Program, resolve_address
+from ember.support.errors import EmberError
 from ember.support.names import sanitize_identifier
+
+if TYPE_CHECKING:
+    from ember.codegen.kernels.registry import KernelRegistry
 
 ALIGN = 64
 
 
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass(frozen=True)
+class CodegenOptions:
+    """entry: the entry function's name; static_entry: give it internal linkage (a bundle
+    wraps it in its own API function)."""
+
+    entry: str = "ember_run"
+    static_entry: bool = False
 
 
 @dataclass
@@ -37,72 +53,67 @@ class CProgram:
     source: str
     weights: np.ndarray  # uint8 blob
     arena_bytes: int
-    scratch_bytes: int
-    num_threads: int
+    entry: str = "ember_run"
     errors: dict[int, str] = field(default_factory=dict)
-    profiled: list[str] = field(default_factory=list)  # "index:instr:node" per timer slot
+    kernels: list[str] = field(default_factory=list)  # kernel names used, in first-use order
 
     @property
     def digest(self) -> str:
         return hashlib.sha256(self.source.encode()).hexdigest()
 
 
+def stored_weights(program: Program) -> list[Buffer]:
+    """The weights the blob holds: packed copies and tables that kernels read, and every other
+    weight some instruction reads, except one that each of its readers reads through a
+    packed copy instead (the copy is stored in its place)."""
+    readers: dict[int, list[Instr]] = {}
+    for instr in program.instrs:
+        if instr.name in MARKERS:
+            continue
+        for buffer in instr.operands:
+            root = None if buffer is None else resolve_address(buffer)[0]
+            if root is not None and root.kind is BufferKind.WEIGHT:
+                readers.setdefault(id(root), []).append(instr)
+
+    def reads_raw(instr: Instr, weight: Buffer) -> bool:
+        return not any(b.packing is not None and b.packing.source is weight for b in instr.kernel_operands)
+
+    return [w for w in program.weights
+            if id(w) in readers and (w.packing is not None or any(reads_raw(i, w) for i in readers[id(w)]))]
+
+
 class WeightBlob:
-    """Weights laid out at 64-byte aligned offsets; the same (name, layout) is stored once."""
+    """The stored weights at 64-byte aligned offsets, laid out once, before any kernel prints."""
 
-    def __init__(self) -> None:
-        self.chunks: list[np.ndarray] = []
-        self.offsets: dict[tuple[str, str], int] = {}
-        self.size = 0
-
-    def add(self, key: tuple[str, str], data: np.ndarray) -> int:
-        if key in self.offsets:
-            return self.offsets[key]
-        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
-        offset = self.size
-        self.offsets[key] = offset
-        self.chunks.append(raw)
-        pad = _align(raw.size) - raw.size
-        if pad:
-            self.chunks.append(np.zeros(pad, np.uint8))
-        self.size += raw.size + pad
-        return offset
-
-    def data(self) -> np.ndarray:
-        if not self.chunks:
-            return np.zeros(ALIGN, np.uint8)
-        return np.concatenate(self.chunks)
+    def __init__(self, weights: list[Buffer]) -> None:
+        self.offsets: dict[int, int] = {}
+        chunks: list[np.ndarray] = []
+        size = 0
+        for weight in weights:
+            raw = np.ascontiguousarray(weight.data).view(np.uint8).reshape(-1)
+            self.offsets[id(weight)] = size
+            chunks.append(raw)
+            pad = _align(raw.size) - raw.size
+            if pad:
+                chunks.append(np.zeros(pad, np.uint8))
+            size += raw.size + pad
+        self.data = np.concatenate(chunks) if chunks else np.zeros(ALIGN, np.uint8)
 
 
 class Emitter:
-    """State shared by the kernel emitters while generating one program."""
+    """What kernels print with: addresses of buffers, their kernel operands, error codes."""
 
-    def __init__(self, program: Program, num_threads: int, winograd: bool = True) -> None:
+    def __init__(self, program: Program) -> None:
+        unplanned = [b.name for b in program.activations() if b.offset is None]
+        if unplanned:
+            raise EmberError(f"C generation needs a memory plan; activations without an offset: {unplanned[:5]}")
         self.program = program
-        self.num_threads = max(1, num_threads)
-        self.winograd = winograd
-        self.blob = WeightBlob()
-        self.scratch_bytes = 0
+        self.blob = WeightBlob(stored_weights(program))
+        self.arena_bytes = max([ALIGN] + [_align(b.offset + b.type.nbytes) for b in program.activations()])
         self.errors: dict[int, str] = {}
         self.instr_index = 0
-        self.instr: Instr | None = None
         self._input_index = {id(b): i for i, b in enumerate(program.inputs)}
         self._output_index = {id(b): i for i, b in enumerate(program.outputs)}
-        self.arena_bytes = self._place_activations()
-
-    def _place_activations(self) -> int:
-        """Activations keep offsets from the memory planner; any without one (no planner
-        run) get their own slot after the planned region."""
-        end = 0
-        for buffer in self.program.activations():
-            if buffer.offset is not None:
-                end = max(end, buffer.offset + buffer.type.nbytes)
-        end = _align(end)
-        for buffer in self.program.activations():
-            if buffer.offset is None:
-                buffer.offset = end
-                end = _align(end + buffer.type.nbytes)
-        return max(end, ALIGN)
 
     # addresses -------------------------------------------------------------------------
 
@@ -110,94 +121,93 @@ class Emitter:
         """A `uint8_t *` expression for the start of `buffer`."""
         base, offset = resolve_address(buffer)
         if base.kind is BufferKind.WEIGHT:
-            return f"(W + {self.blob.add((base.name, 'raw'), base.data) + offset})"
+            if id(base) not in self.blob.offsets:
+                raise EmberError(f"weight '{base.name}' is read but not stored: a kernel reads a weight its "
+                                 "plan replaced by a packed copy (an Ember bug)")
+            return f"(W + {self.blob.offsets[id(base)] + offset})"
         if base.kind is BufferKind.INPUT:
             return f"(in[{self._input_index[id(base)]}] + {offset})"
         if base.kind is BufferKind.OUTPUT:
             return f"(out[{self._output_index[id(base)]}] + {offset})"
+        assert base.offset is not None
         return f"(A + {base.offset + offset})"
 
     def pointer(self, buffer: Buffer, const: bool = False) -> str:
         qualifier = "const " if const else ""
         return f"(({qualifier}{c_type(buffer.type.dtype)} *){self.address(buffer)})"
 
-    def packed_weight(self, buffer: Buffer, layout: str, data: np.ndarray) -> str:
-        """A `const float *` to a compile-time repacked copy of a weight."""
-        base, offset = resolve_address(buffer)
-        if base.kind is not BufferKind.WEIGHT or offset:
-            raise UnsupportedError(f"'{buffer.name}' is not a whole weight and cannot be pre-packed")
-        return f"((const float *)(W + {self.blob.add((base.name, layout), data)}))"
+    # kernel operands -------------------------------------------------------------------
 
-    def constant(self, key: str, data: np.ndarray, ctype: str) -> str:
-        """A pointer to compile-time data the kernels need (offset tables and the like)."""
-        return f"((const {ctype} *)(W + {self.blob.add(('__constant__', key), data)}))"
+    @staticmethod
+    def _extras(instr: Instr) -> list[tuple[Buffer, OperandKind]]:
+        pairs = list(zip(instr.operands, instr.kinds()))[instr.base_count:]
+        return [(b, k) for b, k in pairs if b is not None]
 
-    def need_scratch(self, nbytes: int) -> None:
-        """Reserves `nbytes` of scratch (S) for the current kernel; kernels run one at a
-        time, so the scratch region is the largest single need."""
-        self.scratch_bytes = max(self.scratch_bytes, _align(nbytes))
+    def packed(self, instr: Instr, index: int = 0) -> str:
+        """A `const float *` to the instruction's index-th packed weight."""
+        packed = [b for b, _ in self._extras(instr) if b.packing is not None and b.packing.source is not None]
+        return f"((const float *){self.address(packed[index])})"
+
+    def table(self, instr: Instr, index: int = 0) -> str:
+        tables = [b for b, _ in self._extras(instr) if b.packing is not None and b.packing.source is None]
+        return f"((const {c_type(tables[index].type.dtype)} *){self.address(tables[index])})"
+
+    def scratch(self, instr: Instr) -> str:
+        """A `float *` to the instruction's scratch, or NULL when it has none."""
+        found = [b for b, k in self._extras(instr) if k is OperandKind.SCRATCH]
+        return f"((float *){self.address(found[0])})" if found else "NULL"
 
     def fail_check(self, message: str) -> str:
         """A C statement returning this instruction's error code, recording `message`."""
         self.errors[self.instr_index + 1] = message
         return f"return {self.instr_index + 1};"
 
-    @property
-    def threads_pragma(self) -> str:
-        return f"num_threads({self.num_threads})"
+
+def param(instr: Instr, name: str, default: object = None) -> object:
+    """A decision select-kernels recorded for this instruction."""
+    if instr.kernel is None:
+        raise EmberError(f"instruction {instr.name} (node '{instr.source}') has no kernel selected")
+    return instr.kernel.params.get(name, default)
 
 
-def generate_c(program: Program, num_threads: int = 1, profile: bool = False, winograd: bool = True) -> CProgram:
-    """profile: time every instruction into a table read by `ember_profile` (for tuning).
-    winograd: run the 3x3 convolutions that gain from it as Winograd F(2x2, 3x3)."""
-    from ember.codegen.kernels import C_KERNELS
-    from ember.codegen.kernels.elementwise import emit_chain, fusable_chains
+def threads_pragma(instr: Instr) -> str:
+    return f"num_threads({param(instr, 'threads', 1)})"
 
-    emitter = Emitter(program, num_threads, winograd)
+
+def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptions | None = None) -> CProgram:
+    """The translation unit of a program whose kernels `registry` selected."""
+    opts = options or CodegenOptions()
+    emitter = Emitter(program)
     body: list[str] = []
-    profiled: list[str] = []
-    chains = fusable_chains(program.instrs)
-    fused = {member for members in chains.values() for member in members[1:]}
+    used: dict[str, None] = {}
     for index, instr in enumerate(program.instrs):
-        if instr.name in MARKERS or index in fused:
+        if instr.name in MARKERS:
             continue
-        kernel = C_KERNELS.get(instr.name)
-        if kernel is None:
-            raise UnsupportedError(f"the C backend has no kernel for {instr.name} (node '{instr.source}')")
+        if instr.kernel is None:
+            raise EmberError(f"instruction {index} ({instr.name}, node '{instr.source}') has no kernel: "
+                             "run the backend's select-kernels pass first")
+        kernel = registry[instr.kernel.name]
+        used[kernel.name] = None
         emitter.instr_index = index
-        emitter.instr = instr
-        if index in chains:
-            members = [program.instrs[i] for i in chains[index]]
-            code = emit_chain(emitter, members)
-            label = "_".join(sanitize_identifier(m.source or "program") for m in members)
-            instr = Instr("+".join(m.name for m in members), [], source=label)
-        else:
-            code = kernel(emitter, instr)
-            label = sanitize_identifier(instr.source or "program")
-        if profile:
-            code = f"double t0_ = omp_get_wtime();\n{code}\nember_prof[{len(profiled)}] += omp_get_wtime() - t0_;"
-            profiled.append(f"{index}:{instr.name}:{label}")
-        body.append(f"    /* {index}: {instr.name} from node {label} */\n    {{\n{_indent(code, 8)}\n    }}")
-    profile_lines = []
-    if profile:
-        profile_lines = [f"static double ember_prof[{max(len(profiled), 1)}];",
-                         "/* " + " ".join(profiled) + " */",
-                         f"void ember_profile(double *out) {{ for (int i = 0; i < {len(profiled)}; i++) out[i] = ember_prof[i]; }}"]
+        code = kernel.emit(emitter, instr)
+        label = sanitize_identifier(instr.source or "program")
+        body.append(f"    /* {index}: {instr.name} [{kernel.name}] from node {label} */\n    {{\n{_indent(code, 8)}\n    }}")
+    preambles = list(dict.fromkeys(registry[name].preamble for name in used if registry[name].preamble))
+    linkage = "static int" if opts.static_entry else "int"
     source = "\n".join([
         "/* Generated by Ember. Do not edit. */",
         _library(),
-        *profile_lines,
-        "int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,",
-        "              uint8_t *restrict A, uint8_t *restrict S)",
+        *preambles,
+        f"{linkage} {opts.entry}(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,",
+        f"{' ' * (len(linkage) + len(opts.entry) + 2)}uint8_t *restrict A)",
         "{",
-        "    (void)W; (void)in; (void)out; (void)A; (void)S;",
+        "    (void)W; (void)in; (void)out; (void)A;",
         *body,
         "    return 0;",
         "}",
         "",
     ])
-    return CProgram(source, emitter.blob.data(), emitter.arena_bytes, emitter.scratch_bytes,
-                    emitter.num_threads, emitter.errors, profiled)
+    return CProgram(source, emitter.blob.data, emitter.arena_bytes, opts.entry, emitter.errors, list(used))
 
 
 def _indent(code: str, spaces: int) -> str:

@@ -31,10 +31,12 @@ class OperandKind(enum.Enum):
     IN = "@in"
     OUT = "@out"
     INOUT = "@inout"
+    # A kernel's working memory: written and read only inside the instruction, dead after it.
+    SCRATCH = "@scratch"
 
     @property
     def reads(self) -> bool:
-        return self is not OperandKind.OUT
+        return self in (OperandKind.IN, OperandKind.INOUT)
 
     @property
     def writes(self) -> bool:
@@ -59,6 +61,7 @@ class Buffer:
     offset: int | None = None
     view_of: Buffer | None = None
     view_offset: int = 0
+    packing: Packing | None = None
 
     @property
     def sigil(self) -> str:
@@ -70,6 +73,17 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"{self.sigil}{self.name}: {self.type}"
+
+
+@dataclass(frozen=True, eq=False)
+class Packing:
+    """How a weight made at compile time was derived: `layout` names the transformation
+    (e.g. "panels32", "winograd_f2x3", or a table like "direct_offsets") and `source` the
+    weight it was computed from (None for a table computed from shapes alone). A kernel that
+    reads a packed copy of a weight does not read the weight itself."""
+
+    layout: str
+    source: Buffer | None = None
 
 
 def resolve_address(buffer: Buffer) -> tuple[Buffer, int]:
@@ -135,22 +149,49 @@ def register_op_instrs() -> None:
 register_op_instrs()
 
 
+@dataclass
+class KernelUse:
+    """What kernel selection chose for an instruction: the backend's kernel `name`, the
+    decisions it took (`params`, e.g. the thread count), and the kinds of the operands the
+    kernel adds after the instruction's own (packed weights @in, working memory @scratch)."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    operand_kinds: tuple[OperandKind, ...] = ()
+
+
 @dataclass(eq=False)
 class Instr:
     """An instruction. `operands` are buffers (None for an absent optional operand); `source`
-    names the graph node it came from, for comments and diagnostics."""
+    names the graph node it came from, for comments and diagnostics. Once a kernel is
+    selected, `kernel` says which, and its own operands follow the instruction's."""
 
     name: str
     operands: list[Buffer | None]
     attrs: Any = field(default_factory=NoAttrs)
     source: str = ""
+    kernel: KernelUse | None = None
 
     @property
     def idef(self) -> InstrDef:
         return INSTRS[self.name]
 
+    @property
+    def base_count(self) -> int:
+        """How many operands belong to the instruction itself (the rest are its kernel's)."""
+        return len(self.operands) - (len(self.kernel.operand_kinds) if self.kernel else 0)
+
+    @property
+    def base_operands(self) -> list[Buffer | None]:
+        return self.operands[:self.base_count]
+
+    @property
+    def kernel_operands(self) -> list[Buffer]:
+        return [b for b in self.operands[self.base_count:] if b is not None]
+
     def kinds(self) -> list[OperandKind]:
-        return [self.idef.kind_of(i) for i in range(len(self.operands))]
+        base = [self.idef.kind_of(i) for i in range(self.base_count)]
+        return base + list(self.kernel.operand_kinds if self.kernel else ())
 
     def outputs(self) -> list[Buffer]:
         return [b for b, k in zip(self.operands, self.kinds()) if b is not None and k.writes]

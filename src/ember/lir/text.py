@@ -22,9 +22,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from ember.graph.text import INLINE_LIMIT, format_constant_data
-from ember.lir.ir import ALLOC, DEALLOC, INSTRS, VIEW, Buffer, BufferKind, Instr, Program
+from ember.lir.ir import ALLOC, DEALLOC, INSTRS, VIEW, Buffer, BufferKind, Instr, KernelUse, OperandKind, Packing, Program
 from ember.lir.verify import verify_program
-from ember.ops.text import format_attrs, parse_attrs, parse_type, parse_value
+from ember.ops.text import format_attrs, format_value, parse_attrs, parse_type, parse_value
 from ember.support.errors import ParseError, VerificationError
 from ember.support.lexer import TokenStream, quote_name
 
@@ -37,6 +37,10 @@ def print_program(program: Program) -> str:
     lines = [f"program {json.dumps(program.name)} {{"]
     for weight in program.weights:
         text = f"  weight {_ref(weight)}: {weight.type}"
+        if weight.packing is not None:
+            text += f" packed {weight.packing.layout}"
+            if weight.packing.source is not None:
+                text += f" of {_ref(weight.packing.source)}"
         if weight.type.size <= INLINE_LIMIT:
             text += f" = {format_constant_data(weight.data)}"
         lines.append(text)
@@ -60,11 +64,17 @@ def format_instr(instr: Instr) -> str:
         return f"view {_ref(view)}: {view.type} of {_ref(view.view_of)} at {view.view_offset}"
     if instr.name == DEALLOC:
         return f"dealloc {_ref(instr.operands[0])}"
-    operands = ", ".join(f"{k.value} {_ref(b)}" for b, k in zip(instr.operands, instr.kinds()))
+    pairs = list(zip(instr.operands, instr.kinds()))
+    operands = ", ".join(f"{k.value} {_ref(b)}" for b, k in pairs[:instr.base_count])
     text = f"{instr.name} {operands}"
     attrs = format_attrs(instr.attrs)
     if attrs:
         text += f" {attrs}"
+    if instr.kernel is not None:
+        extra = ", ".join(f"{k.value} {_ref(b)}" for b, k in pairs[instr.base_count:])
+        text += f" kernel {instr.kernel.name}({extra})"
+        if instr.kernel.params:
+            text += " {" + ", ".join(f"{k}={format_value(v)}" for k, v in instr.kernel.params.items()) + "}"
     if instr.source:
         text += f"  # {json.dumps(instr.source)}"
     return text
@@ -82,8 +92,9 @@ def parse_program(text: str, weights: Mapping[str, np.ndarray] | None = None) ->
     while not stream.accept("}"):
         token = stream.peek
         if stream.accept("weight"):
-            _declare(buffers, _parse_weight(stream, weights or {}), token.line)
-            program.weights.append(buffers[_last_name(stream)])
+            weight = _parse_weight(stream, weights or {}, buffers)
+            _declare(buffers, weight, token.line)
+            program.weights.append(weight)
         elif token.text in ("input", "output") and token.kind == "ident":
             stream.next()
             name = stream.expect_kind("local", "a buffer name").name
@@ -128,24 +139,21 @@ def parse_program(text: str, weights: Mapping[str, np.ndarray] | None = None) ->
     return program
 
 
-def _last_name(stream: TokenStream) -> str:
-    # The weight's name is the first global token of the declaration just parsed.
-    index = stream.pos - 1
-    while stream.tokens[index].kind != "global":
-        index -= 1
-    return stream.tokens[index].name
-
-
 def _declare(buffers: dict[str, Buffer], buffer: Buffer, line: int) -> None:
     if buffer.name in buffers:
         raise ParseError(f"buffer '{buffer.name}' is declared twice", line)
     buffers[buffer.name] = buffer
 
 
-def _parse_weight(stream: TokenStream, weights: Mapping[str, np.ndarray]) -> Buffer:
+def _parse_weight(stream: TokenStream, weights: Mapping[str, np.ndarray], buffers: Mapping[str, Buffer]) -> Buffer:
     token = stream.expect_kind("global", "a weight name")
     stream.expect(":")
     type_ = parse_type(stream)
+    packing = None
+    if stream.accept("packed"):
+        layout = stream.expect_kind("ident", "a packed layout name").text
+        source = _buffer_ref(stream, buffers) if stream.accept("of") else None
+        packing = Packing(layout, source)
     if stream.accept("="):
         data = np.array(parse_value(stream), dtype=type_.dtype.numpy).reshape(type_.shape)
     elif token.name in weights:
@@ -155,7 +163,7 @@ def _parse_weight(stream: TokenStream, weights: Mapping[str, np.ndarray]) -> Buf
     if tuple(data.shape) != type_.shape or data.dtype != type_.dtype.numpy:
         raise ParseError(f"data for '{token.name}' is {data.dtype}{list(data.shape)}, text says {type_}",
                          token.line)
-    return Buffer(token.name, type_, BufferKind.WEIGHT, data=data)
+    return Buffer(token.name, type_, BufferKind.WEIGHT, data=data, packing=packing)
 
 
 _KINDS = ("@in", "@out", "@inout")
@@ -176,7 +184,37 @@ def _parse_instr(stream: TokenStream, buffers: Mapping[str, Buffer], sources: Ma
         if not stream.accept(","):
             break
     attrs = parse_attrs(stream, idef.attrs)
-    return Instr(idef.name, operands, attrs, source=sources.get(token.line, ""))
+    instr = Instr(idef.name, operands, attrs, source=sources.get(token.line, ""))
+    if stream.accept("kernel"):
+        instr.kernel = _parse_kernel(stream, buffers, instr)
+    return instr
+
+
+def _parse_kernel(stream: TokenStream, buffers: Mapping[str, Buffer], instr: Instr) -> KernelUse:
+    """`kernel NAME(@in @packed, @scratch %s) {param=value, ...}` after an instruction."""
+    name = stream.expect_kind("ident", "a kernel name").text
+    stream.expect("(")
+    kinds: list[OperandKind] = []
+    while not stream.accept(")"):
+        kind_token = stream.next()
+        if kind_token.text not in _KINDS + ("@scratch",):
+            raise ParseError(f"kernel operand kind '{kind_token.text}' is not one of @in, @out, @inout, @scratch",
+                             kind_token.line)
+        kinds.append(OperandKind(kind_token.text))
+        instr.operands.append(_buffer_ref(stream, buffers))
+        if not stream.accept(","):
+            stream.expect(")")
+            break
+    params: dict = {}
+    if stream.accept("{"):
+        while not stream.accept("}"):
+            key = stream.expect_kind("ident", "a kernel parameter name").text
+            stream.expect("=")
+            params[key] = parse_value(stream)
+            if not stream.accept(","):
+                stream.expect("}")
+                break
+    return KernelUse(name, params, tuple(kinds))
 
 
 def _buffer_ref(stream: TokenStream, buffers: Mapping[str, Buffer]) -> Buffer:

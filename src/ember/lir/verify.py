@@ -1,9 +1,22 @@
 """Verifier of the low-level IR: declared buffers, operand kinds, lifetimes, views and types."""
 from __future__ import annotations
 
-from ember.lir.ir import ALLOC, COPY, DEALLOC, INSTRS, VIEW, Buffer, BufferKind, Instr, Program, resolve_address
+from ember.lir.chain import ELEMENTWISE_CHAIN, infer_chain
+from ember.lir.ir import (
+    ALLOC,
+    COPY,
+    DEALLOC,
+    INSTRS,
+    VIEW,
+    Buffer,
+    BufferKind,
+    Instr,
+    OperandKind,
+    Program,
+    resolve_address,
+)
 from ember.ops import OpError
-from ember.support.errors import VerificationError
+from ember.support.errors import EmberError, VerificationError
 
 
 def verify_program(program: Program) -> None:
@@ -46,10 +59,12 @@ def verify_program(program: Program) -> None:
             ever.add(id(buffer))
             continue
         idef = INSTRS[instr.name]
-        if len(instr.operands) > len(idef.operand_kinds) and not idef.variadic:
+        if instr.base_count > len(idef.operand_kinds) and not idef.variadic:
             raise VerificationError(
-                f"{where}: takes at most {len(idef.operand_kinds)} operands, got {len(instr.operands)}"
+                f"{where}: takes at most {len(idef.operand_kinds)} operands, got {instr.base_count}"
             )
+        if instr.base_count < 0:
+            raise VerificationError(f"{where}: kernel '{instr.kernel.name}' declares more operands than it has")
         for buffer, kind in zip(instr.operands, instr.kinds()):
             if buffer is None:
                 continue
@@ -59,6 +74,8 @@ def verify_program(program: Program) -> None:
             if kind.writes and root.kind in (BufferKind.WEIGHT, BufferKind.INPUT):
                 via = "" if root is buffer else f" through view '{buffer.name}'"
                 raise VerificationError(f"{where}: writes {root.kind.value} '{root.name}'{via}")
+            if kind is OperandKind.SCRATCH and (buffer.kind is not BufferKind.ACTIVATION or buffer.is_view):
+                raise VerificationError(f"{where}: scratch '{buffer.name}' is not an activation of its own")
         if instr.name == DEALLOC:
             dead = instr.operands[0]
             live.discard(id(dead))
@@ -91,13 +108,23 @@ def _declare(names: set[str], buffer: Buffer) -> None:
 def _check_types(instr: Instr, where: str) -> None:
     idef = instr.idef
     if instr.name == COPY:
-        dest, src = instr.operands
+        dest, src = instr.base_operands
         if dest.type.shape != src.type.shape or dest.type.dtype != src.type.dtype:
             raise VerificationError(f"{where}: copies {src.type} into {dest.type}")
         return
+    if instr.name == ELEMENTWISE_CHAIN:
+        out, *sources = instr.base_operands
+        try:
+            final = infer_chain(instr.attrs, [b.type for b in sources])[-1]
+        except (OpError, IndexError, EmberError) as err:
+            raise VerificationError(f"{where}: {err}") from None
+        if out is None or out.type != final:
+            raise VerificationError(f"{where}: result is {out and out.type}, the steps give {final}")
+        return
     op = idef.op
     results = len(op.results)
-    outs, ins = instr.operands[:results], instr.operands[results:]
+    base = instr.base_operands
+    outs, ins = base[:results], base[results:]
     if any(b is None for b in outs):
         raise VerificationError(f"{where}: missing result buffer")
     try:

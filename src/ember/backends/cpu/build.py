@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import re
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +20,7 @@ from ember.codegen import RUNTIME_SOURCES, runtime_source
 from ember.support.errors import EmberError
 from ember.support.paths import cache_dir
 
+_SOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.c")
 BASE_FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
               "-Wno-unused-variable", "-Wno-unused-but-set-variable"]
 
@@ -93,23 +95,38 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
 
 
 def build_library(source: str, extra_flags: list[str] | None = None, sanitize: bool = False,
-                  march: str | None = None) -> Path:
+                  march: str | None = None, extra_sources: dict[str, str] | None = None,
+                  link_flags: list[str] | None = None) -> Path:
     """Compiles a model's C source (plus the cached kernel library) into a shared library,
-    for the host's ISA or the -march level named (which the host must be able to run)."""
+    for the host's ISA or the -march level named (which the host must be able to run).
+    extra_sources (name -> C text) are compiled along (a library backend's own kernels);
+    link_flags come last on the link line (-L, -l of a vendor library)."""
     compiler = find_compiler()
     flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
     runtime = _runtime_object(compiler, flags)
+    extras = dict(sorted((extra_sources or {}).items()))
+    links = list(link_flags or [])
     folder = cache_dir() / "cpu"
-    library = folder / f"{_key(source, runtime.name, compiler_identity(compiler), *flags)}.so"
+    key_parts = [source, runtime.name, compiler_identity(compiler), *flags, *links]
+    for name, text in extras.items():
+        key_parts += [name, text]
+    library = folder / f"{_key(*key_parts)}.so"
     if library.exists():
         return library
     with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
         _write_runtime(Path(work))
         src = Path(work) / "model.c"
         src.write_text(source)
+        extra_paths = []
+        for name, text in extras.items():
+            if not _SOURCE_NAME.fullmatch(name):
+                raise EmberError(f"extra C source name {name!r} is not a plain file name ending in .c")
+            (Path(work) / name).write_text(text)
+            extra_paths.append(str(Path(work) / name))
         tmp_lib = Path(work) / "model.so"
-        _run_compiler([*compiler.split(), *flags, f"-I{work}", str(src), str(runtime), "-o", str(tmp_lib), "-lm"])
+        _run_compiler([*compiler.split(), *flags, f"-I{work}", str(src), *extra_paths, str(runtime), "-o",
+                       str(tmp_lib), *links, "-lm"])
         os.replace(tmp_lib, library)
     return library

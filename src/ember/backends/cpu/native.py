@@ -22,22 +22,22 @@ def _aligned_empty(nbytes: int, alignment: int = 4096) -> np.ndarray:
 
 
 class NativeProgram:
-    """An executable: the library, the weight blob and the arena. Runs are serialized per
-    model because the arena and scratch are shared; separate CompiledModels run in parallel."""
+    """An executable: the library, the weight blob and the arena (kernels' scratch included).
+    Runs are serialized per model because the arena is shared; separate CompiledModels run
+    in parallel."""
 
     def __init__(self, library: Path, cprogram: CProgram, program: Program) -> None:
         self._lib = ctypes.CDLL(str(library))
-        self._entry = self._lib.ember_run
+        self._entry = getattr(self._lib, cprogram.entry)
         self._entry.restype = ctypes.c_int
-        self._entry.argtypes = [ctypes.c_void_p] * 5
+        self._entry.argtypes = [ctypes.c_void_p] * 4
         self._weights = _aligned_empty(cprogram.weights.size)
         self._weights[...] = cprogram.weights
         self._arena = _aligned_empty(cprogram.arena_bytes)
-        self._scratch = _aligned_empty(max(cprogram.scratch_bytes, 64))
         self._errors = cprogram.errors
         self._outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
         # Fetching an array's address costs microseconds: the fixed regions' are taken once.
-        self._fixed = (self._weights.ctypes.data, self._arena.ctypes.data, self._scratch.ctypes.data)
+        self._fixed = (self._weights.ctypes.data, self._arena.ctypes.data)
         self._lock = threading.Lock()
         self.source = cprogram.source
         self.library = library
@@ -46,9 +46,9 @@ class NativeProgram:
         outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
-        weights, arena, scratch = self._fixed
+        weights, arena = self._fixed
         with self._lock:
-            status = self._entry(weights, in_ptrs, out_ptrs, arena, scratch)
+            status = self._entry(weights, in_ptrs, out_ptrs, arena)
         if status:
             raise EmberError(self._errors.get(status, f"native code failed with status {status}"))
         return outputs

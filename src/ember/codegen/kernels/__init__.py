@@ -1,6 +1,7 @@
-"""C_KERNELS: instruction name -> emitter of a C block specialized on the instruction's
-shapes. Families live in their own modules; importing this package registers them all."""
-from ember.codegen.kernels.registry import C_KERNELS, kernel
-from ember.codegen.kernels import data_movement, elementwise, gemm, nn, normalization, reduce  # noqa: F401,E402
+"""The C kernels: C_KERNELS, the registry the cpu backend selects from. Families live in
+their own modules; importing this package registers them all."""
+from ember.codegen.kernels import conv, data_movement, elementwise, gemm, normalization, reduce  # noqa: F401
+from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, KernelRegistry, OpView
+from ember.codegen.kernels.table import C_KERNELS
 
-__all__ = ["C_KERNELS", "kernel"]
+__all__ = ["C_KERNELS", "Kernel", "KernelOptions", "KernelPlan", "KernelRegistry", "OpView"]

@@ -5,29 +5,31 @@ from __future__ import annotations
 import math
 
 from ember.codegen.c_types import c_literal, c_type
-from ember.codegen.kernels.registry import collapse, contiguous_strides, kernel, loop_nest
+from ember.codegen.emitter import Emitter
+from ember.codegen.kernels.registry import collapse, contiguous_strides, loop_nest
+from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.ops.shape_util import normalize_axis
 
 
-@kernel("copy", "Reshape")
-def emit_copy(em, instr: Instr) -> str:
-    out, src = instr.operands[:2]
+@C_KERNELS.kernel("copy_bytes", "copy", "Reshape")
+def emit_copy(em: Emitter, instr: Instr) -> str:
+    out, src = instr.base_operands[:2]
     dst_addr, src_addr = em.address(out), em.address(src)
     if dst_addr == src_addr:
         return "/* in place: source and destination coincide */"
     return f"memmove({dst_addr}, {src_addr}, {out.type.nbytes});"
 
 
-def _typed(em, instr: Instr) -> list[str]:
-    out, x = instr.operands[:2]
+def _typed(em: Emitter, instr: Instr) -> list[str]:
+    out, x = instr.base_operands[:2]
     t = c_type(out.type.dtype)
     return [f"{t} *restrict y = {em.pointer(out)};", f"const {t} *x = {em.pointer(x, const=True)};"]
 
 
-@kernel("Transpose")
-def emit_transpose(em, instr: Instr) -> str:
-    out, x = instr.operands
+@C_KERNELS.kernel("transpose_loops", "Transpose")
+def emit_transpose(em: Emitter, instr: Instr) -> str:
+    out, x = instr.base_operands
     perm = instr.attrs.perm
     in_strides = contiguous_strides(x.type.shape)
     strides = [contiguous_strides(out.type.shape), [in_strides[p] for p in perm]]
@@ -39,9 +41,9 @@ def emit_transpose(em, instr: Instr) -> str:
     return "\n".join(lines)
 
 
-@kernel("Slice")
-def emit_slice(em, instr: Instr) -> str:
-    out, x = instr.operands
+@C_KERNELS.kernel("slice_loops", "Slice")
+def emit_slice(em: Emitter, instr: Instr) -> str:
+    out, x = instr.base_operands
     attrs = instr.attrs
     in_strides = contiguous_strides(x.type.shape)
     starts = [0] * x.type.rank
@@ -61,9 +63,9 @@ def emit_slice(em, instr: Instr) -> str:
     return "\n".join(lines)
 
 
-@kernel("Concat")
-def emit_concat(em, instr: Instr) -> str:
-    out, *ins = instr.operands
+@C_KERNELS.kernel("concat_rows", "Concat")
+def emit_concat(em: Emitter, instr: Instr) -> str:
+    out, *ins = instr.base_operands
     axis = normalize_axis(instr.attrs.axis, out.type.rank)
     outer = math.prod(out.type.shape[:axis])
     inner = math.prod(out.type.shape[axis + 1:])
@@ -81,9 +83,9 @@ def emit_concat(em, instr: Instr) -> str:
     return "\n".join(lines)
 
 
-@kernel("Gather")
-def emit_gather(em, instr: Instr) -> str:
-    out, data, indices = instr.operands
+@C_KERNELS.kernel("gather_rows", "Gather")
+def emit_gather(em: Emitter, instr: Instr) -> str:
+    out, data, indices = instr.base_operands
     axis = normalize_axis(instr.attrs.axis, data.type.rank)
     outer = math.prod(data.type.shape[:axis])
     n = data.type.shape[axis]
@@ -119,9 +121,9 @@ def _index_map(mode: str, size: int, i: str) -> str:
     return f"({m} < {size} ? {m} : {period} - {m})"
 
 
-@kernel("Pad")
-def emit_pad(em, instr: Instr) -> str:
-    out, x = instr.operands
+@C_KERNELS.kernel("pad_loops", "Pad")
+def emit_pad(em: Emitter, instr: Instr) -> str:
+    out, x = instr.base_operands
     attrs = instr.attrs
     rank = x.type.rank
     begins = attrs.pads[:rank]
@@ -147,9 +149,9 @@ def emit_pad(em, instr: Instr) -> str:
     return "\n".join(lines)
 
 
-@kernel("Tile")
-def emit_tile(em, instr: Instr) -> str:
-    out, x = instr.operands
+@C_KERNELS.kernel("tile_loops", "Tile")
+def emit_tile(em: Emitter, instr: Instr) -> str:
+    out, x = instr.base_operands
     in_shape = x.type.shape
     in_strides = contiguous_strides(in_shape)
     rank = len(in_shape)

@@ -1,13 +1,17 @@
-"""Elementwise kernels: one loop nest per instruction with NumPy broadcasting through
-per-operand strides, collapsed so same-shaped operands run one flat (vectorizable) loop.
-Each op is one C expression over its operands `a`, `b`, `c`."""
+"""Elementwise kernels: one loop nest per instruction (or per ElementwiseChain, which the
+`fuse-elementwise` pass forms) with NumPy broadcasting through per-operand strides,
+collapsed so same-shaped operands run one flat (vectorizable) loop. Each op is one C
+expression over its operands `a`, `b`, `c`; a chain's intermediate values live in registers."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from ember.codegen.c_types import c_literal, c_type, libm
-from ember.codegen.kernels.registry import broadcast_strides, collapse, kernel, loop_nest
-from ember.lir.ir import Instr
+from ember.codegen.emitter import Emitter
+from ember.codegen.kernels.registry import broadcast_strides, collapse, loop_nest
+from ember.codegen.kernels.table import C_KERNELS
+from ember.lir.chain import ELEMENTWISE_CHAIN, Step, chain_steps, infer_steps
+from ember.lir.ir import Buffer, Instr
 from ember.types import DType
 
 Expr = Callable[[list[str], DType, object], str]
@@ -161,68 +165,62 @@ BINARY: dict[str, Expr] = {
     "Where": lambda a, t, attrs: f"({a[0]} ? {a[1]} : {a[2]})",
 }
 # Integer division and remainder trap on zero: check the divisor first.
-_INT_DIVISORS = {"Div", "Mod"}
+INT_DIVISORS = {"Div", "Mod"}
+EXPRESSIONS: dict[str, Expr] = {**UNARY, **BINARY, "Expand": lambda a, t, attrs: a[0]}
 
 
-def _expr_type(instr: Instr) -> DType:
+def expression_type(op: str, operand_types: list[DType]) -> DType:
     """The type an op's expression computes in: its first operand's (Where: the values')."""
-    ins = instr.operands[1:]
-    return ins[1].type.dtype if instr.name == "Where" else ins[0].type.dtype
+    return operand_types[1] if op == "Where" else operand_types[0]
 
 
-def emit_elementwise(em, instr: Instr, expr: Expr) -> str:
-    return emit_chain(em, [instr])
+def traps(op: str, operand_types: list[DType]) -> bool:
+    """Integer division and remainder need a divisor check (and a loop of their own)."""
+    return op in INT_DIVISORS and expression_type(op, operand_types).is_int
 
 
-def emit_chain(em, chain: list[Instr]) -> str:
-    """One loop nest computing a chain of elementwise instructions, each reading the previous
-    one's result, which lives only in a register (see fusable_chains)."""
-    final = chain[-1].operands[0]
-    shape = final.type.shape
-    # Which operand reads come from a register: member k's operand is the value of the latest
-    # earlier member that wrote that buffer (in-place sharing may reuse one buffer throughout).
-    reads: list[list[str | None]] = []
-    written: dict[int, int] = {}
-    sources: list = []  # operands read from memory, in first-use order
-    source_names: dict[int, str] = {}
-    for k, instr in enumerate(chain):
-        row = []
-        for buffer in instr.operands[1:]:
-            if id(buffer) in written:
-                row.append(f"v{written[id(buffer)]}")
-                continue
-            if id(buffer) not in source_names:
-                source_names[id(buffer)] = f"x{len(sources)}"
-                sources.append(buffer)
-            row.append(None)
-        reads.append(row)
-        written[id(instr.operands[0])] = k
+def _single_step(instr: Instr) -> tuple[list[Buffer], list[Step]]:
+    sources: list[Buffer] = []
+    args = []
+    for buffer in instr.base_operands[1:]:
+        if buffer not in sources:
+            sources.append(buffer)
+        args.append(f"x{sources.index(buffer)}")
+    return sources, [Step(instr.name, tuple(args), instr.attrs)]
+
+
+def emit_loop(em: Emitter, instr: Instr) -> str:
+    """One loop nest computing the instruction's steps; every source is read from memory once
+    per element, every intermediate value stays in a register."""
+    if instr.name == ELEMENTWISE_CHAIN:
+        out, *sources = instr.base_operands
+        steps = chain_steps(instr.attrs)
+    else:
+        out = instr.base_operands[0]
+        sources, steps = _single_step(instr)
+    value_types = [t.dtype for t in infer_steps(steps, [b.type for b in sources])]
+    shape = out.type.shape
     strides = [broadcast_strides(shape, shape)] + [broadcast_strides(b.type.shape, shape) for b in sources]
     dims, strides = collapse(shape, strides)
-    names = ["y"] + [source_names[id(b)] for b in sources]
-    # No restrict: the memory planner may run elementwise ops in place (y aliases an input).
-    lines = [f"{c_type(final.type.dtype)} *y = {em.pointer(final)};"]
-    for buffer in sources:
-        lines.append(f"const {c_type(buffer.type.dtype)} *{source_names[id(buffer)]} = {em.pointer(buffer, const=True)};")
-    only = chain[0] if len(chain) == 1 else None
-    guard = ""
-    if only is not None and only.name in _INT_DIVISORS and _expr_type(only).is_int:
-        guard = f"if ({{divisor}} == 0) {em.fail_check(f'node {only.source!r} ({only.name}): integer division by zero')} "
+    names = ["y"] + [f"x{i}" for i in range(len(sources))]
+    # No restrict: the memory planner may run elementwise ops in place (y aliases a source).
+    lines = [f"{c_type(out.type.dtype)} *y = {em.pointer(out)};"]
+    for i, buffer in enumerate(sources):
+        lines.append(f"const {c_type(buffer.type.dtype)} *x{i} = {em.pointer(buffer, const=True)};")
 
     def body(offsets: list[str]) -> str:
-        offset_of = {source_names[id(b)]: offsets[i + 1] for i, b in enumerate(sources)}
         statements = []
-        for k, instr in enumerate(chain):
-            args = []
-            for buffer, register in zip(instr.operands[1:], reads[k]):
-                name = register or source_names[id(buffer)]
-                args.append(register or f"{name}[{offset_of[name]}]")
-            value = EXPRESSIONS[instr.name](args, _expr_type(instr), instr.attrs)
-            if k == len(chain) - 1:
-                check = guard.replace("{divisor}", args[1]) if guard else ""
-                statements.append(f"{check}y[{offsets[0]}] = {value};")
-            else:
-                statements.append(f"{c_type(instr.operands[0].type.dtype)} v{k} = {value};")
+        for k, step in enumerate(steps):
+            args = [a if a[0] == "v" else f"{a}[{offsets[int(a[1:]) + 1]}]" for a in step.args]
+            types = [value_types[int(a[1:])] if a[0] == "v" else sources[int(a[1:])].type.dtype for a in step.args]
+            value = EXPRESSIONS[step.op](args, expression_type(step.op, types), step.attrs)
+            if k < len(steps) - 1:
+                statements.append(f"{c_type(value_types[k])} v{k} = {value};")
+                continue
+            if traps(step.op, types):
+                message = f"node {instr.source!r} ({step.op}): integer division by zero"
+                statements.append(f"if ({args[1]} == 0) {em.fail_check(message)}")
+            statements.append(f"y[{offsets[0]}] = {value};")
         return " ".join(statements)
 
     if not dims:
@@ -231,89 +229,5 @@ def emit_chain(em, chain: list[Instr]) -> str:
     return "\n".join(lines)
 
 
-def _placement(buffer) -> tuple[object, int, int]:
-    """(memory region, first byte, end) of a buffer: activations share the arena, at their
-    planned offsets; anything else is its own region."""
-    from ember.lir.ir import BufferKind, footprint
-
-    root, start, end = footprint(buffer)
-    if root.kind is BufferKind.ACTIVATION:
-        return "arena", root.offset + start, root.offset + end
-    return root, start, end
-
-
-def fusable_chains(instrs: list[Instr]) -> dict[int, list[int]]:
-    """Chains of elementwise instructions to emit as one loop: start index -> member indices.
-
-    Instruction B joins A's chain when B is the next computing instruction after A, both are
-    elementwise over the same output shape, B reads A's result, and A's result is a plain
-    activation that nothing after B reads (its dealloc sits between B and the next
-    computing instruction, or B writes it in place). Integer division stays alone: its
-    divide-by-zero check needs its own loop."""
-    from ember.lir.ir import DEALLOC, MARKERS, BufferKind
-
-    compute = [i for i, instr in enumerate(instrs) if instr.name not in MARKERS]
-    chains: dict[int, list[int]] = {}
-    current: list[int] = []
-
-    def joinable(a: Instr, b: Instr, between: list[Instr]) -> bool:
-        if a.name not in EXPRESSIONS or b.name not in EXPRESSIONS:
-            return False
-        if any(x.name in _INT_DIVISORS and _expr_type(x).is_int for x in (a, b)):
-            return False
-        result, out = a.operands[0], b.operands[0]
-        if result.kind is not BufferKind.ACTIVATION or result.is_view or result.type.shape != out.type.shape:
-            return False
-        if not any(op is result for op in b.operands[1:]):
-            return False
-        dies = any(m.name == DEALLOC and m.operands[0] is result for m in between)
-        return dies or out is result
-
-    def safe_output(members: list[int]) -> bool:
-        """The fused loop writes only the last result, while it still reads the sources: the
-        planner may have placed that result over a source that died in between (unfused,
-        it was read in full first), so no source may share its memory unless it is the same
-        buffer read element for element."""
-        out = instrs[members[-1]].operands[0]
-        results = {id(instrs[i].operands[0]) for i in members[:-1]}
-        region, start, end = _placement(out)
-        for i in members:
-            for source in instrs[i].operands[1:]:
-                if source is None or id(source) in results:
-                    continue
-                other, s0, s1 = _placement(source)
-                if other is not region or s1 <= start or end <= s0:
-                    continue
-                if not (source is out or (s0 == start and source.type == out.type)):
-                    return False
-        return True
-
-    for pos, index in enumerate(compute):
-        if current:
-            prev = current[-1]
-            between = instrs[prev + 1:index] + instrs[index + 1:compute[pos + 1] if pos + 1 < len(compute) else len(instrs)]
-            if (joinable(instrs[prev], instrs[index], [m for m in between if m.name == DEALLOC])
-                    and safe_output(current + [index])):
-                current.append(index)
-                continue
-            if len(current) > 1:
-                chains[current[0]] = current
-        current = [index] if instrs[index].name in EXPRESSIONS else []
-    if len(current) > 1:
-        chains[current[0]] = current
-    return chains
-
-
-def _make(expr: Expr):
-    return lambda em, instr: emit_elementwise(em, instr, expr)
-
-
-EXPRESSIONS: dict[str, Expr] = {**UNARY, **BINARY, "Expand": lambda a, t, attrs: a[0]}
-
-for _name, _expr in {**UNARY, **BINARY}.items():
-    kernel(_name)(_make(_expr))
-
-
-@kernel("Expand")
-def emit_expand(em, instr: Instr) -> str:
-    return emit_elementwise(em, instr, lambda a, t, attrs: a[0])
+C_KERNELS.kernel("elementwise_loop", *EXPRESSIONS)(emit_loop)
+C_KERNELS.kernel("elementwise_chain", ELEMENTWISE_CHAIN)(emit_loop)

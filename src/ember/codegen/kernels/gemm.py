@@ -1,9 +1,9 @@
 """MatMul and FullyConnected through the packed-panel GEMM core (runtime/ember_gemm.c).
 
 B is consumed in 32-column panels: constant weights are packed at compile time into the
-panel layout; activations are packed at run time by the core, per chunk of panels, into
-scratch. A is read in place (row-major, one broadcast element at a time). The emitted code
-is a call with constant shapes; blocking and threading live in the core."""
+panel layout (a packed weight in the LIR); activations are read in place, a panel at a time
+through scratch. A is read in place (row-major, one broadcast element at a time). The
+emitted code is a call with constant shapes; blocking and threading live in the core."""
 from __future__ import annotations
 
 import math
@@ -12,29 +12,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.codegen.c_types import c_type
-from ember.codegen.kernels.registry import broadcast_strides, kernel
-from ember.lir.ir import BufferKind, Instr
+from ember.codegen.emitter import Emitter, param
+from ember.codegen.kernels.layouts import MR, NR, gemm_scratch_bytes, pack_panels, threads_for  # noqa: F401
+from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, broadcast_strides, is_whole_weight
+from ember.codegen.kernels.table import C_KERNELS
+from ember.lir.ir import Instr
+from ember.codegen.c_constants import c_activation
 from ember.types import DType
-
-NR = 32
-MR = 8
-ACTIVATION_CODES = {"none": 0, "relu": 1, "clip": 2, "leaky_relu": 3, "sigmoid": 4, "tanh": 5, "hard_sigmoid": 6}
-# Below this many multiply-adds a parallel region costs more than it saves (a warm OpenMP
-# region costs about a microsecond; 256K multiply-adds take a few).
-PARALLEL_MIN_MACS = 1 << 18
-
-
-def pack_panels(b: np.ndarray) -> np.ndarray:
-    """[K, N] -> [ceil(N/32), K, 32] zero-padded, as float32."""
-    k, n = b.shape
-    panels = math.ceil(n / NR)
-    padded = np.zeros((k, panels * NR), np.float32)
-    padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
 
 
 @dataclass
 class Epilogue:
+    """ember_epilogue (ember_gemm.h): bias, residual and activation applied in the tile."""
+
     bias: str = "NULL"
     bias_per_row: bool = False
     residual: str = "NULL"
@@ -45,39 +35,39 @@ class Epilogue:
     transposed: bool = False  # C (and the residual) stored column-major: see ember_gemm.h
 
     def c_init(self, name: str = "ep") -> str:
-        tail = ", 0, 0, 1" if self.transposed else ""
-        return (f"ember_epilogue {name} = {{ {self.bias}, {int(self.bias_per_row)}, {self.residual}, "
-                f"{self.ld_residual}, {ACTIVATION_CODES[self.activation]}, {float(self.alpha).hex()}f, "
-                f"{float(self.beta).hex()}f{tail} }};")
+        """A designated initializer: every field named, the activation by its enum."""
+        fields = [f".bias = {self.bias}", f".bias_per_row = {int(self.bias_per_row)}",
+                  f".residual = {self.residual}", f".ld_residual = {self.ld_residual}",
+                  f".act = {c_activation(self.activation)}", f".alpha = {float(self.alpha).hex()}f",
+                  f".beta = {float(self.beta).hex()}f"]
+        if self.transposed:
+            fields.append(".transposed = 1")
+        return f"ember_epilogue {name} = {{ {', '.join(fields)} }};"
 
 
-def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
-    """Mirror of ember_gemm_scratch_bytes in runtime/ember_gemm.c (chunks of 384 KiB)."""
-    panels = math.ceil(n / NR)
-    chunk = min(max(1, (384 * 1024) // (k * NR * 4)), panels)
-    return max(chunk * k * NR * 4 * threads, panels * k * NR * 4)
-
-
-def threads_for(em, macs: int) -> int:
-    return em.num_threads if macs >= PARALLEL_MIN_MACS else 1
-
-
-def emit_gemm_call(em, *, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str,
-                   b_packed: str | None = None, packer: str | None = None, pack_ctx: str | None = None,
-                   b_direct: str | None = None, koff: str | None = None, epilogue: str = "&ep",
-                   threads: int = 1) -> str:
-    """One call of the runtime GEMM; a_layout = (row stride, k stride, 8-row block stride).
-    B is exactly one of: b_packed (compile-time panels), b_direct (row-major [K, N] read in
-    place), or packer + pack_ctx (panels built at run time)."""
-    if b_direct is not None:
-        em.need_scratch(k * NR * 4)
-    elif b_packed is None:
-        em.need_scratch(gemm_scratch_bytes(n, k, threads))
+def gemm_call(*, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str, ldc: int | None = None,
+              b_packed: str = "NULL", packer: str = "NULL", pack_ctx: str = "NULL", b_direct: str = "NULL",
+              ldb: int | None = None, koff: str = "NULL", epilogue: str = "&ep", scratch: str = "NULL",
+              threads: int = 1) -> str:
+    """One call of ember_gemm, each argument named in a comment; a_layout = (row stride,
+    k stride, 8-row block stride). B is exactly one of: b_packed (compile-time panels),
+    b_direct (row-major [K, N] read in place), or packer + pack_ctx (panels built at run time)."""
     a_rs, a_ks, a_block = a_layout
-    return (f"ember_gemm({m}, {n}, {k}, {a}, {a_rs}, {a_ks}, {a_block}, {b_packed or 'NULL'}, "
-            f"{packer or 'NULL'}, {pack_ctx or 'NULL'}, {b_direct or 'NULL'}, {n}, {koff or 'NULL'}, {c}, {n}, "
-            f"{epilogue}, "
-            f"(float *)S, {threads});")
+    args = [("M", m), ("N", n), ("K", k), ("a", a), ("a_rs", a_rs), ("a_ks", a_ks), ("a_block", a_block),
+            ("bp", b_packed), ("pack", packer), ("pack_ctx", pack_ctx), ("b_direct", b_direct),
+            ("ldb", n if ldb is None else ldb), ("koff", koff), ("c", c), ("ldc", n if ldc is None else ldc),
+            ("ep", epilogue), ("scratch", scratch), ("nthreads", threads)]
+    return "ember_gemm(" + ", ".join(f"/*{name}*/ {value}" for name, value in args) + ");"
+
+
+def gemm_b_scratch(n: int, k: int, threads: int, b: str) -> int:
+    """Scratch a GEMM needs for its B operand: none for packed panels, one panel for B read
+    in place, the chunked panels for B packed at run time."""
+    if b == "packed":
+        return 0
+    if b == "direct":
+        return k * NR * 4
+    return gemm_scratch_bytes(n, k, threads)
 
 
 def _batch_offsets(shape: tuple[int, ...], batch_shape: tuple[int, ...], matrix: int) -> str:
@@ -92,33 +82,60 @@ def _batch_offsets(shape: tuple[int, ...], batch_shape: tuple[int, ...], matrix:
     return " + ".join(terms) or "0"
 
 
-def _is_const_weight(buffer) -> bool:
-    return buffer.kind is BufferKind.WEIGHT and not buffer.is_view
-
-
-@kernel("MatMul")
-def emit_matmul(em, instr: Instr) -> str:
-    out, a, b = instr.operands
-    if out.type.dtype is not DType.FLOAT32:
-        return emit_matmul_generic(em, instr)
+def _matmul_dims(instr: Instr) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
+    _, a, b = instr.base_operands
     a_shape = (1,) + a.type.shape if a.type.rank == 1 else a.type.shape
     b_shape = b.type.shape + (1,) if b.type.rank == 1 else b.type.shape
     m, k = a_shape[-2:]
-    n = b_shape[-1]
+    return a_shape, b_shape, m, k, b_shape[-1]
+
+
+def _float32(view: OpView) -> str | None:
+    return None if view.results[0].dtype is DType.FLOAT32 else "the GEMM kernels run float32"
+
+
+def _plan_matmul(instr: Instr, options: KernelOptions) -> KernelPlan:
+    _, a, b = instr.base_operands
+    a_shape, b_shape, m, k, n = _matmul_dims(instr)
     if len(b_shape) == 2:
-        # A 2-D right operand is shared by every batch: fold A's batch into the rows.
-        return _single(em, out, a, b, math.prod(a_shape[:-1]), n, k, Epilogue())
+        rows = math.prod(a_shape[:-1])
+        threads = threads_for(options.num_threads, rows * n * k)
+        if is_whole_weight(b):
+            return KernelPlan({"b": "packed", "threads": threads},
+                              packed=[(b, "panels32", pack_panels(b.data.reshape(k, n).astype(np.float32)))])
+        return KernelPlan({"b": "direct", "threads": threads}, scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
+    threads = threads_for(options.num_threads, m * n * k)
+    return KernelPlan({"b": "direct", "batched": True, "threads": threads},
+                      scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
+
+
+def _emit_single(em: Emitter, instr: Instr, out, a, b, m: int, n: int, k: int, epilogue: Epilogue) -> str:
+    threads = int(param(instr, "threads", 1))
+    common = dict(m=m, n=n, k=k, a=em.pointer(a, const=True), a_layout=(k, 1, MR * k), c=em.pointer(out),
+                  threads=threads, scratch=em.scratch(instr))
+    if param(instr, "b") == "packed":
+        call = gemm_call(b_packed=em.packed(instr), **common)
+    else:
+        call = gemm_call(b_direct=em.pointer(b, const=True), **common)
+    return "\n".join([epilogue.c_init(), call])
+
+
+@C_KERNELS.kernel("matmul_gemm", "MatMul", accepts=_float32, plan=_plan_matmul)
+def emit_matmul(em: Emitter, instr: Instr) -> str:
+    out, a, b = instr.base_operands
+    a_shape, b_shape, m, k, n = _matmul_dims(instr)
+    if not param(instr, "batched", False):
+        # A 2-D right operand is shared by every batch: A's batch folds into the rows.
+        return _emit_single(em, instr, out, a, b, math.prod(a_shape[:-1]), n, k, Epilogue())
     batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
-    batches = math.prod(batch_shape)
-    threads = threads_for(em, m * n * k)
-    call = emit_gemm_call(em, m=m, n=n, k=k, a="pa", a_layout=(k, 1, MR * k), b_direct="pb", c="pc",
-                          threads=threads)
+    call = gemm_call(m=m, n=n, k=k, a="pa", a_layout=(k, 1, MR * k), b_direct="pb", c="pc",
+                     scratch=em.scratch(instr), threads=int(param(instr, "threads", 1)))
     return "\n".join([
         Epilogue().c_init(),
         f"const float *xa = {em.pointer(a, const=True)};",
         f"const float *xb = {em.pointer(b, const=True)};",
         f"float *y = {em.pointer(out)};",
-        f"for (long bi = 0; bi < {batches}; bi++) {{",
+        f"for (long bi = 0; bi < {math.prod(batch_shape)}; bi++) {{",
         f"    const float *pa = xa + {_batch_offsets(a_shape, batch_shape, m * k)};",
         f"    const float *pb = xb + {_batch_offsets(b_shape, batch_shape, k * n)};",
         f"    float *pc = y + bi * {m * n};",
@@ -127,48 +144,19 @@ def emit_matmul(em, instr: Instr) -> str:
     ])
 
 
-def _single(em, out, a, b, m, n, k, epilogue: Epilogue) -> str:
-    threads = threads_for(em, m * n * k)
-    a_ptr = em.pointer(a, const=True)
-    if _is_const_weight(b):
-        packed = em.packed_weight(b, "panels32", pack_panels(b.data.reshape(k, n).astype(np.float32)))
-        call = emit_gemm_call(em, m=m, n=n, k=k, a=a_ptr, a_layout=(k, 1, MR * k), b_packed=packed,
-                              c=em.pointer(out), threads=threads)
-        return "\n".join([epilogue.c_init(), call])
-    call = emit_gemm_call(em, m=m, n=n, k=k, a=a_ptr, a_layout=(k, 1, MR * k), b_direct=em.pointer(b, const=True),
-                          c=em.pointer(out), threads=threads)
-    return "\n".join([epilogue.c_init(), call])
-
-
-@kernel("FullyConnected")
-def emit_fully_connected(em, instr: Instr) -> str:
-    out, x, w, bias, residual = (instr.operands + [None] * 5)[:5]
-    k, n = w.type.shape
-    m = math.prod(x.type.shape[:-1])
-    attrs = instr.attrs
-    epilogue = Epilogue(
-        bias=em.pointer(bias, const=True) if bias is not None else "NULL",
-        residual=em.pointer(residual, const=True) if residual is not None else "NULL",
-        ld_residual=n, activation=attrs.activation, alpha=attrs.alpha, beta=attrs.beta)
-    return _single(em, out, x, w, m, n, k, epilogue)
-
-
-def emit_matmul_generic(em, instr: Instr) -> str:
+@C_KERNELS.kernel("matmul_loops", "MatMul")
+def emit_matmul_loops(em: Emitter, instr: Instr) -> str:
     """Any element type: a plain triple loop per batch (integer and double matmuls are rare)."""
-    out, a, b = instr.operands
-    a_shape = (1,) + a.type.shape if a.type.rank == 1 else a.type.shape
-    b_shape = b.type.shape + (1,) if b.type.rank == 1 else b.type.shape
-    m, k = a_shape[-2:]
-    n = b_shape[-1]
+    out, a, b = instr.base_operands
+    a_shape, b_shape, m, k, n = _matmul_dims(instr)
     batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
-    batches = math.prod(batch_shape)
     t = c_type(out.type.dtype)
     acc = "double" if out.type.dtype.is_float else t
     return "\n".join([
         f"{t} *restrict y = {em.pointer(out)};",
         f"const {t} *xa = {em.pointer(a, const=True)};",
         f"const {t} *xb = {em.pointer(b, const=True)};",
-        f"for (long bi = 0; bi < {batches}; bi++) {{",
+        f"for (long bi = 0; bi < {math.prod(batch_shape)}; bi++) {{",
         f"    const {t} *pa = xa + {_batch_offsets(a_shape, batch_shape, m * k)};",
         f"    const {t} *pb = xb + {_batch_offsets(b_shape, batch_shape, k * n)};",
         f"    for (long i = 0; i < {m}; i++) for (long j = 0; j < {n}; j++) {{",
@@ -178,3 +166,26 @@ def emit_matmul_generic(em, instr: Instr) -> str:
         "    }",
         "}",
     ])
+
+
+def _plan_fully_connected(instr: Instr, options: KernelOptions) -> KernelPlan:
+    _, x, w = instr.base_operands[:3]
+    k, n = w.type.shape
+    m = math.prod(x.type.shape[:-1])
+    threads = threads_for(options.num_threads, m * n * k)
+    if is_whole_weight(w):
+        return KernelPlan({"b": "packed", "threads": threads},
+                          packed=[(w, "panels32", pack_panels(w.data.reshape(k, n).astype(np.float32)))])
+    return KernelPlan({"b": "direct", "threads": threads}, scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
+
+
+@C_KERNELS.kernel("fully_connected_gemm", "FullyConnected", accepts=_float32, plan=_plan_fully_connected)
+def emit_fully_connected(em: Emitter, instr: Instr) -> str:
+    out, x, w, bias, residual = (instr.base_operands + [None] * 5)[:5]
+    k, n = w.type.shape
+    attrs = instr.attrs
+    epilogue = Epilogue(
+        bias=em.pointer(bias, const=True) if bias is not None else "NULL",
+        residual=em.pointer(residual, const=True) if residual is not None else "NULL",
+        ld_residual=n, activation=attrs.activation, alpha=attrs.alpha, beta=attrs.beta)
+    return _emit_single(em, instr, out, x, w, math.prod(x.type.shape[:-1]), n, k, epilogue)

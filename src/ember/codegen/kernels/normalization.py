@@ -7,38 +7,48 @@ import math
 
 import numpy as np
 
-from ember.codegen.kernels.gemm import PARALLEL_MIN_MACS
-from ember.codegen.kernels.registry import kernel
-from ember.graph import Constant, Node
-from ember.lir.ir import BufferKind, Instr
+from ember.codegen.emitter import Emitter, param, threads_pragma
+from ember.codegen.kernels.layouts import PARALLEL_MIN_MACS
+from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
+from ember.codegen.kernels.table import C_KERNELS
+from ember.lir.ir import Instr
 from ember.ops.shape_util import normalize_axis
 from ember.types import DType
 
 
-def accepts(node: Node) -> bool:
-    """Whether these kernels run `node` natively (else the cpu backend lowers it)."""
-    x = node.inputs[0]
-    if x.type.dtype is not DType.FLOAT32:
-        return False
-    if node.op == "LayerNormalization":
-        axis = normalize_axis(node.attrs.axis, x.type.rank)
-        size = math.prod(x.type.shape[axis:])
-        return all(v is None or isinstance(v, Constant) or v.type.size == size for v in node.inputs[1:])
-    return True
+def accepts(view: OpView) -> str | None:
+    """float32 rows; LayerNormalization's scale and bias either cover the normalized axes or
+    are constants (broadcast at compile time)."""
+    x = view.operands[0]
+    if x.dtype is not DType.FLOAT32:
+        return "the normalization kernels run float32 (other types are lowered)"
+    if view.op == "LayerNormalization":
+        size = math.prod(x.shape[normalize_axis(view.attrs.axis, x.rank):])
+        if not all(t is None or constant or t.size == size for t, constant in zip(view.operands[1:], view.constant[1:])):
+            return "LayerNormalization with broadcast, non-constant scale or bias is lowered"
+    return None
 
 
 def _rows(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
-def _parallel(em, work: int) -> str:
-    return f"#pragma omp parallel for {em.threads_pragma} schedule(static)" if (
-        em.num_threads > 1 and work >= PARALLEL_MIN_MACS) else ""
+def _threads(options: KernelOptions, work: int) -> int:
+    return options.num_threads if options.num_threads > 1 and work >= PARALLEL_MIN_MACS else 1
 
 
-@kernel("Softmax", "LogSoftmax")
-def emit_softmax(em, instr: Instr) -> str:
-    out, x = instr.operands
+def _parallel(instr: Instr) -> str:
+    return f"#pragma omp parallel for {threads_pragma(instr)} schedule(static)" if param(instr, "threads", 1) > 1 else ""
+
+
+def _softmax_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    x = instr.base_operands[1]
+    return KernelPlan({"threads": _threads(options, x.type.size * 8)})
+
+
+@C_KERNELS.kernel("softmax_rows", "Softmax", "LogSoftmax", accepts=accepts, plan=_softmax_plan)
+def emit_softmax(em: Emitter, instr: Instr) -> str:
+    out, x = instr.base_operands
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     outer, n, inner = _rows(x.type.shape, axis)
     log = instr.name == "LogSoftmax"
@@ -48,7 +58,7 @@ def emit_softmax(em, instr: Instr) -> str:
         f"const float *x = {em.pointer(x, const=True)};",
         f"float *y = {em.pointer(out)};",
         f"const long n_ = {n}, st = {inner};",
-        _parallel(em, outer * n * inner * 8),
+        _parallel(instr),
         f"for (long row = 0; row < {outer * inner}; row++) {{",
         f"    const float *xr = x + (row / {inner}) * {n * inner} + row % {inner};",
         f"    float *yr = y + (row / {inner}) * {n * inner} + row % {inner};",
@@ -64,33 +74,41 @@ def emit_softmax(em, instr: Instr) -> str:
     ] if line)
 
 
-def _broadcast_param(em, value, shape_tail: tuple[int, ...], layout: str) -> str | None:
-    """A pointer to `value` laid out over the normalized axes (compile-time broadcast)."""
-    if value is None:
-        return None
-    if value.type.size == math.prod(shape_tail):
-        return em.pointer(value, const=True)
-    if value.kind is not BufferKind.WEIGHT:
-        raise ValueError("non-constant broadcast LayerNormalization parameter")
-    full = np.broadcast_to(value.data, shape_tail).astype(np.float32)
-    return em.packed_weight(value, layout, np.ascontiguousarray(full))
+def _layer_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    """Scale and bias that broadcast over the normalized axes are expanded at compile time
+    into packed copies ("broadcast" layout), so the row loop reads them contiguously."""
+    out, x, *params = instr.base_operands
+    axis = normalize_axis(instr.attrs.axis, x.type.rank)
+    tail = x.type.shape[axis:]
+    packed = []
+    for value in params:
+        if value is not None and value.type.size != math.prod(tail) and is_whole_weight(value):
+            full = np.ascontiguousarray(np.broadcast_to(value.data, tail).astype(np.float32))
+            packed.append((value, "broadcast", full))
+    return KernelPlan({"threads": _threads(options, x.type.size * 4)}, packed=packed)
 
 
-@kernel("LayerNormalization")
-def emit_layer_norm(em, instr: Instr) -> str:
-    out, x, scale, bias = (instr.operands + [None] * 4)[:4]
+@C_KERNELS.kernel("layer_norm_rows", "LayerNormalization", accepts=accepts, plan=_layer_norm_plan)
+def emit_layer_norm(em: Emitter, instr: Instr) -> str:
+    out, x, scale, bias = (instr.base_operands + [None] * 4)[:4]
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     tail = x.type.shape[axis:]
     rows, size = math.prod(x.type.shape[:axis]), math.prod(tail)
-    scale_ptr = _broadcast_param(em, scale, tail, f"broadcast{list(tail)}")
-    bias_ptr = _broadcast_param(em, bias, tail, f"broadcast{list(tail)}")
+    packed = iter(range(2))
+
+    def pointer(value) -> str | None:
+        if value is None:
+            return None
+        return em.pointer(value, const=True) if value.type.size == size else em.packed(instr, next(packed))
+
+    scale_ptr, bias_ptr = pointer(scale), pointer(bias)
     eps = float(np.float32(instr.attrs.epsilon)).hex()
     return "\n".join(line for line in [
         f"const float *x = {em.pointer(x, const=True)};",
         f"float *y = {em.pointer(out)};",
         f"const float *scale = {scale_ptr};",
         f"const float *bias = {bias_ptr or 'NULL'};",
-        _parallel(em, rows * size * 4),
+        _parallel(instr),
         f"for (long r = 0; r < {rows}; r++) {{",
         f"    const float *xr = x + r * {size};",
         f"    float *yr = y + r * {size};",

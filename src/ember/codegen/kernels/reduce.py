@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 
 from ember.codegen.c_types import c_literal, c_type, lowest
-from ember.codegen.kernels.registry import collapse, contiguous_strides, kernel, loop_nest
+from ember.codegen.emitter import Emitter
+from ember.codegen.kernels.registry import collapse, contiguous_strides, loop_nest
+from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.ops.shape_util import normalize_axes
 from ember.types import DType
@@ -35,9 +37,9 @@ def _spec(name: str, dtype: DType) -> tuple[str, str]:
     return _highest(dtype), f"(({nan}v < acc) ? v : acc)"
 
 
-@kernel("ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin")
-def emit_reduce(em, instr: Instr) -> str:
-    out, x = instr.operands
+@C_KERNELS.kernel("reduce_loops", "ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin")
+def emit_reduce(em: Emitter, instr: Instr) -> str:
+    out, x = instr.base_operands
     dtype = x.type.dtype
     t = c_type(dtype)
     shape = x.type.shape

@@ -1,21 +1,203 @@
-"""The kernel table and the loop-nest helpers every family uses."""
+"""Kernel registries: what a native backend can run, how it chooses among its algorithms, and
+how each kernel is printed. One registry per backend (the cpu backend's is C_KERNELS); a
+library backend derives its own from it and overrides or adds entries, touching no core file.
+
+A `Kernel` implements one or more instructions. Its functions:
+  accepts(view) -> reason | None   can it run this op at all (looked at on graph nodes, to
+                                   decide lowering and refusals, and on LIR instructions);
+  applies(instr, options) -> bool  is it the algorithm to choose here (variants of one op are
+                                   tried in registration order, the first that applies wins);
+  plan(instr, options) -> KernelPlan  the decisions the `select-kernels` pass records in the
+                                   LIR: parameters, packed weights, tables, scratch bytes;
+  emit(emitter, instr) -> str      the C block (it only prints what the plan decided).
+`preamble` is file-scope C a kernel needs once per program (declarations of a library's
+functions). Imports lir/, types, graph and support only (not the emitter)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-KernelEmitter = Callable[..., str]
-C_KERNELS: dict[str, KernelEmitter] = {}
+import numpy as np
+
+from ember.lir.ir import Buffer, BufferKind, Instr
+from ember.support.errors import EmberError
+from ember.types import TensorType
 
 
-def kernel(*names: str) -> Callable[[KernelEmitter], KernelEmitter]:
-    def register(fn: KernelEmitter) -> KernelEmitter:
-        for name in names:
-            if name in C_KERNELS:
-                raise ValueError(f"two C kernels for {name}")
-            C_KERNELS[name] = fn
-        return fn
+@dataclass(frozen=True)
+class OpView:
+    """What `accepts` looks at: the same for a graph node and an LIR instruction, so one
+    function decides both what the backend can run and, later, what it selects."""
 
-    return register
+    op: str
+    attrs: Any
+    results: tuple[TensorType, ...]
+    operands: tuple[TensorType | None, ...]
+    constant: tuple[bool, ...]  # per operand: its data is known at compile time
+    source: str = ""
+    data: tuple[np.ndarray | None, ...] = ()  # constant operands' data where known
+
+    @classmethod
+    def of_node(cls, node: Any) -> OpView:
+        from ember.graph import Constant
+
+        return cls(node.op, node.attrs, tuple(v.type for v in node.outputs),
+                   tuple(None if v is None else v.type for v in node.inputs),
+                   tuple(isinstance(v, Constant) for v in node.inputs), node.name,
+                   tuple(v.data if isinstance(v, Constant) else None for v in node.inputs))
+
+    @classmethod
+    def of_instr(cls, instr: Instr) -> OpView:
+        base = instr.base_operands
+        results = len(instr.idef.op.results) if instr.idef.op is not None else 1
+        ins = base[results:]
+        return cls(instr.name, instr.attrs, tuple(b.type for b in base[:results] if b is not None),
+                   tuple(None if b is None else b.type for b in ins),
+                   tuple(is_whole_weight(b) for b in ins), instr.source,
+                   tuple(b.data if is_whole_weight(b) else None for b in ins))
+
+
+def is_whole_weight(buffer: Buffer | None) -> bool:
+    return buffer is not None and buffer.kind is BufferKind.WEIGHT and not buffer.is_view
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """The backend options kernel choice depends on."""
+
+    num_threads: int = 1
+    winograd: bool = True
+
+
+@dataclass
+class KernelPlan:
+    """What selection decides for one instruction. `packed`: (source weight, layout, data)
+    copies of weights made at compile time; `tables`: (key, layout, data) constant tables;
+    `scratch_bytes`: working memory placed by the memory planner. Kernel operands follow the
+    instruction's own in this order: packed weights, tables, scratch."""
+
+    params: dict[str, Any] = field(default_factory=dict)
+    packed: list[tuple[Buffer, str, np.ndarray]] = field(default_factory=list)
+    tables: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
+    scratch_bytes: int = 0
+
+
+def _accept_all(view: OpView) -> str | None:
+    return None
+
+
+def _always(instr: Instr, options: KernelOptions) -> bool:
+    return True
+
+
+def _no_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    return KernelPlan()
+
+
+Emit = Callable[[Any, Instr], str]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    ops: tuple[str, ...]
+    emit: Emit
+    accepts: Callable[[OpView], str | None] = _accept_all
+    applies: Callable[[Instr, KernelOptions], bool] = _always
+    plan: Callable[[Instr, KernelOptions], KernelPlan] = _no_plan
+    preamble: str = ""
+
+
+class KernelRegistry:
+    """Kernels by name, and per instruction the variants in the order they are tried."""
+
+    def __init__(self, name: str, kernels: Sequence[Kernel] = (),
+                 precondition: Callable[[OpView], str | None] = _accept_all) -> None:
+        """precondition: what every kernel needs (element types, say), checked first."""
+        self.name = name
+        self.precondition = precondition
+        self._by_name: dict[str, Kernel] = {}
+        self._by_op: dict[str, list[str]] = {}
+        for k in kernels:
+            self.add(k)
+
+    def add(self, kernel: Kernel, *, first: bool = False) -> Kernel:
+        """Registers `kernel`; with first=True it is tried before the variants already there."""
+        if kernel.name in self._by_name:
+            raise ValueError(f"kernel '{kernel.name}' is registered twice in {self.name}")
+        self._by_name[kernel.name] = kernel
+        for op in kernel.ops:
+            names = self._by_op.setdefault(op, [])
+            names.insert(0, kernel.name) if first else names.append(kernel.name)
+        return kernel
+
+    def replace(self, name: str, **changes: Any) -> Kernel:
+        """Swaps fields of a registered kernel (e.g. its emit) keeping its place."""
+        kernel = replace(self[name], **changes)
+        self._by_name[name] = kernel
+        return kernel
+
+    def remove(self, name: str) -> None:
+        kernel = self._by_name.pop(name)
+        for op in kernel.ops:
+            self._by_op[op].remove(name)
+
+    def kernel(self, name: str, *ops: str, **fields: Any) -> Callable[[Emit], Emit]:
+        """Decorator registering an emit function as kernel `name` for `ops`."""
+
+        def register(emit: Emit) -> Emit:
+            self.add(Kernel(name, ops, emit, **fields))
+            return emit
+
+        return register
+
+    def derive(self, name: str) -> KernelRegistry:
+        """A copy to override entries in (a library backend's registry)."""
+        copy = KernelRegistry(name, precondition=self.precondition)
+        copy._by_name = dict(self._by_name)
+        copy._by_op = {op: list(names) for op, names in self._by_op.items()}
+        return copy
+
+    def __getitem__(self, name: str) -> Kernel:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise EmberError(f"{self.name} has no kernel '{name}'") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def ops(self) -> set[str]:
+        return {op for op, names in self._by_op.items() if names}
+
+    def variants(self, op: str) -> list[Kernel]:
+        return [self._by_name[n] for n in self._by_op.get(op, ())]
+
+    def refusal(self, view: OpView) -> str | None:
+        """Why no kernel runs `view` (None when one does)."""
+        variants = self.variants(view.op)
+        if variants:
+            reason = self.precondition(view)
+            if reason is not None:
+                return reason
+        if not variants:
+            return f"no {self.name} kernel for {view.op}"
+        reasons = [k.accepts(view) for k in variants]
+        if any(r is None for r in reasons):
+            return None
+        return str(reasons[0])
+
+    def select(self, instr: Instr, options: KernelOptions) -> tuple[Kernel, KernelPlan]:
+        view = OpView.of_instr(instr)
+        for kernel in self.variants(instr.name):
+            if kernel.accepts(view) is None and kernel.applies(instr, options):
+                return kernel, kernel.plan(instr, options)
+        reason = self.refusal(view) or "no variant applies (an Ember bug: accepts and applies disagree)"
+        raise EmberError(f"node '{instr.source}' ({instr.name}): {reason}")
+
+
+# Loop-nest helpers every C kernel family uses ---------------------------------------------
 
 
 def contiguous_strides(shape: Sequence[int]) -> list[int]:
@@ -38,7 +220,7 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list
 def collapse(shape: Sequence[int], strides_list: Sequence[Sequence[int]]) -> tuple[list[int], list[list[int]]]:
     """Merges adjacent axes that every operand walks contiguously, so loop nests stay shallow
     (an elementwise op over same-shaped tensors becomes one flat loop)."""
-    dims = [d for d in shape]
+    dims = list(shape)
     strides = [list(s) for s in strides_list]
     keep = [i for i, d in enumerate(dims) if d != 1]
     dims = [dims[i] for i in keep]
@@ -65,7 +247,7 @@ def loop_nest(dims: Sequence[int], strides_list: Sequence[Sequence[int]], names:
     for axis, dim in enumerate(dims):
         lines.append("    " * axis + f"for (long {var}{axis} = 0; {var}{axis} < {dim}; {var}{axis}++) {{")
     offsets = []
-    for strides, name in zip(strides_list, names):
+    for strides, _name in zip(strides_list, names):
         terms = [f"{var}{axis} * {s}" if s != 1 else f"{var}{axis}" for axis, s in enumerate(strides) if s != 0]
         offsets.append(" + ".join(terms) if terms else "0")
     lines.append("    " * depth + body(offsets))

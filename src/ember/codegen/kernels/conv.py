@@ -1,0 +1,365 @@
+"""Convolution and pooling kernels (NCHW), one registry entry per algorithm.
+
+Conv variants, tried in this order (the first that applies is selected; `ember dump --stage
+lir` shows which, with its scratch and packed weights):
+  conv_depthwise       one input and one output channel per group: a direct kernel reading
+                       the input in place, one machine-width vector of outputs per row position;
+  conv_winograd        3x3 stride-1 convolutions with 32+ channels each way and enough 2x2
+                       output tiles: F(2x2, 3x3), weights transformed at compile time;
+  conv_direct          equal strides, no dilation: GEMM reading the input through phase planes
+                       and an offset table (ember_conv_direct);
+  conv_pointwise_t     1x1 convolutions over small maps: Y^T = X^T W^T, W^T packed at compile
+                       time, tiles stored transposed straight into NCHW;
+  conv_gemm            the rest: GEMM per image and group over the input in place (1x1) or
+                       im2col panels packed at run time (dilated).
+Bias, residual and activation run in the tile epilogue everywhere."""
+from __future__ import annotations
+
+import numpy as np
+
+from ember.codegen.c_types import c_type, lowest
+from ember.codegen.emitter import Emitter, param, threads_pragma
+from ember.codegen.kernels.gemm import Epilogue, gemm_b_scratch, gemm_call
+from ember.codegen.kernels.layouts import (
+    MR,
+    PARALLEL_MIN_MACS,
+    DirectLayout,
+    WinogradLayout,
+    depthwise_scratch_bytes,
+    pack_panels,
+    threads_for,
+)
+from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
+from ember.codegen.kernels.table import C_KERNELS
+from ember.lir.ir import Instr
+from ember.ops.fused import FusedConvAttrs
+from ember.types import DType
+
+CONV_OPS = ("Conv", "FusedConv")
+
+
+def accepts_conv(view: OpView) -> str | None:
+    """The convolution kernels read the weights as the GEMM's A operand: they need them
+    constant; and they cover 2-D float32 convolutions."""
+    if view.operands[0].rank != 4 or view.results[0].dtype is not DType.FLOAT32 or not view.constant[1]:
+        return "only 2-D (NCHW) float32 convolutions with constant weights have C kernels"
+    return None
+
+
+class ConvShape:
+    """The geometry of one Conv/FusedConv instruction."""
+
+    def __init__(self, instr: Instr) -> None:
+        base = instr.base_operands
+        self.out, self.x, self.w, self.b = base[:4]
+        self.residual = base[4] if len(base) > 4 else None
+        attrs = instr.attrs
+        if isinstance(attrs, FusedConvAttrs):
+            self.activation = (attrs.activation, attrs.alpha, attrs.beta)
+            conv = attrs.conv
+        else:
+            self.activation = ("none", 0.0, 0.0)
+            conv = attrs
+        self.conv = conv
+        self.n_batch, self.channels, self.height, self.width = self.x.type.shape
+        self.out_channels, self.cg, self.kh, self.kw = self.w.type.shape
+        self.groups = conv.group
+        self.oh, self.ow = self.out.type.shape[2:]
+        (self.sh, self.sw), (self.dh, self.dw) = conv.strides, conv.dilations
+        self.pt, self.pl = conv.pads[0], conv.pads[1]
+        self.pixels = self.oh * self.ow
+        self.mg = self.out_channels // self.groups
+        self.k = self.cg * self.kh * self.kw
+        self.depthwise = self.cg == 1 and self.out_channels == self.groups
+        self.pointwise = self.kh == self.kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
+
+    @property
+    def geometry(self) -> str:
+        """The fields of ember_conv_geom after x."""
+        c = self.channels if self.depthwise else self.cg
+        return (f"{c}, {self.height}, {self.width}, {self.kh}, {self.kw}, {self.sh}, {self.sw}, {self.pt}, "
+                f"{self.pl}, {self.dh}, {self.dw}, {self.oh}, {self.ow}")
+
+    def gemm_threads(self, options: KernelOptions) -> int:
+        return threads_for(options.num_threads, self.mg * self.pixels * self.k)
+
+    def prologue(self, em: Emitter) -> list[str]:
+        return [
+            f"const float *x = {em.pointer(self.x, const=True)};",
+            f"float *y = {em.pointer(self.out)};",
+            f"const float *bias = {em.pointer(self.b, const=True) if self.b is not None else 'NULL'};",
+            f"const float *res = {em.pointer(self.residual, const=True) if self.residual is not None else 'NULL'};",
+            "(void)bias; (void)res;",
+        ]
+
+    def epilogue(self, **fields) -> Epilogue:
+        act, alpha, beta = self.activation
+        return Epilogue(activation=act, alpha=alpha, beta=beta, **fields)
+
+
+# conv_depthwise --------------------------------------------------------------------------
+
+
+def _depthwise_applies(instr: Instr, options: KernelOptions) -> bool:
+    return ConvShape(instr).depthwise
+
+
+def _depthwise_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    work = s.channels * s.pixels * s.kh * s.kw
+    threads = options.num_threads if work >= PARALLEL_MIN_MACS // 4 else 1
+    return KernelPlan({"threads": threads}, scratch_bytes=depthwise_scratch_bytes(s.width))
+
+
+@C_KERNELS.kernel("conv_depthwise", *CONV_OPS, accepts=accepts_conv, applies=_depthwise_applies,
+                  plan=_depthwise_plan)
+def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
+    s = ConvShape(instr)
+    image, plane = s.channels * s.height * s.width, s.out_channels * s.pixels
+    return "\n".join(s.prologue(em) + [
+        s.epilogue().c_init(),
+        f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
+        f"    ember_conv_geom g = {{ x + nb * {image}, {s.geometry} }};",
+        f"    ember_depthwise(&g, {em.pointer(s.w, const=True)}, bias, res ? res + nb * {plane} : NULL, "
+        f"y + nb * {plane}, &ep, {em.scratch(instr)}, {param(instr, 'threads', 1)});",
+        "}",
+    ])
+
+
+# conv_winograd ---------------------------------------------------------------------------
+
+
+def _winograd_applies(instr: Instr, options: KernelOptions) -> bool:
+    s = ConvShape(instr)
+    return options.winograd and s.groups == 1 and WinogradLayout.applies(
+        (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
+
+
+def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    layout = WinogradLayout(s.cg, s.mg, (s.oh, s.ow))
+    threads = s.gemm_threads(options)
+    return KernelPlan({"threads": threads}, packed=[(s.w, "winograd_f2x3", layout.transformed_weights(s.w.data))],
+                      scratch_bytes=layout.scratch_bytes(threads))
+
+
+@C_KERNELS.kernel("conv_winograd", *CONV_OPS, accepts=accepts_conv, applies=_winograd_applies,
+                  plan=_winograd_plan)
+def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
+    s = ConvShape(instr)
+    return "\n".join(s.prologue(em) + [
+        s.epilogue().c_init(),
+        f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
+        f"    ember_conv_geom g = {{ x + nb * {s.channels * s.height * s.width}, {s.geometry} }};",
+        f"    long base = nb * {s.out_channels * s.pixels};",
+        f"    ember_winograd(&g, {s.mg}, {em.packed(instr)}, bias, res ? res + base : NULL, y + base, &ep, "
+        f"{em.scratch(instr)}, {param(instr, 'threads', 1)});",
+        "}",
+    ])
+
+
+# conv_direct -----------------------------------------------------------------------------
+
+
+def _direct_applies(instr: Instr, options: KernelOptions) -> bool:
+    s = ConvShape(instr)
+    return s.sh == s.sw and s.dh == s.dw == 1 and not (s.kh == s.kw == 1 and s.sh == 1 and s.conv.pads == (0, 0, 0, 0))
+
+
+def _direct_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    layout = DirectLayout(s.cg, (s.oh, s.ow), (s.kh, s.kw), s.sh)
+    return KernelPlan({"threads": s.gemm_threads(options)}, tables=[(layout.key, "direct_offsets", layout.offsets())],
+                      scratch_bytes=layout.scratch_bytes())
+
+
+@C_KERNELS.kernel("conv_direct", *CONV_OPS, accepts=accepts_conv, applies=_direct_applies, plan=_direct_plan)
+def emit_conv_direct(em: Emitter, instr: Instr) -> str:
+    # The weights are read in place, row-major [M][C*KH*KW]: broadcasting A from K-strided rows
+    # measured faster in the tile than from 8-row interleaved blocks.
+    s = ConvShape(instr)
+    return "\n".join(s.prologue(em) + [
+        s.epilogue().c_init(),
+        f"for (long nb = 0; nb < {s.n_batch}; nb++)",
+        f"for (long gi = 0; gi < {s.groups}; gi++) {{",
+        f"    ember_conv_geom g = {{ x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width}, "
+        f"{s.geometry} }};",
+        f"    long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};",
+        f"    ember_conv_direct(&g, {s.mg}, {em.pointer(s.w, const=True)} + gi * {s.mg * s.k}, {em.table(instr)}, "
+        f"bias ? bias + gi * {s.mg} : NULL, res ? res + base : NULL, y + base, &ep, {em.scratch(instr)}, "
+        f"{param(instr, 'threads', 1)});",
+        "}",
+    ])
+
+
+# conv_pointwise_t ------------------------------------------------------------------------
+
+
+def _pointwise_t_applies(instr: Instr, options: KernelOptions) -> bool:
+    s = ConvShape(instr)
+    return s.pointwise and s.groups == 1 and s.pixels < 64 and s.pixels % 32 != 0 and s.mg >= 64
+
+
+def _pointwise_t_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    packed = pack_panels(s.w.data.reshape(s.mg, s.k).T.astype(np.float32))
+    return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pointwise_t_panels32", packed)])
+
+
+@C_KERNELS.kernel("conv_pointwise_t", *CONV_OPS, accepts=accepts_conv, applies=_pointwise_t_applies,
+                  plan=_pointwise_t_plan)
+def emit_conv_pointwise_t(em: Emitter, instr: Instr) -> str:
+    """A 1x1 convolution over few pixels (7x7 maps) as Y^T = X^T W^T: the pixels become the
+    GEMM's rows, in 8-row blocks, and the many output channels its 32-wide columns, which
+    wastes far less than 49 pixels padded to two 32-column panels. The tiles store
+    transposed, straight into NCHW y, with bias, residual and activation on the way."""
+    s = ConvShape(instr)
+    m, image = s.mg, s.channels * s.height * s.width
+    epilogue = s.epilogue(bias="bias", residual=f"res ? res + nb * {m * s.pixels} : NULL", ld_residual=s.pixels,
+                          transposed=True)
+    call = gemm_call(m=s.pixels, n=m, k=s.k, a=f"x + nb * {image}", a_layout=(1, s.pixels, MR), b_packed=em.packed(instr),
+                     ldb=0, c=f"y + nb * {m * s.pixels}", ldc=s.pixels, threads=int(param(instr, "threads", 1)))
+    return "\n".join(s.prologue(em) + [
+        f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
+        f"    {epilogue.c_init()}",
+        f"    {call}",
+        "}",
+    ])
+
+
+# conv_gemm -------------------------------------------------------------------------------
+
+
+def _gemm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    threads = s.gemm_threads(options)
+    b = "direct" if s.pointwise else "im2col"
+    return KernelPlan({"b": b, "threads": threads}, scratch_bytes=gemm_b_scratch(s.pixels, s.k, threads, b))
+
+
+@C_KERNELS.kernel("conv_gemm", *CONV_OPS, accepts=accepts_conv, plan=_gemm_plan)
+def emit_conv_gemm(em: Emitter, instr: Instr) -> str:
+    s = ConvShape(instr)
+    direct = param(instr, "b") == "direct"
+    b_source = {"b_direct": "xg"} if direct else {"packer": "ember_pack_im2col", "pack_ctx": "&pk"}
+    epilogue = s.epilogue(bias=f"bias ? bias + gi * {s.mg} : NULL", bias_per_row=True,
+                          residual="res ? res + base : NULL", ld_residual=s.pixels)
+    call = gemm_call(m=s.mg, n=s.pixels, k=s.k, a=f"{em.pointer(s.w, const=True)} + gi * {s.mg * s.k}",
+                     a_layout=(s.k, 1, MR * s.k), c="y + base", scratch=em.scratch(instr),
+                     threads=int(param(instr, "threads", 1)), **b_source)
+    return "\n".join(s.prologue(em) + [
+        f"for (long nb = 0; nb < {s.n_batch}; nb++)",
+        f"for (long gi = 0; gi < {s.groups}; gi++) {{",
+        f"    const float *xg = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width};",
+        f"    long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};",
+        *([] if direct else [f"    ember_conv_geom pk = {{ xg, {s.geometry} }};"]),
+        f"    {epilogue.c_init()}",
+        f"    {call}",
+        "}",
+    ])
+
+
+# pooling and arg-reductions --------------------------------------------------------------
+
+
+def accepts_pool(view: OpView) -> str | None:
+    return None if view.operands[0].rank == 4 else "only 2-D (NCHW) pooling has C kernels"
+
+
+def _pool_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    out, x = instr.base_operands
+    attrs = instr.attrs
+    n_batch, channels = x.type.shape[:2]
+    oh, ow = out.type.shape[2:]
+    (kh, kw) = attrs.kernel
+    work = n_batch * channels * oh * ow * kh * kw
+    return KernelPlan({"threads": options.num_threads if options.num_threads > 1 and work >= PARALLEL_MIN_MACS else 1})
+
+
+def _pool_loops(em, instr: Instr, init: str, accumulate: str, finish) -> str:
+    out, x = instr.base_operands
+    attrs = instr.attrs
+    n_batch, channels, height, width = x.type.shape
+    oh, ow = out.type.shape[2:]
+    (kh, kw), (sh, sw), (dh, dw) = attrs.kernel, attrs.strides, attrs.dilations
+    pt, pl = attrs.pads[0], attrs.pads[1]
+    t = c_type(x.type.dtype)
+    items = n_batch * channels
+    lines = [f"const {t} *x = {em.pointer(x, const=True)};", f"{t} *y = {em.pointer(out)};"]
+    if int(param(instr, "threads", 1)) > 1:
+        lines.append(f"#pragma omp parallel for {threads_pragma(instr)} schedule(static)")
+    lines += [
+        f"for (long item = 0; item < {items}; item++)",
+        f"for (long i = 0; i < {oh}; i++)",
+        f"for (long j = 0; j < {ow}; j++) {{",
+        f"    const {t} *xc = x + item * {height * width};",
+        f"    {init}",
+        f"    long count = 0; (void)count;",
+        f"    for (long u = 0; u < {kh}; u++) {{",
+        f"        long ih = i * {sh} - {pt} + u * {dh};",
+        f"        if (ih < 0 || ih >= {height}) continue;",
+        f"        for (long v = 0; v < {kw}; v++) {{",
+        f"            long iw = j * {sw} - {pl} + v * {dw};",
+        f"            if (iw < 0 || iw >= {width}) continue;",
+        f"            {t} val = xc[ih * {width} + iw];",
+        f"            {accumulate}",
+        "        }",
+        "    }",
+        f"    y[(item * {oh} + i) * {ow} + j] = {finish(out)};",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+@C_KERNELS.kernel("maxpool_loops", "MaxPool", accepts=accepts_pool, plan=_pool_plan)
+def emit_maxpool(em, instr: Instr) -> str:
+    t = instr.base_operands[1].type.dtype
+    nan = "val != val || " if t.is_float else ""
+    return _pool_loops(em, instr, f"{c_type(t)} acc = {lowest(t)};", f"if ({nan}val > acc) acc = val;",
+                       lambda out: "acc")
+
+
+@C_KERNELS.kernel("avgpool_loops", "AveragePool", accepts=accepts_pool, plan=_pool_plan)
+def emit_avgpool(em, instr: Instr) -> str:
+    attrs = instr.attrs
+    out = instr.base_operands[0]
+    t = out.type.dtype
+    if attrs.count_include_pad:
+        # Cells inside input + explicit pads count; ceil-mode overhang beyond the pads does not.
+        (kh, kw), (sh, sw), (dh, dw) = attrs.kernel, attrs.strides, attrs.dilations
+        height, width = instr.base_operands[1].type.shape[2:]
+        pt, pl, pb, pr = attrs.pads
+        counts = (
+            f"(double)(({{ long n_ = 0; for (long u = 0; u < {kh}; u++) {{ long ih = i * {sh} - {pt} + u * {dh}; "
+            f"if (ih < -{pt} || ih >= {height + pb}) continue; for (long v = 0; v < {kw}; v++) {{ "
+            f"long iw = j * {sw} - {pl} + v * {dw}; if (iw >= -{pl} && iw < {width + pr}) n_++; }} }} n_; }}))"
+        )
+        finish = lambda o: f"({c_type(t)})(acc / {counts})"  # noqa: E731
+    else:
+        finish = lambda o: f"({c_type(t)})(count ? acc / count : 0.0)"  # noqa: E731
+    return _pool_loops(em, instr, "double acc = 0.0;", "acc += val; count++;", finish)
+
+
+@C_KERNELS.kernel("arg_reduce_loops", "ArgMax", "ArgMin")
+def emit_arg_reduce(em, instr: Instr) -> str:
+    out, x = instr.base_operands
+    attrs = instr.attrs
+    shape = x.type.shape
+    axis = attrs.axis % len(shape)
+    outer = math.prod(shape[:axis])
+    n = shape[axis]
+    inner = math.prod(shape[axis + 1:])
+    t = c_type(x.type.dtype)
+    better = ">" if instr.name == "ArgMax" else "<"
+    if attrs.select_last_index:
+        better += "="
+    return "\n".join([
+        f"const {t} *x = {em.pointer(x, const=True)};",
+        f"int64_t *y = {em.pointer(out)};",
+        f"for (long o = 0; o < {outer}; o++) for (long i = 0; i < {inner}; i++) {{",
+        f"    const {t} *row = x + o * {n * inner} + i;",
+        f"    {t} best = row[0]; int64_t at = 0;",
+        f"    for (long j = 1; j < {n}; j++) if (row[j * {inner}] {better} best) {{ best = row[j * {inner}]; at = j; }}",
+        f"    y[o * {inner} + i] = at;",
+        "}",
+    ])

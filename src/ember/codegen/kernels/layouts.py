@@ -1,0 +1,96 @@
+"""The data layouts and sizes the C kernel library and its Python side share: the GEMM's packed
+B panels, the direct convolution's phase planes and offset table, Winograd's plan, and the
+scratch each needs. Each is a mirror of a C function named in its docstring, and
+tests/test_c_formulas.py checks every one against the C over a grid of shapes."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+NR = 32
+MR = 8
+# Below this many multiply-adds a parallel region costs more than it saves (a warm OpenMP
+# region costs about a microsecond; 256K multiply-adds take a few).
+PARALLEL_MIN_MACS = 1 << 18
+
+
+def pack_panels(b: np.ndarray) -> np.ndarray:
+    """[K, N] -> [ceil(N/32), K, 32] zero-padded, as float32."""
+    k, n = b.shape
+    panels = math.ceil(n / NR)
+    padded = np.zeros((k, panels * NR), np.float32)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
+
+
+def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
+    """Mirror of ember_gemm_scratch_bytes in runtime/ember_gemm.c (chunks of 384 KiB)."""
+    panels = math.ceil(n / NR)
+    chunk = min(max(1, (384 * 1024) // (k * NR * 4)), panels)
+    return max(chunk * k * NR * 4 * threads, panels * k * NR * 4)
+
+
+def threads_for(num_threads: int, macs: int) -> int:
+    return num_threads if macs >= PARALLEL_MIN_MACS else 1
+
+
+class DirectLayout:
+    """Mirror of conv_plan / ember_conv_direct_offsets in runtime/ember_conv.c: phase planes
+    of the padded input and the per-tap offsets the GEMM reads B through."""
+
+    def __init__(self, channels: int, out_hw: tuple[int, int], kernel: tuple[int, int], stride: int) -> None:
+        self.channels, self.kernel, self.stride = channels, kernel, stride
+        self.hph = out_hw[0] + (kernel[0] - 1) // stride + 2
+        self.wph = out_hw[1] + (kernel[1] - 1) // stride
+        self.plane = self.hph * self.wph
+        self.grid = out_hw[0] * self.wph
+        self.key = f"c{channels}_{out_hw[0]}x{out_hw[1]}_k{kernel[0]}x{kernel[1]}_s{stride}"
+
+    def scratch_bytes(self) -> int:
+        return (self.stride ** 2 * self.channels * self.plane + 2 * 32) * 4
+
+    def offsets(self) -> np.ndarray:
+        s, (kh, kw) = self.stride, self.kernel
+        c, u, v = np.meshgrid(np.arange(self.channels), np.arange(kh), np.arange(kw), indexing="ij")
+        phase = (u % s) * s + v % s
+        koff = (phase * self.channels + c) * self.plane + (u // s) * self.wph + v // s
+        return koff.reshape(-1).astype(np.int32)
+
+
+class WinogradLayout:
+    """Mirror of the plan in runtime/ember_winograd.c: F(2x2, 3x3) over 2x2 output tiles,
+    taken in blocks of 32 tiles, one block per thread at a time."""
+
+    BLOCK = 32
+    G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+    def __init__(self, channels: int, out_channels: int, out_hw: tuple[int, int]) -> None:
+        self.channels, self.out_channels = channels, out_channels
+        tiles_w = (out_hw[1] + 1) // 2
+        self.tiles = (out_hw[0] + 1) // 2 * tiles_w
+        self.blocks = math.ceil(self.tiles / self.BLOCK)
+        self.half = math.ceil((tiles_w + 1) / 16) * 16
+
+    @classmethod
+    def applies(cls, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], channels: int,
+                out_channels: int, out_hw: tuple[int, int]) -> bool:
+        """Where it measured faster than the direct kernel: the GEMMs need some depth and
+        width (32+ channels each way), and a map of at least one full block of tiles (maps
+        below ~11x11 waste most of their only block, and stream 16/9 more weights)."""
+        return (kernel == (3, 3) and strides == (1, 1) and dilations == (1, 1)
+                and min(channels, out_channels) >= 32 and cls(channels, out_channels, out_hw).tiles >= cls.BLOCK)
+
+    def scratch_bytes(self, threads: int) -> int:
+        planes = 16 * ((self.channels + self.out_channels) * self.BLOCK + 32)
+        return (planes + 8 * self.half) * max(1, min(self.blocks, threads)) * 4
+
+    def transformed_weights(self, w: np.ndarray) -> np.ndarray:
+        """U = G g G^T per (output, input) channel pair, as [16][M][C] (4x4 position major)."""
+        u = np.einsum("ai,mcij,bj->abmc", self.G, w.astype(np.float64), self.G)
+        return np.ascontiguousarray(u.reshape(16, self.out_channels, self.channels), dtype=np.float32)
+
+
+def depthwise_scratch_bytes(width: int) -> int:
+    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: one row of zeros."""
+    return (width + 16) * 4
