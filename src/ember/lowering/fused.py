@@ -4,22 +4,15 @@ from __future__ import annotations
 
 from ember.graph import Graph, Node, Value
 from ember.lowering.engine import lowering
-from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs
-from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs
+from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs, get_activation
 
 
 def _activation(graph: Graph, y: Value, activation: str, alpha: float, beta: float, name: str) -> Value:
-    if activation == "none":
+    act = get_activation(activation)
+    if act.op is None:
         return y
-    if activation == "relu":
-        return graph.add("Relu", y, name=name)
-    if activation == "clip":
-        return graph.add("Clip", y, attrs=ClipAttrs(alpha, beta), name=name)
-    if activation == "leaky_relu":
-        return graph.add("LeakyRelu", y, attrs=AlphaAttrs(alpha), name=name)
-    if activation == "hard_sigmoid":
-        return graph.add("HardSigmoid", y, attrs=AlphaBetaAttrs(alpha, beta), name=name)
-    return graph.add({"sigmoid": "Sigmoid", "tanh": "Tanh"}[activation], y, name=name)
+    attrs = act.op_attrs(alpha, beta) if act.op_attrs is not None else None
+    return graph.add(act.op, y, attrs=attrs, name=name)
 
 
 @lowering("FusedConv")

@@ -4,43 +4,125 @@ Both compute `act(core + bias + residual)`: FusedConv's core is a Conv, FullyCon
 x @ w with a 2-D weight [K, N] (x may have leading batch axes). The epilogue activation is an
 attribute: none, relu, clip (alpha=min, beta=max), leaky_relu (alpha), sigmoid, tanh or
 hard_sigmoid (alpha, beta). They are not primitives: a backend that does not run them natively
-gets them lowered back into their parts (see lowering/fused.py)."""
+gets them lowered back into their parts (see lowering/fused.py).
+
+ACTIVATION_TABLE is the one definition of that vocabulary: each activation's attribute
+name, NumPy function, graph op (what fuse-activations absorbs and lowering/fused.py emits)
+and C enum (codegen/c_constants.py renders it into the kernel library's ember_config.h)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ember.ops.elementwise import _sigmoid
+from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs, _sigmoid
 from ember.ops.nn import ConvAttrs, _conv, _conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float, same_dtype
 from ember.types import TensorType
 
-ACTIVATIONS = ("none", "relu", "clip", "leaky_relu", "sigmoid", "tanh", "hard_sigmoid")
+# An activation in the fused ops' terms: (activation name, alpha, beta).
+Epilogue = tuple[str, float, float]
+
+
+def _never(alpha: float, beta: float) -> bool:
+    return False
+
+
+def _always(alpha: float, beta: float) -> bool:
+    return True
+
+
+def _no_params(attrs: Any) -> tuple[float, float]:
+    return 0.0, 0.0
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One epilogue activation of FusedConv and FullyConnected, in every form it takes:
+
+    name       the `activation` attribute in the IR (activation="relu")
+    code       its value in the C enum of ember_config.h (ember_epilogue.act), named c_enum
+    op         the graph op it fuses and unfuses to (None for "none")
+    reference  the NumPy function of (y, alpha, beta)
+    params     the (alpha, beta) of a node of `op` from its attributes, or None when that
+               node does not fuse as this activation
+    op_attrs   the attributes of `op` for (alpha, beta) (None: the op has no attributes)
+    non_negative  whether its results are never negative (NaN aside) for (alpha, beta)"""
+
+    name: str
+    code: int
+    op: str | None
+    reference: Callable[[np.ndarray, float, float], np.ndarray]
+    params: Callable[[Any], tuple[float, float] | None] = field(default=_no_params, repr=False)
+    op_attrs: Callable[[float, float], Any] | None = field(default=None, repr=False)
+    non_negative: Callable[[float, float], bool] = field(default=_never, repr=False)
+
+    @property
+    def c_enum(self) -> str:
+        """The C enum identifier: EMBER_ACT_<NAME>."""
+        return f"EMBER_ACT_{self.name.upper()}"
+
+    def __call__(self, y: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+        return self.reference(y, alpha, beta)
+
+
+def _clip_params(attrs: ClipAttrs) -> tuple[float, float] | None:
+    # Clip with both bounds; Clip(min=0) alone fuses as relu (see _relu_params).
+    if attrs.min is None or attrs.max is None:
+        return None
+    return float(attrs.min), float(attrs.max)
+
+
+ACTIVATION_TABLE: tuple[Activation, ...] = (
+    Activation("none", 0, None, lambda y, alpha, beta: y, non_negative=_never),
+    Activation("relu", 1, "Relu", lambda y, alpha, beta: np.maximum(y, 0), non_negative=_always),
+    Activation("clip", 2, "Clip", lambda y, alpha, beta: np.minimum(np.maximum(y, alpha), beta),
+               params=_clip_params, op_attrs=lambda alpha, beta: ClipAttrs(alpha, beta),
+               non_negative=lambda alpha, beta: alpha >= 0),
+    Activation("leaky_relu", 3, "LeakyRelu", lambda y, alpha, beta: np.where(y >= 0, y, y * alpha),
+               params=lambda attrs: (float(attrs.alpha), 0.0), op_attrs=lambda alpha, beta: AlphaAttrs(alpha)),
+    Activation("sigmoid", 4, "Sigmoid", lambda y, alpha, beta: _sigmoid(y), non_negative=_always),
+    Activation("tanh", 5, "Tanh", lambda y, alpha, beta: np.tanh(y)),
+    Activation("hard_sigmoid", 6, "HardSigmoid", lambda y, alpha, beta: np.clip(y * alpha + beta, 0, 1),
+               params=lambda attrs: (float(attrs.alpha), float(attrs.beta)),
+               op_attrs=lambda alpha, beta: AlphaBetaAttrs(alpha, beta), non_negative=_always),
+)
+ACTIVATION_BY_NAME: dict[str, Activation] = {a.name: a for a in ACTIVATION_TABLE}
+ACTIVATION_BY_OP: dict[str, Activation] = {a.op: a for a in ACTIVATION_TABLE if a.op is not None}
+ACTIVATIONS = tuple(ACTIVATION_BY_NAME)
+# The graph ops an epilogue can absorb.
+ACTIVATION_OPS = tuple(ACTIVATION_BY_OP)
+
+
+def get_activation(name: str) -> Activation:
+    try:
+        return ACTIVATION_BY_NAME[name]
+    except KeyError:
+        raise OpError(f"fused activation '{name}' is not one of {', '.join(ACTIVATIONS)}") from None
+
+
+def epilogue_of(op: str, attrs: Any) -> Epilogue | None:
+    """The fused-activation form (name, alpha, beta) of a node of graph op `op`, or None
+    when it does not fuse (an op outside the table, a Clip without a lower bound...).
+    Clip(min=0) with no upper bound is relu."""
+    if op == "Clip" and attrs.max is None and attrs.min is not None and attrs.min == 0:
+        return "relu", 0.0, 0.0
+    activation = ACTIVATION_BY_OP.get(op)
+    params = activation.params(attrs) if activation is not None else None
+    if params is None:
+        return None
+    return activation.name, params[0], params[1]
 
 
 def apply_activation(y: np.ndarray, activation: str, alpha: float, beta: float) -> np.ndarray:
-    if activation == "none":
-        return y
-    if activation == "relu":
-        return np.maximum(y, 0)
-    if activation == "clip":
-        return np.minimum(np.maximum(y, alpha), beta)
-    if activation == "leaky_relu":
-        return np.where(y >= 0, y, y * alpha)
-    if activation == "sigmoid":
-        return _sigmoid(y)
-    if activation == "tanh":
-        return np.tanh(y)
-    if activation == "hard_sigmoid":
-        return np.clip(y * alpha + beta, 0, 1)
-    raise OpError(f"unknown fused activation '{activation}'")
+    return get_activation(activation).reference(y, alpha, beta)
 
 
 def _check_activation(activation: str) -> None:
-    if activation not in ACTIVATIONS:
-        raise OpError(f"fused activation '{activation}' is not one of {', '.join(ACTIVATIONS)}")
+    get_activation(activation)
 
 
 @dataclass(frozen=True)

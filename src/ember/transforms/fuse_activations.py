@@ -5,30 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from ember.graph import Constant, Node, Value
-from ember.ops.fused import FusedConvAttrs
+from ember.ops.fused import ACTIVATION_OPS, Epilogue, FusedConvAttrs, epilogue_of
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import producer
 from ember.transforms.dense import build_fully_connected, dense_form
 
 _CORES = ("Conv", "FusedConv", "FullyConnected", "MatMul", "Gemm")
-# An activation in the fused ops' terms: (activation, alpha, beta).
-Epilogue = tuple[str, float, float]
-
-
-def _epilogue(node: Node) -> Epilogue | None:
-    """The fused-activation form (name, alpha, beta) of an activation node, or None."""
-    attrs = node.attrs
-    if node.op in ("Relu", "Sigmoid", "Tanh"):
-        return node.op.lower(), 0.0, 0.0
-    if node.op == "LeakyRelu":
-        return "leaky_relu", attrs.alpha, 0.0
-    if node.op == "HardSigmoid":
-        return "hard_sigmoid", attrs.alpha, attrs.beta
-    if node.op == "Clip" and attrs.min is not None:
-        if attrs.max is None:
-            return ("relu", 0.0, 0.0) if attrs.min == 0 else None
-        return "clip", float(attrs.min), float(attrs.max)
-    return None
 
 
 def _fusable_core(rw: Rewriter, value: Value) -> Node | None:
@@ -71,9 +53,9 @@ def _rebuild(rw: Rewriter, core: Node, residual: Value | None, activation: Epilo
     return build_fully_connected(rw, form, core.name)
 
 
-@pattern("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid")
+@pattern(*ACTIVATION_OPS)
 def fuse_activation(rw: Rewriter, node: Node) -> Value | None:
-    activation = _epilogue(node)
+    activation = epilogue_of(node.op, node.attrs)
     core = _fusable_core(rw, node.inputs[0])
     if activation is None or core is None:
         return None
@@ -110,8 +92,9 @@ class FuseActivations(RewritePass):
     constant weight (they become FullyConnected).
     Rules:
     1. act(Conv | FusedConv(act=none)) -> FusedConv(act) and
-       act(MatMul | Gemm | FullyConnected(act=none)) -> FullyConnected(act), for act in
-       Relu, Clip (both bounds, or min=0 alone as relu), LeakyRelu, Sigmoid, Tanh, HardSigmoid.
+       act(MatMul | Gemm | FullyConnected(act=none)) -> FullyConnected(act), for act an op of
+       the activation table (ops/fused.py ACTIVATION_TABLE: Relu, Clip with both bounds or
+       min=0 alone as relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid).
     2. Add(core, r) or Add(r, core) for the same cores with no activation and no residual yet,
        r a non-constant value of exactly the result's type -> core with residual r (the
        epilogue computes act(core + bias + residual), so a later activation still fuses)."""

@@ -8,8 +8,9 @@ import math
 
 import numpy as np
 
-NR = 32
-MR = 8
+from ember.codegen.c_constants import GEMM_CHUNK_BYTES, LINE_FLOATS, MAX_VECTOR_LANES, MR, NR, WINOGRAD_BLOCK
+
+__all__ = ["MR", "NR", "DirectLayout", "WinogradLayout", "depthwise_scratch_bytes", "gemm_scratch_bytes", "pack_panels"]
 # Below this many multiply-adds a parallel region costs more than it saves (a warm OpenMP
 # region costs about a microsecond; 256K multiply-adds take a few).
 PARALLEL_MIN_MACS = 1 << 18
@@ -27,7 +28,7 @@ def pack_panels(b: np.ndarray) -> np.ndarray:
 def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
     """Mirror of ember_gemm_scratch_bytes in runtime/ember_gemm.c (chunks of 384 KiB)."""
     panels = math.ceil(n / NR)
-    chunk = min(max(1, (384 * 1024) // (k * NR * 4)), panels)
+    chunk = min(max(1, GEMM_CHUNK_BYTES // (k * NR * 4)), panels)
     return max(chunk * k * NR * 4 * threads, panels * k * NR * 4)
 
 
@@ -48,7 +49,7 @@ class DirectLayout:
         self.key = f"c{channels}_{out_hw[0]}x{out_hw[1]}_k{kernel[0]}x{kernel[1]}_s{stride}"
 
     def scratch_bytes(self) -> int:
-        return (self.stride ** 2 * self.channels * self.plane + 2 * 32) * 4
+        return (self.stride ** 2 * self.channels * self.plane + 2 * NR) * 4
 
     def offsets(self) -> np.ndarray:
         s, (kh, kw) = self.stride, self.kernel
@@ -62,7 +63,7 @@ class WinogradLayout:
     """Mirror of the plan in runtime/ember_winograd.c: F(2x2, 3x3) over 2x2 output tiles,
     taken in blocks of 32 tiles, one block per thread at a time."""
 
-    BLOCK = 32
+    BLOCK = WINOGRAD_BLOCK
     G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
 
     def __init__(self, channels: int, out_channels: int, out_hw: tuple[int, int]) -> None:
@@ -70,7 +71,7 @@ class WinogradLayout:
         tiles_w = (out_hw[1] + 1) // 2
         self.tiles = (out_hw[0] + 1) // 2 * tiles_w
         self.blocks = math.ceil(self.tiles / self.BLOCK)
-        self.half = math.ceil((tiles_w + 1) / 16) * 16
+        self.half = math.ceil((tiles_w + 1) / LINE_FLOATS) * LINE_FLOATS
 
     @classmethod
     def applies(cls, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], channels: int,
@@ -82,7 +83,7 @@ class WinogradLayout:
                 and min(channels, out_channels) >= 32 and cls(channels, out_channels, out_hw).tiles >= cls.BLOCK)
 
     def scratch_bytes(self, threads: int) -> int:
-        planes = 16 * ((self.channels + self.out_channels) * self.BLOCK + 32)
+        planes = 16 * ((self.channels + self.out_channels) * self.BLOCK + 2 * LINE_FLOATS)
         return (planes + 8 * self.half) * max(1, min(self.blocks, threads)) * 4
 
     def transformed_weights(self, w: np.ndarray) -> np.ndarray:
@@ -93,4 +94,4 @@ class WinogradLayout:
 
 def depthwise_scratch_bytes(width: int) -> int:
     """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: one row of zeros."""
-    return (width + 16) * 4
+    return (width + MAX_VECTOR_LANES) * 4

@@ -3,6 +3,12 @@
 #include "ember_math.h"
 #include "ember_simd.h"
 
+/* The tiles below are written for this shape: 8 rows (one instantiation per row count in
+ * EMBER_TILE_CASES) by 32 columns (two 16-lane vectors). */
+#if EMBER_MR != 8 || EMBER_NR != 32
+#error "ember_gemm.c's tiles assume EMBER_MR == 8 and EMBER_NR == 32"
+#endif
+
 float ember_activate(float v, const ember_epilogue *ep)
 {
     switch (ep->act) {
@@ -314,10 +320,9 @@ void ember_pack_rowmajor(float *panel, const void *ctx, long col0)
     ember_pack_panel(panel, r->b, r->ldb, r->K, r->N, col0);
 }
 
-/* Panels are processed in chunks that stay in L2 while every 8-row block of A sweeps them,
- * so each A block is loaded once per chunk and each panel once per row block from L2. */
-#define EMBER_CHUNK_BYTES (384L * 1024)
-
+/* Panels are processed in chunks of at most EMBER_CHUNK_BYTES (ember_config.h) that stay in
+ * L2 while every EMBER_MR-row block of A sweeps them, so each A block is loaded once per chunk
+ * and each panel once per row block from L2. */
 static long chunk_panels(long K, long panels)
 {
     long chunk = EMBER_CHUNK_BYTES / (K * EMBER_NR * (long)sizeof(float));

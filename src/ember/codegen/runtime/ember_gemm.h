@@ -24,11 +24,9 @@
 #define ember_thread_num() 0
 #endif
 
-#define EMBER_NR 32
-#define EMBER_MR 8
-
-enum { EMBER_ACT_NONE = 0, EMBER_ACT_RELU, EMBER_ACT_CLIP, EMBER_ACT_LEAKY_RELU, EMBER_ACT_SIGMOID,
-       EMBER_ACT_TANH, EMBER_ACT_HARD_SIGMOID };
+/* EMBER_NR, EMBER_MR, the activation enum (EMBER_ACT_*) and the other constants shared with
+ * Ember's Python side: generated from src/ember/codegen/c_constants.py. */
+#include "ember_config.h"
 
 typedef struct {
     const float *bias;     /* NULL, or bias[row] (bias_per_row) / bias[col] */

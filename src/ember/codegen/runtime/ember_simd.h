@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include "ember_config.h"
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -31,6 +32,10 @@ static inline ember_v16 vselect(ember_i16 mask, ember_v16 a, ember_v16 b) {
 #define EMBER_VN_LANES 8
 #else
 #define EMBER_VN_LANES 4
+#endif
+/* Python sizes per-vector padding (the depthwise row of zeros) for the widest vector. */
+#if EMBER_VN_LANES > EMBER_MAX_VN_LANES
+#error "EMBER_VN_LANES exceeds EMBER_MAX_VN_LANES (ember_config.h)"
 #endif
 typedef float ember_vn __attribute__((vector_size(EMBER_VN_LANES * 4)));
 typedef int32_t ember_vni __attribute__((vector_size(EMBER_VN_LANES * 4)));

@@ -12,7 +12,7 @@
  * convolution by a few roundings (the sums run in another order). */
 #include "ember_gemm.h"
 
-#define EMBER_WINO_TB 32
+/* EMBER_WINO_TB (tiles per block) and EMBER_LINE_FLOATS come from ember_config.h. */
 
 /* `half`: floats of one half (even or odd columns) of a padded input row (TW + 1, rounded up). */
 typedef struct { long TH, TW, T, blocks, half; } wino_plan;
@@ -24,7 +24,7 @@ static wino_plan plan_of(const ember_conv_geom *g)
     p.TW = (g->OW + 1) / 2;
     p.T = p.TH * p.TW;
     p.blocks = (p.T + EMBER_WINO_TB - 1) / EMBER_WINO_TB;
-    p.half = (p.TW + 1 + 15) / 16 * 16;
+    p.half = (p.TW + 1 + EMBER_LINE_FLOATS - 1) / EMBER_LINE_FLOATS * EMBER_LINE_FLOATS;
     return p;
 }
 
@@ -32,7 +32,7 @@ static wino_plan plan_of(const ember_conv_geom *g)
  * planes, written (read) side by side by the transforms, do not share L1 sets. */
 static long plane_floats(long rows)
 {
-    return rows * EMBER_WINO_TB + 16;
+    return rows * EMBER_WINO_TB + EMBER_LINE_FLOATS;
 }
 
 /* Per thread: V and O of one block, and four input rows split in even and odd halves (also
