@@ -14,7 +14,7 @@ import ember.lowering  # noqa: F401  (registers lowering rules and the 'lower' p
 import ember.transforms  # noqa: F401  (registers the optimization passes)
 from ember.driver import compile_model
 from ember.runtime import CompiledModel
-from ember.support.errors import EmberError, InputError, UnsupportedError
+from ember.support.errors import EmberError, InputError, ModelImportError, UnsupportedError
 
 __version__ = "0.1.0"
 
@@ -37,20 +37,14 @@ def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bu
     aarch64-linux, riscv64-linux, cortex-m4, cortex-m7). Every external symbol starts with
     `prefix`. Returns an ember.codegen.bundle.Bundle (file list and memory layout)."""
     from ember.backends.cpu import CpuBackend
-    from ember.codegen.bundle import get_target, write_bundle
+    from ember.codegen.bundle import get_target
+    from ember.driver import load_model, prepare_program
 
     get_target(target)  # an unknown target fails before compiling
-
-    class _PlanOnly(CpuBackend):
-        """The cpu backend's kernels and lowering, stopping at the planned program (the
-        bundle is built by the target's compiler, not here)."""
-
-        def compile(self, program: Any) -> Any:
-            return program
-
-    stages: dict[str, Any] = {}
-    compile_model(model, backend=_PlanOnly(num_threads=1), input_shapes=input_shapes, observer=stages.__setitem__)
-    return write_bundle(stages["lir"], stages["memory"], output_dir, target=target, prefix=prefix)
+    # Bundles run single-threaded: no OpenMP on the target.
+    backend = CpuBackend(num_threads=1)
+    program, plan, _ = prepare_program(load_model(model, input_shapes), backend)
+    return backend.bundle(program, plan, output_dir, target=target, prefix=prefix)
 
 
-__all__ = ["CompiledModel", "EmberError", "InputError", "UnsupportedError", "bundle", "compile"]
+__all__ = ["CompiledModel", "EmberError", "InputError", "ModelImportError", "UnsupportedError", "bundle", "compile"]

@@ -18,12 +18,12 @@ from ember.backends import Backend, get_backend
 from ember.graph import Graph, verify_graph
 from ember.lir.irgen import generate_program
 from ember.lir.ir import BufferKind, Program
-from ember.lir.passes import DEFAULT_LIR_PIPELINE, run_lir_pipeline
+from ember.lir.passes import run_lir_pipeline
 from ember.lir.schedule import schedule_graph
 from ember.lir.verify import verify_program
 from ember.lowering import lower_graph
 from ember.memory import MemoryPlan, plan_memory
-from ember.passes import PassManager
+from ember.passes import PassContext, PassManager
 from ember.runtime import CompiledModel, TensorSpec
 from ember.support.errors import EmberError, UnsupportedError
 
@@ -76,11 +76,23 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
     """Compiles a verified graph; the graph is optimized and lowered in place."""
     started = time.perf_counter()
     target = get_backend(backend) if isinstance(backend, str) else backend
-    notify = observer or (lambda stage, artifact: None)
-
-    ops = {"imported": graph.op_counts()}
     inputs = [TensorSpec(p.name, p.type) for p in graph.inputs]
     outputs = [TensorSpec(o.name, o.value.type) for o in graph.outputs]
+    program, plan, ops = prepare_program(graph, target, observer)
+    executable = target.compile(program)
+    stats = _program_stats(program, plan)
+    stats["ops"] = ops
+    stats["compile_seconds"] = time.perf_counter() - started
+    return CompiledModel(executable, inputs, outputs, stats, target.name)
+
+
+def prepare_program(graph: Graph, target: Backend, observer: Observer | None = None,
+                    ) -> tuple[Program, MemoryPlan, dict[str, dict[str, int]]]:
+    """Everything before `target.compile`: optimize, lower, schedule, irgen, the backend's LIR
+    pipeline and the memory plan. Returns the planned program, the plan and the op counts per
+    stage. Ahead-of-time bundles start from here."""
+    notify = observer or (lambda stage, artifact: None)
+    ops = {"imported": graph.op_counts()}
     notify("graph", graph)
 
     optimize_graph(graph, target)
@@ -94,16 +106,11 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
     schedule_graph(graph)
     program = generate_program(graph)
     verify_program(program)
-    run_lir_pipeline(program, DEFAULT_LIR_PIPELINE)
+    run_lir_pipeline(program, target.lir_pipeline(), context=PassContext(backend=target))
     plan = plan_memory(program)
     notify("lir", program)
     notify("memory", plan)
-
-    executable = target.compile(program)
-    stats = _program_stats(program, plan)
-    stats["ops"] = ops
-    stats["compile_seconds"] = time.perf_counter() - started
-    return CompiledModel(executable, inputs, outputs, stats, target.name)
+    return program, plan, ops
 
 
 def _program_stats(program: Program, plan: MemoryPlan) -> dict[str, Any]:

@@ -90,15 +90,20 @@ def build_chain(members: list[Instr]) -> Instr:
             args.append(f"x{sources.index(buffer)}")
         steps.append(Step(member.name, tuple(args), member.attrs).text())
         written[id(member.operands[0])] = k
-    source = "+".join(m.source for m in members)
+    source = "+".join(m.source for m in members if m.source)
     return Instr(ELEMENTWISE_CHAIN, [members[-1].operands[0], *sources], ChainAttrs(tuple(steps)), source=source)
 
 
 @register_lir_pass
 class FuseElementwise(LirPass):
-    """Replaces each fusable chain by one ElementwiseChain at its last member's place: the
-    markers between its members keep their order, allocs and views before the chain,
-    deallocs after it; the intermediate results' markers then go (delete-dead-allocs)."""
+    """Rules:
+    1. chains are found as the module docstring says (fusable_chains);
+    2. each becomes one ElementwiseChain at its last member's place, reading every source
+       once (x0, x1, ... in first-use order) and each earlier member's result as a value
+       (v0, v1, ...);
+    3. the markers between its members keep their order: allocs and views before the
+       chain, deallocs after it;
+    4. the intermediate results' markers then go (delete-dead-allocs)."""
 
     name = "fuse-elementwise"
 

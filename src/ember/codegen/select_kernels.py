@@ -30,13 +30,16 @@ def kernel_target(context: Any) -> tuple[KernelRegistry, KernelOptions]:
 
 @register_lir_pass
 class SelectKernels(LirPass):
-    """Rules: 1. markers and instructions that already have a kernel are kept as they are;
+    """Rules:
+    1. markers and instructions that already have a kernel are kept as they are;
     2. every other instruction gets the first registered variant whose `accepts` and
-    `applies` hold; its plan's packed weights and tables become weights (one per source and
-    layout, or per table key, shared between instructions), appended as @in kernel operands,
-    and its scratch an activation `alloc`ed just before and `dealloc`ed just after it,
-    appended as a @scratch operand. Precondition: a verified program (run it last: passes
-    that move or fuse instructions do not know kernel operands)."""
+       `applies` hold, with the parameters of its plan;
+    3. the plan's packed weights and tables become weights (one per source and layout, or
+       per table key, shared between instructions), appended as @in kernel operands;
+    4. its scratch becomes an activation `alloc`ed just before and `dealloc`ed just after
+       the instruction, appended as a @scratch operand.
+    Precondition: a verified program (run it last: passes that move or fuse instructions
+    do not know kernel operands)."""
 
     name = "select-kernels"
     context: Any = None

@@ -22,7 +22,19 @@ from collections.abc import Mapping
 import numpy as np
 
 from ember.graph.text import INLINE_LIMIT, format_constant_data
-from ember.lir.ir import ALLOC, DEALLOC, INSTRS, VIEW, Buffer, BufferKind, Instr, KernelUse, OperandKind, Packing, Program
+from ember.lir.ir import (
+    ALLOC,
+    DEALLOC,
+    INSTRS,
+    VIEW,
+    Buffer,
+    BufferKind,
+    Instr,
+    KernelUse,
+    OperandKind,
+    Packing,
+    Program,
+)
 from ember.lir.verify import verify_program
 from ember.ops.text import format_attrs, format_value, parse_attrs, parse_type, parse_value
 from ember.support.errors import ParseError, VerificationError

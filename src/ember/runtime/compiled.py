@@ -31,6 +31,11 @@ class CompiledModel:
         self.backend = backend
 
     @property
+    def executable(self) -> Executable:
+        """The backend's compiled program (the cpu backend's has `.source`, the C it built)."""
+        return self._executable
+
+    @property
     def input_names(self) -> list[str]:
         return [spec.name for spec in self.inputs]
 

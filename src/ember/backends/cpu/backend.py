@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
@@ -18,7 +19,11 @@ from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpVi
 from ember.graph import Node
 from ember.lir.ir import Program
 from ember.lir.passes import DEFAULT_LIR_PIPELINE
-from ember.support.errors import EmberError
+
+if TYPE_CHECKING:
+    from ember.codegen.bundle import Bundle
+    from ember.memory import MemoryPlan
+from ember.support.errors import EmberError, UnsupportedError
 
 
 class CpuBackend(Backend):
@@ -70,6 +75,19 @@ class CpuBackend(Backend):
     def generate(self, program: Program, options: CodegenOptions | None = None) -> CProgram:
         """The C of a program this backend's LIR pipeline ran on and memory was planned for."""
         return generate_c(program, self.kernels, options)
+
+    def bundle(self, program: Program, plan: MemoryPlan | None, output_dir: str | os.PathLike, target: str = "host",
+               prefix: str = "model") -> Bundle:
+        """Writes an ahead-of-time bundle of a program this backend prepared (portable C with
+        a static entry, weights, header, Makefile; see codegen/bundle)."""
+        from ember.codegen.bundle import sanitize_prefix, write_bundle
+
+        if self.c_sources or self.link_flags:
+            raise UnsupportedError(f"backend '{self.name}' links its own C sources or libraries; bundles carry "
+                                   "the Ember kernel library only")
+        prefix = sanitize_prefix(prefix)
+        cprogram = self.generate(program, CodegenOptions(entry=f"{prefix}_entry", static_entry=True))
+        return write_bundle(program, plan, cprogram, output_dir, target=target, prefix=prefix)
 
     def compile(self, program: Program) -> NativeProgram:
         cprogram = self.generate(program)

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from ember.codegen import RUNTIME_SOURCES, runtime_source
@@ -35,7 +35,7 @@ def find_compiler() -> str:
                      f"(tried {', '.join(candidates)})")
 
 
-@lru_cache(maxsize=None)
+@cache
 def compiler_identity(compiler: str) -> str:
     result = subprocess.run([*compiler.split(), "--version"], capture_output=True, text=True, check=False)
     return result.stdout.splitlines()[0] if result.stdout else compiler

@@ -3,10 +3,9 @@
     weights      the constant blob (raw and pre-packed weights), read-only, can live in flash
     io           the mutable region: every input, then every output, each at an offset
                  aligned to ALIGN bytes, in model order
-    activations  the planned activation arena, then the kernels' scratch (ALIGN-aligned)
+    activations  the planned activation arena (the kernels' scratch is planned inside it)
 
-Keeping the scratch inside the activation region gives the caller one buffer per kind of
-memory, as in Glow's static bundle API. Imports lir, memory, types, codegen.emitter."""
+One buffer per kind of memory, as in Glow's static bundle API. Imports lir, memory, types, codegen.emitter."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,7 +59,6 @@ class Layout:
     constant_bytes: int
     mutable_bytes: int
     arena_bytes: int
-    scratch_bytes: int
     inputs: tuple[TensorSlot, ...]
     outputs: tuple[TensorSlot, ...]
     # The memory planner's report on the arena.
@@ -71,7 +69,7 @@ class Layout:
 
     @property
     def activation_bytes(self) -> int:
-        return self.arena_bytes + self.scratch_bytes
+        return self.arena_bytes
 
     @property
     def efficiency(self) -> float:
@@ -94,7 +92,7 @@ def plan_layout(program: Program, cprogram: CProgram, plan: MemoryPlan | None) -
     lower_bound = plan.lower_bound_bytes if plan is not None else cprogram.arena_bytes
     unshared = plan.unshared_bytes if plan is not None else cprogram.arena_bytes
     return Layout(constant_bytes=int(cprogram.weights.size), mutable_bytes=max(offset, ALIGN),
-                  arena_bytes=align(cprogram.arena_bytes), scratch_bytes=align(cprogram.scratch_bytes),
+                  arena_bytes=align(cprogram.arena_bytes),
                   inputs=tuple(slots["input"]), outputs=tuple(slots["output"]),
                   lower_bound_bytes=lower_bound, unshared_bytes=unshared, io_bytes=io_bytes)
 

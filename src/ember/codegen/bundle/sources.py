@@ -1,9 +1,9 @@
 """The bundle's C sources: `<prefix>.c` (the generated kernels plus the entry function) and
 `<prefix>_weights.c` (the weights as a constant array, for targets without a file system).
 
-`<prefix>.c` is the cpu backend's generated translation unit, made fit for a bundle:
-  - its `ember_run` becomes `static`, called by `<prefix>_run`, which finds each input and
-    output inside the io region and the scratch after the arena;
+`<prefix>.c` is the cpu backend's generated translation unit, generated for a bundle:
+  - its entry is `static` (CodegenOptions), called by `<prefix>_run`, which finds each input
+    and output inside the io region;
   - (the emitter already guards `#include <omp.h>` by `_OPENMP`: bundles build without
     OpenMP and bare-metal toolchains have no omp.h);
   - the library's external functions carry the prefix (`<prefix>_ember_symbols.h`).
@@ -15,9 +15,6 @@ import numpy as np
 
 from ember.codegen.bundle.layout import Layout
 from ember.codegen.emitter import CProgram
-from ember.support.errors import EmberError
-
-_ENTRY = "int ember_run("
 
 
 def c_string(text: str) -> str:
@@ -33,14 +30,6 @@ def c_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _adapt(source: str) -> str:
-    """The generated unit with a static entry."""
-    if source.count(_ENTRY) != 1:
-        raise EmberError("the generated C has no single 'int ember_run(' entry: the bundle writer "
-                         "and the emitter disagree (an Ember bug)")
-    return source.replace(_ENTRY, "static " + _ENTRY)
-
-
 def model_source(prefix: str, cprogram: CProgram, layout: Layout) -> str:
     p = prefix.upper()
     ins = ", ".join(f"io + {p}_{s.macro}_OFFSET" for s in layout.inputs) or "NULL"
@@ -52,13 +41,13 @@ def model_source(prefix: str, cprogram: CProgram, layout: Layout) -> str:
         f'#include "{prefix}.h"',
         f'#include "{prefix}_ember_symbols.h"',
         "",
-        _adapt(cprogram.source).rstrip("\n"),
+        cprogram.source.rstrip("\n"),
         "",
         f"int {prefix}_run(const uint8_t *weights, uint8_t *io, uint8_t *activations)",
         "{",
         f"    uint8_t *const in[] = {{ {ins} }};",
         f"    uint8_t *const out[] = {{ {outs} }};",
-        f"    return ember_run(weights, in, out, activations, activations + {p}_ARENA_SIZE);",
+        f"    return {cprogram.entry}(weights, in, out, activations);",
         "}",
         "",
         f"const char *{prefix}_status_message(int status)",

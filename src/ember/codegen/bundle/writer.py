@@ -22,7 +22,7 @@ from pathlib import Path
 from ember.codegen.bundle import examples, header, library, makefile, sources
 from ember.codegen.bundle.layout import Layout, plan_layout
 from ember.codegen.bundle.targets import Target, get_target
-from ember.codegen.emitter import generate_c
+from ember.codegen.emitter import CProgram
 from ember.lir.ir import Program
 from ember.memory import MemoryPlan
 from ember.support.errors import EmberError
@@ -48,7 +48,7 @@ class Bundle:
         lay = self.layout
         return (f"bundle '{self.prefix}' for {self.target.name} in {self.directory}: "
                 f"weights {lay.constant_bytes} B, io {lay.mutable_bytes} B, activations {lay.activation_bytes} B "
-                f"(arena {lay.arena_bytes} B at {100 * lay.efficiency:.1f}% efficiency, scratch {lay.scratch_bytes} B)")
+                f"(arena {lay.arena_bytes} B at {100 * lay.efficiency:.1f}% efficiency, kernels' scratch included)")
 
 
 def sanitize_prefix(prefix: str) -> str:
@@ -60,12 +60,11 @@ def sanitize_prefix(prefix: str) -> str:
     return f"m{cleaned}" if cleaned[0].isdigit() else cleaned
 
 
-def write_bundle(program: Program, plan: MemoryPlan | None, output_dir: str | os.PathLike,
+def write_bundle(program: Program, plan: MemoryPlan | None, cprogram: CProgram, output_dir: str | os.PathLike,
                  target: str | Target = "host", prefix: str = "model") -> Bundle:
-    """Writes the bundle of a planned program (the driver's "lir" and "memory" stages)."""
+    """Writes the bundle of a planned program and its C (generated with a static entry, see
+    CpuBackend.bundle); `prefix` must be sanitized already (sanitize_prefix)."""
     tgt = get_target(target) if isinstance(target, str) else target
-    prefix = sanitize_prefix(prefix)
-    cprogram = generate_c(program, 1)  # bundles run single-threaded: no OpenMP on the target
     layout = plan_layout(program, cprogram, plan)
     lib = library.library_files()
     needed = library.needed_sources(cprogram.source, lib)

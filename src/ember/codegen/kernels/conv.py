@@ -15,6 +15,8 @@ lir` shows which, with its scratch and packed weights):
 Bias, residual and activation run in the tile epilogue everywhere."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ember.codegen.c_types import c_type, lowest
@@ -75,10 +77,12 @@ class ConvShape:
 
     @property
     def geometry(self) -> str:
-        """The fields of ember_conv_geom after x."""
+        """The fields of ember_conv_geom after x, as designated initializers."""
         c = self.channels if self.depthwise else self.cg
-        return (f"{c}, {self.height}, {self.width}, {self.kh}, {self.kw}, {self.sh}, {self.sw}, {self.pt}, "
-                f"{self.pl}, {self.dh}, {self.dw}, {self.oh}, {self.ow}")
+        fields = {"C": c, "H": self.height, "W": self.width, "KH": self.kh, "KW": self.kw, "SH": self.sh,
+                  "SW": self.sw, "PH": self.pt, "PW": self.pl, "DH": self.dh, "DW": self.dw, "OH": self.oh,
+                  "OW": self.ow}
+        return ", ".join(f".{name} = {value}" for name, value in fields.items())
 
     def gemm_threads(self, options: KernelOptions) -> int:
         return threads_for(options.num_threads, self.mg * self.pixels * self.k)
@@ -119,7 +123,7 @@ def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
     return "\n".join(s.prologue(em) + [
         s.epilogue().c_init(),
         f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
-        f"    ember_conv_geom g = {{ x + nb * {image}, {s.geometry} }};",
+        f"    ember_conv_geom g = {{ .x = x + nb * {image}, {s.geometry} }};",
         f"    ember_depthwise(&g, {em.pointer(s.w, const=True)}, bias, res ? res + nb * {plane} : NULL, "
         f"y + nb * {plane}, &ep, {em.scratch(instr)}, {param(instr, 'threads', 1)});",
         "}",
@@ -150,7 +154,7 @@ def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
     return "\n".join(s.prologue(em) + [
         s.epilogue().c_init(),
         f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
-        f"    ember_conv_geom g = {{ x + nb * {s.channels * s.height * s.width}, {s.geometry} }};",
+        f"    ember_conv_geom g = {{ .x = x + nb * {s.channels * s.height * s.width}, {s.geometry} }};",
         f"    long base = nb * {s.out_channels * s.pixels};",
         f"    ember_winograd(&g, {s.mg}, {em.packed(instr)}, bias, res ? res + base : NULL, y + base, &ep, "
         f"{em.scratch(instr)}, {param(instr, 'threads', 1)});",
@@ -182,7 +186,7 @@ def emit_conv_direct(em: Emitter, instr: Instr) -> str:
         s.epilogue().c_init(),
         f"for (long nb = 0; nb < {s.n_batch}; nb++)",
         f"for (long gi = 0; gi < {s.groups}; gi++) {{",
-        f"    ember_conv_geom g = {{ x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width}, "
+        f"    ember_conv_geom g = {{ .x = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width}, "
         f"{s.geometry} }};",
         f"    long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};",
         f"    ember_conv_direct(&g, {s.mg}, {em.pointer(s.w, const=True)} + gi * {s.mg * s.k}, {em.table(instr)}, "
@@ -252,7 +256,7 @@ def emit_conv_gemm(em: Emitter, instr: Instr) -> str:
         f"for (long gi = 0; gi < {s.groups}; gi++) {{",
         f"    const float *xg = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width};",
         f"    long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};",
-        *([] if direct else [f"    ember_conv_geom pk = {{ xg, {s.geometry} }};"]),
+        *([] if direct else [f"    ember_conv_geom pk = {{ .x = xg, {s.geometry} }};"]),
         f"    {epilogue.c_init()}",
         f"    {call}",
         "}",
@@ -294,7 +298,7 @@ def _pool_loops(em, instr: Instr, init: str, accumulate: str, finish) -> str:
         f"for (long j = 0; j < {ow}; j++) {{",
         f"    const {t} *xc = x + item * {height * width};",
         f"    {init}",
-        f"    long count = 0; (void)count;",
+        "    long count = 0; (void)count;",
         f"    for (long u = 0; u < {kh}; u++) {{",
         f"        long ih = i * {sh} - {pt} + u * {dh};",
         f"        if (ih < 0 || ih >= {height}) continue;",

@@ -58,7 +58,7 @@ def emit_reduce(em: Emitter, instr: Instr) -> str:
             f"    const {t} *row = x + o * {reduced};",
             f"    {t} lane[{LANES}];",
             f"    for (int l = 0; l < {LANES}; l++) lane[l] = {identity};",
-            f"    long j = 0;",
+            "    long j = 0;",
             f"    for (; j + {LANES} <= {reduced}; j += {LANES})",
             f"        for (int l = 0; l < {LANES}; l++) {{ {t} acc = lane[l], v = row[j + l]; lane[l] = {combine}; }}",
             f"    {acc_type} acc = {identity};",

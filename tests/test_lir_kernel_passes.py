@@ -1,0 +1,159 @@
+"""The cpu backend's LIR passes, with before/after text and numbers: "fuse-elementwise" (checked
+with the interpreter, which runs ElementwiseChain step by step) and "select-kernels" (the
+chosen kernel, packed weights, tables and scratch in the text; the C it leads to checked
+against the interpreter). Also: every instruction of ResNet-18 and MobileNetV2 shows its
+kernel in `ember dump --stage lir`, and that text round-trips."""
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pytest
+
+import ember.codegen  # noqa: F401  (registers the passes)
+from ember.backends.cpu import CpuBackend
+from ember.driver import load_model, prepare_program
+from ember.lir.ir import MARKERS
+from ember.lir.passes import run_lir_pipeline
+from ember.lir.text import parse_program, print_program
+from ember.passes import PassContext
+from ember.runtime import CompiledModel, TensorSpec
+from tests.conftest import require_shared_models
+from tests.test_lir_passes import random_inputs, run_program
+
+
+def _run(before: str, passes: list[str], backend: CpuBackend | None = None) -> tuple[object, object]:
+    reference = parse_program(textwrap.dedent(before))
+    program = parse_program(textwrap.dedent(before))
+    run_lir_pipeline(program, passes, context=PassContext(backend=backend or CpuBackend(num_threads=1)))
+    return reference, program
+
+
+CHAIN = """\
+    program "p" {
+      input %x: f32[2,8] "x"
+      input %b: f32[8] "b"
+      output %y: f32[2,8] "y"
+      alloc %s: f32[2,8]
+      Sigmoid @out %s, @in %x
+      alloc %m: f32[2,8]
+      Mul @out %m, @in %s, @in %b
+      dealloc %s
+      Sub @out %y, @in %m, @in %x
+      dealloc %m
+    }
+"""
+
+
+def test_fuse_elementwise_makes_one_chain_and_drops_the_intermediates():
+    reference, program = _run(CHAIN, ["fuse-elementwise"])
+    assert print_program(program) == textwrap.dedent("""\
+        program "p" {
+          input %x: f32[2,8] "x"
+          input %b: f32[8] "b"
+          output %y: f32[2,8] "y"
+          ElementwiseChain @out %y, @in %x, @in %b {steps=["Sigmoid(x0)", "Mul(v0, x1)", "Sub(v1, x0)"]}
+        }
+    """)
+    for seed in range(3):
+        inputs = random_inputs(reference, seed)
+        np.testing.assert_allclose(run_program(program, inputs)[0], run_program(reference, inputs)[0], rtol=1e-6)
+
+
+def test_fuse_elementwise_stops_where_an_intermediate_is_read_later():
+    text = CHAIN.replace("      dealloc %m\n", "").replace('output %y: f32[2,8] "y"',
+                                                        'output %y: f32[2,8] "y"\n      output %z: f32[2,8] "z"')
+    text = text.replace("    }\n", "      Exp @out %z, @in %m\n      dealloc %m\n    }\n")
+    _, program = _run(text, ["fuse-elementwise"])
+    chains = [i for i in program.instrs if i.name == "ElementwiseChain"]
+    assert [list(c.attrs.steps) for c in chains] == [["Sigmoid(x0)", "Mul(v0, x1)"]]
+    assert [i.name for i in program.instrs if i.name not in MARKERS] == ["ElementwiseChain", "Sub", "Exp"]
+
+
+def test_fuse_elementwise_keeps_integer_division_alone():
+    text = """\
+        program "p" {
+          input %x: i32[4] "x"
+          input %d: i32[4] "d"
+          output %y: i32[4] "y"
+          alloc %q: i32[4]
+          Div @out %q, @in %x, @in %d
+          Neg @out %y, @in %q
+          dealloc %q
+        }
+    """
+    _, program = _run(text, ["fuse-elementwise"])
+    assert [i.name for i in program.instrs if i.name not in MARKERS] == ["Div", "Neg"]
+
+
+SELECT = """\
+    program "p" {
+      weight @w: f32[16,40]
+      input %x: f32[3,16] "x"
+      input %k: f32[16,40] "k"
+      output %y: f32[3,40] "y"
+      output %z: f32[3,40] "z"
+      MatMul @out %y, @in %x, @in @w  # "packed"
+      MatMul @out %z, @in %x, @in %k  # "direct"
+    }
+"""
+
+
+def test_select_kernels_records_choice_packed_weight_and_scratch():
+    weights = {"w": np.random.default_rng(0).standard_normal((16, 40)).astype(np.float32)}
+    program = parse_program(textwrap.dedent(SELECT), weights)
+    run_lir_pipeline(program, ["select-kernels"], context=PassContext(backend=CpuBackend(num_threads=2)))
+    text = print_program(program)
+    assert "  weight @w.panels32: f32[2,16,32] packed panels32 of @w\n" in text
+    assert ('MatMul @out %y, @in %x, @in @w kernel matmul_gemm(@in @w.panels32) {b="packed", threads=1}'
+            '  # "packed"') in text
+    assert "  alloc %direct.scratch: u8[2048]\n  MatMul @out %z, @in %x, @in %k kernel matmul_gemm(@scratch " \
+           '%direct.scratch) {b="direct", threads=1}  # "direct"\n  dealloc %direct.scratch\n' in text
+    np.testing.assert_array_equal(program.weights[1].data[0, :, :32], weights["w"][:, :32])
+    # The text round-trips, packed weight and kernel operands included.
+    again = parse_program(text, {b.name: b.data for b in program.weights})
+    assert print_program(again) == text
+    # And it computes: the blob stores the packed copy, not @w (only the packed copy is read).
+    from ember.codegen.emitter import stored_weights
+    from ember.memory import plan_memory
+
+    assert [w.name for w in stored_weights(program)] == ["w.panels32"]
+    plan_memory(program)
+    backend = CpuBackend(num_threads=2)
+    compiled = CompiledModel(backend.compile(program), [TensorSpec(b.external_name, b.type) for b in program.inputs],
+                             [TensorSpec(b.external_name, b.type) for b in program.outputs], {}, "cpu")
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((3, 16)).astype(np.float32), "k": rng.standard_normal((16, 40)).astype(np.float32)}
+    out = compiled.run(feeds)
+    np.testing.assert_allclose(out["y"], feeds["x"] @ weights["w"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["z"], feeds["x"] @ feeds["k"], rtol=1e-5, atol=1e-5)
+
+
+def test_select_kernels_refuses_with_the_kernels_reason():
+    from ember.codegen.kernels import C_KERNELS, OpView
+    from ember.types import DType, TensorType
+
+    conv = OpView("Conv", None, (TensorType(DType.FLOAT32, (1, 4, 5, 5)),),
+                  (TensorType(DType.FLOAT32, (1, 2, 7, 7)), TensorType(DType.FLOAT32, (4, 2, 3, 3)), None),
+                  (False, False, False))
+    assert C_KERNELS.refusal(conv) == "only 2-D (NCHW) float32 convolutions with constant weights have C kernels"
+    half = OpView("Relu", None, (TensorType(DType.FLOAT16, (3,)),), (TensorType(DType.FLOAT16, (3,)),), (False,))
+    assert "no C kernels for this element type" in C_KERNELS.refusal(half)
+    assert C_KERNELS.refusal(OpView("TopK", None, (), (), ())) == "no C kernel for TopK"
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2"])
+def test_lir_dump_shows_every_kernel_choice_and_round_trips(name):
+    folder = require_shared_models()
+    program, _, _ = prepare_program(load_model(folder / f"{name}.onnx"), CpuBackend(num_threads=2))
+    compute = [i for i in program.instrs if i.name not in MARKERS]
+    assert compute and all(i.kernel is not None for i in compute)
+    text = print_program(program)
+    lines = [line for line in text.splitlines()
+             if line.startswith("  ") and line.split()[0] not in (*MARKERS, "weight", "input", "output")]
+    assert len(lines) == len(compute) and all(" kernel " in line for line in lines)
+    assert "@scratch %" in text
+    expected_packing = {"resnet18": "packed winograd_f2x3 of @", "mobilenetv2": "packed pointwise_t_panels32 of @"}
+    assert expected_packing[name] in text
+    again = parse_program(text, {b.name: b.data for b in program.weights})
+    assert print_program(again) == text
