@@ -20,9 +20,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember.backends.cpu import CpuBackend
 from ember.cli import main as cli_main
-from ember.codegen.bundle import TARGETS, Bundle, sanitize_prefix
-from ember.support.errors import EmberError
+from ember.codegen.bundle import TARGETS, Bundle, sanitize_prefix, write_bundle
+from ember.codegen.bundle.examples import board_files
+from ember.codegen.emitter import CodegenOptions
+from ember.codegen.runtime_files import EXPORTS
+from ember.driver import load_model, prepare_program
+from ember.support.errors import EmberError, UnsupportedError
 from tests.conftest import require_shared_models
 from tests.helpers import relative_error
 
@@ -178,7 +183,9 @@ def test_bundle_is_deterministic_and_self_contained(tmp_path):
     assert (tmp_path / "a" / "model.weights.bin").stat().st_size == layout.constant_bytes
     # The model and library sources include no header beyond stdint/string/math (OpenMP only
     # under _OPENMP, x86 intrinsics only under __AVX512F__ / __AVX2__), and call no allocator or I/O.
-    sources = [n for n in first.files if n.endswith((".c", ".h")) and n not in ("bundle_main.c", "startup_cortexm.c")]
+    examples = {"bundle_main.c", TARGETS["cortex-m4"].board.startup_name}
+    assert examples <= set(first.files)
+    sources = [n for n in first.files if n.endswith((".c", ".h")) and n not in examples]
     for name in sources:
         text = (tmp_path / "a" / name).read_text()
         for include in re.findall(r'#include [<"]([^>"]+)[>"]', text):
@@ -197,7 +204,11 @@ def test_layout_in_header_is_consistent(tmp_path):
     macros = header_macros(bundle)
     layout = bundle.layout
     assert macros["MODEL_CONSTANT_MEM_SIZE"] == layout.constant_bytes
-    assert macros["MODEL_ACTIVATIONS_MEM_SIZE"] == macros["MODEL_ARENA_SIZE"] + macros["MODEL_SCRATCH_SIZE"]
+    # One activations region: the planned arena, the kernels' scratch inside it.
+    assert "SCRATCH" not in bundle.header.read_text()
+    assert macros["MODEL_ACTIVATIONS_MEM_SIZE"] == layout.arena_bytes == layout.activation_bytes
+    assert macros["MODEL_ACTIVATIONS_MEM_SIZE"] % macros["MODEL_MEM_ALIGN"] == 0
+    assert macros["MODEL_ACTIVATIONS_MEM_SIZE"] >= macros["MODEL_ARENA_LOWER_BOUND"]
     end = 0
     for slot in layout.slots:
         offset = macros[f"MODEL_{slot.macro}_OFFSET"]
@@ -218,6 +229,74 @@ def test_targets_keep_their_own_flags(tmp_path):
             assert flag in makefile
     assert "-march=armv8-a" in (tmp_path / "aarch64-linux" / "Makefile").read_text()
     assert "-mcpu=cortex-m4" in (tmp_path / "cortex-m4" / "Makefile").read_text()
+
+
+def test_bundle_from_a_prepared_program(tmp_path):
+    """CpuBackend.bundle generates the C with a static entry and hands it to write_bundle;
+    ember.bundle is exactly that, and write_bundle takes any C generated with a static entry."""
+    backend = CpuBackend(num_threads=1)
+    program, plan, _ = prepare_program(load_model(tiny_model()), backend)
+    direct = backend.bundle(program, plan, tmp_path / "direct", target="cortex-m4", prefix="Tiny Net")
+    assert direct.prefix == "tiny_net"
+    wrapped = ember.bundle(tiny_model(), target="cortex-m4", output_dir=tmp_path / "wrapped", prefix="tiny_net")
+    assert direct.files == wrapped.files
+    for name in direct.files:
+        assert (direct.directory / name).read_bytes() == (wrapped.directory / name).read_bytes(), name
+    source = (direct.directory / "tiny_net.c").read_text()
+    assert len(re.findall(r"^static int tiny_net_entry\(", source, re.M)) == 1
+    assert "ember_run" not in source
+    assert "return tiny_net_entry(weights, in, out, activations);" in source
+
+    cprogram = backend.generate(program, CodegenOptions(entry="other_entry", static_entry=True))
+    other = write_bundle(program, plan, cprogram, tmp_path / "other", target="host", prefix="other")
+    assert "return other_entry(weights, in, out, activations);" in (other.directory / "other.c").read_text()
+    assert other.layout.constant_bytes == direct.layout.constant_bytes
+
+    class LinksMore(CpuBackend):
+        c_sources = {"extra.c": "int extra(void) { return 0; }"}
+
+    with pytest.raises(UnsupportedError, match="bundles carry"):
+        LinksMore(num_threads=1).bundle(program, plan, tmp_path / "no", target="host")
+
+
+def test_bundle_carries_the_library_sources_it_needs(tmp_path):
+    """The manifest (runtime_files.EXPORTS) decides: the tiny model calls ember_gemm only, so
+    only ember_gemm.c is copied and compiled; every export is renamed."""
+    bundle = ember.bundle(tiny_model(), target="host", output_dir=tmp_path, prefix="kws")
+    library_c = sorted(n for n in bundle.files if n.startswith("ember_") and n.endswith(".c"))
+    assert library_c == ["ember_gemm.c"]
+    assert '#include "ember_gemm.c"' in (tmp_path / "kws_kernels.c").read_text()
+    renames = dict(re.findall(r"^#define (ember_\w+) (\w+)$", (tmp_path / "kws_ember_symbols.h").read_text(), re.M))
+    assert renames == {symbol: f"kws_{symbol}" for symbol in EXPORTS}
+
+
+def test_bare_metal_targets_carry_their_board(tmp_path):
+    """Startup file, memory map, link flags and emulator are the target's data: the bundle's
+    files and Makefile rules come from them."""
+    for name, target in TARGETS.items():
+        assert (target.board is not None) == target.bare_metal, name
+        if target.board is None:
+            continue
+        board = target.board
+        bundle = ember.bundle(tiny_model(), target=name, output_dir=tmp_path / name)
+        folder = bundle.directory
+        for file, text in board_files(target).items():
+            assert (folder / file).read_text() == text, (name, file)
+        assert (folder / board.startup_name).read_text() == board.startup
+        script = (folder / f"{board.memory.name}.ld").read_text()
+        assert f"ORIGIN = 0x{board.memory.flash_origin:08x}, LENGTH = {board.memory.flash_bytes // 1024}K" in script
+        assert f"ORIGIN = 0x{board.memory.ram_origin:08x}, LENGTH = {board.memory.ram_bytes // 1024}K" in script
+        makefile = (folder / "Makefile").read_text()
+        assert f"QEMU = {board.emulator.program}" in makefile
+        run = board.emulator.command(firmware="bundle_main.elf", input="$(IN)", output="$(OUT)")
+        assert f"run-qemu: bundle_main.elf\n\t$(QEMU) {' '.join(run[1:])}\n" in makefile
+        assert f"-M {board.emulator.machine}" in makefile
+        startup_object = board.startup_name.removesuffix(".c") + ".o"
+        rule = rf"^bundle_main.elf: bundle_main.o {startup_object} .* {board.memory.name}.ld$"
+        assert re.search(rule, makefile, re.M)
+        assert f"-T {board.memory.name}.ld {' '.join(board.link_flags)} " in makefile
+    assert TARGETS["cortex-m4"].board.emulator.machine == "mps2-an386"
+    assert TARGETS["cortex-m7"].board.emulator.machine == "mps2-an500"
 
 
 def test_prefix_is_sanitized_and_targets_checked(tmp_path):

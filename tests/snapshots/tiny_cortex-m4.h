@@ -8,8 +8,8 @@
  *                linker).
  *   io           MODEL_MUTABLE_MEM_SIZE bytes: each input and output at its offset below.
  *                Write the inputs before model_run and read the outputs after it.
- *   activations  MODEL_ACTIVATIONS_MEM_SIZE bytes, uninitialized: the activation arena
- *                (MODEL_ARENA_SIZE bytes) followed by the kernels' scratch (MODEL_SCRATCH_SIZE).
+ *   activations  MODEL_ACTIVATIONS_MEM_SIZE bytes, uninitialized: the activation arena, the
+ *                kernels' scratch included (the memory plan places it like any buffer).
  * Runs with distinct io and activations regions may proceed at once (model_run is
  * reentrant; the weights can be shared). Tensors are raw, row-major, in the target's byte
  * order. */
@@ -26,9 +26,7 @@ extern "C" {
 #define MODEL_MEM_ALIGN 64                               /* alignment of every region */
 #define MODEL_CONSTANT_MEM_SIZE 640                      /* weights, pre-packed */
 #define MODEL_MUTABLE_MEM_SIZE 256                       /* io: inputs and outputs */
-#define MODEL_ACTIVATIONS_MEM_SIZE 64                    /* arena + scratch */
-#define MODEL_ARENA_SIZE 64                              /* at the start of activations */
-#define MODEL_SCRATCH_SIZE 0                             /* at activations + MODEL_ARENA_SIZE */
+#define MODEL_ACTIVATIONS_MEM_SIZE 64                    /* the arena, scratch included */
 
 /* The memory plan: activations share the arena by lifetime. */
 #define MODEL_ARENA_LOWER_BOUND 64                       /* most bytes live at one time */

@@ -1,8 +1,16 @@
-"""The portable kernel library shipped in codegen/runtime/: its file names and texts.
+"""The portable kernel library shipped in codegen/runtime/: its file names and texts, and the
+manifest of what each .c file exports.
 
 The cpu backend compiles these once per machine; bundles copy them. All are files of
 codegen/runtime/ except `ember_config.h`, which is generated from codegen/c_constants.py
-(the constants Python and C share)."""
+(the constants Python and C share).
+
+The manifest is declared, not parsed: `EXPORTS` names every function with external linkage
+the library defines and the .c file defining it, `CALLS` the other .c files each .c file
+calls into. Bundles rename the exports with their prefix and copy only the .c files a model
+needs (codegen/bundle/library.py). tests/test_runtime_manifest.py compiles each .c file and
+checks the manifest against its symbol table (`nm`): a new, renamed or removed external
+function fails it until the manifest says so."""
 from __future__ import annotations
 
 from importlib import resources
@@ -13,9 +21,55 @@ CONFIG_HEADER = "ember_config.h"
 RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c",
                    "ember_depthwise.c", "ember_winograd.c")
 
+# Every external function of the library -> the .c file defining it (all are declared in
+# ember_gemm.h; the headers' own functions are `static inline`).
+EXPORTS: dict[str, str] = {
+    # GEMM: tile, panels, epilogue and the driver
+    "ember_activate": "ember_gemm.c",
+    "ember_finish_span": "ember_gemm.c",
+    "ember_tile_rows": "ember_gemm.c",
+    "ember_pack_panel": "ember_gemm.c",
+    "ember_pack_rowmajor": "ember_gemm.c",
+    "ember_gemm_scratch_bytes": "ember_gemm.c",
+    "ember_gemm": "ember_gemm.c",
+    # im2col packing and direct convolution
+    "ember_pack_im2col": "ember_conv.c",
+    "ember_conv_direct_ok": "ember_conv.c",
+    "ember_conv_direct_scratch_bytes": "ember_conv.c",
+    "ember_conv_direct_offsets": "ember_conv.c",
+    "ember_conv_direct": "ember_conv.c",
+    # depthwise convolution
+    "ember_depthwise_scratch_bytes": "ember_depthwise.c",
+    "ember_depthwise": "ember_depthwise.c",
+    # Winograd F(2x2, 3x3)
+    "ember_winograd_scratch_bytes": "ember_winograd.c",
+    "ember_winograd": "ember_winograd.c",
+}
+
+# Each .c file -> the other .c files whose exports it calls (its undefined ember_ symbols).
+CALLS: dict[str, tuple[str, ...]] = {
+    "ember_gemm.c": (),
+    "ember_conv.c": ("ember_gemm.c",),
+    "ember_depthwise.c": ("ember_gemm.c",),
+    "ember_winograd.c": ("ember_gemm.c",),
+}
+
 
 def runtime_source(name: str) -> str:
     """The text of one file of the portable kernel library."""
     if name == CONFIG_HEADER:
         return config_header()
     return resources.files("ember.codegen.runtime").joinpath(name).read_text()
+
+
+def sources_for(functions: set[str] | frozenset[str]) -> list[str]:
+    """The library .c files defining `functions` (names not exported are ignored) and the
+    ones those call into, in library order."""
+    needed: set[str] = set()
+    pending = [EXPORTS[f] for f in functions if f in EXPORTS]
+    while pending:
+        name = pending.pop()
+        if name not in needed:
+            needed.add(name)
+            pending.extend(CALLS[name])
+    return [name for name in RUNTIME_SOURCES if name in needed]

@@ -1,19 +1,17 @@
 """The kernel library inside a bundle: which sources a model needs, and the symbol prefix.
 
 The library files (codegen/runtime/) are copied unchanged, so a bundle runs the same kernels
-as the cpu backend. Every external function they define (`ember_gemm`, ...) is renamed to
-`<prefix>_ember_gemm` by the macros of `<prefix>_ember_symbols.h`, which the model source and
-the one translation unit that compiles the library (`<prefix>_kernels.c`) include first: two
-bundles with different prefixes link into one program. Imports codegen.emitter only."""
+as the cpu backend. Every external function they define (`ember_gemm`, ...: the manifest
+`EXPORTS` of codegen/runtime_files.py) is renamed to `<prefix>_ember_gemm` by the macros of
+`<prefix>_ember_symbols.h`, which the model source and the one translation unit that
+compiles the library (`<prefix>_kernels.c`) include first: two bundles with different
+prefixes link into one program. Imports codegen.runtime_files only."""
 from __future__ import annotations
 
 import re
 
-from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
+from ember.codegen.runtime_files import EXPORTS, RUNTIME_SOURCES, runtime_source, sources_for
 
-# A function defined or declared at file scope with external linkage: a line that starts
-# with a return type (not `static`, not `typedef`) and names an ember_ function.
-_EXTERNAL = re.compile(r"^(?!static\b|typedef\b|#)[A-Za-z_][\w \t*]*?\b(ember_\w+)\s*\(", re.M)
 _IDENTIFIER = re.compile(r"\bember_\w+\b")
 
 
@@ -22,38 +20,17 @@ def library_files() -> dict[str, str]:
     return {name: runtime_source(name) for name in RUNTIME_SOURCES}
 
 
-def external_functions(files: dict[str, str]) -> dict[str, str | None]:
-    """Each external function of the library -> the .c file defining it (None when only a
-    header declares it)."""
-    found: dict[str, str | None] = {}
-    for name, text in sorted(files.items()):
-        for symbol in _EXTERNAL.findall(text):
-            if name.endswith(".c"):
-                found[symbol] = name
-            else:
-                found.setdefault(symbol, None)
-    return found
+def needed_sources(model_source: str) -> list[str]:
+    """The library .c files whose exports the model's C names (calls, or takes as a packer
+    function pointer), and the ones those call into (the manifest's CALLS), in library order."""
+    return sources_for(set(_IDENTIFIER.findall(model_source)))
 
 
-def needed_sources(model_source: str, files: dict[str, str]) -> list[str]:
-    """The library .c files that the model's kernels call, and the ones those call, in
-    library order."""
-    defined = {s: f for s, f in external_functions(files).items() if f}
-    needed: set[str] = set()
-    pending = [model_source]
-    while pending:
-        text = pending.pop()
-        for symbol in set(_IDENTIFIER.findall(text)):
-            source = defined.get(symbol)
-            if source and source not in needed:
-                needed.add(source)
-                pending.append(files[source])
-    return [name for name in RUNTIME_SOURCES if name in needed]
-
-
-def symbols_header(prefix: str, files: dict[str, str]) -> str:
+def symbols_header(prefix: str) -> str:
+    """`<prefix>_ember_symbols.h`: one rename per export of the manifest (all of them, so any
+    subset of the library compiles under the prefix)."""
     guard = f"{prefix.upper()}_EMBER_SYMBOLS_H"
-    renames = [f"#define {symbol} {prefix}_{symbol}" for symbol in sorted(external_functions(files))]
+    renames = [f"#define {symbol} {prefix}_{symbol}" for symbol in sorted(EXPORTS)]
     return "\n".join([
         f"/* {prefix}_ember_symbols.h: the kernel library's external functions renamed into this",
         " * bundle's namespace, so bundles with different prefixes link into one program.",

@@ -67,12 +67,12 @@ def write_bundle(program: Program, plan: MemoryPlan | None, cprogram: CProgram, 
     tgt = get_target(target) if isinstance(target, str) else target
     layout = plan_layout(program, cprogram, plan)
     lib = library.library_files()
-    needed = library.needed_sources(cprogram.source, lib)
+    needed = library.needed_sources(cprogram.source)
 
     files: dict[str, str | bytes] = {
         f"{prefix}.h": header.render_header(prefix, tgt, layout, sanitize_identifier(program.name or "model")),
         f"{prefix}.c": sources.model_source(prefix, cprogram, layout),
-        f"{prefix}_ember_symbols.h": library.symbols_header(prefix, lib),
+        f"{prefix}_ember_symbols.h": library.symbols_header(prefix),
         f"{prefix}.weights.bin": cprogram.weights.tobytes(),
     }
     objects = [f"{prefix}.o"]
@@ -86,8 +86,7 @@ def write_bundle(program: Program, plan: MemoryPlan | None, cprogram: CProgram, 
         files[f"{prefix}_weights.c"] = sources.weights_source(prefix, cprogram.weights)
         objects.append(f"{prefix}_weights.o")
         files["bundle_main.c"] = examples.bare_metal_main(prefix, layout)
-        files["startup_cortexm.c"] = examples.startup_source()
-        files[f"{tgt.board_ld}.ld"] = examples.linker_script(tgt)
+        files.update(examples.board_files(tgt))
     else:
         files["bundle_main.c"] = examples.hosted_main(prefix, layout)
     files["Makefile"] = makefile.render_makefile(prefix, tgt, layout, objects)
