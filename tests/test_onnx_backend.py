@@ -11,7 +11,7 @@ from onnx.backend.base import Backend, BackendRep
 
 import ember.onnx_backend as backend
 from ember.frontends.onnx import ConstantRequired
-from ember.support.errors import ImportError_, InputError
+from ember.support.errors import ModelImportError, InputError
 
 
 def _model(nodes, inputs, outputs, opset=17) -> onnx.ModelProto:
@@ -101,5 +101,5 @@ def test_specialization_can_be_turned_off(monkeypatch):
 def test_data_dependent_shapes_are_refused_not_specialized():
     model = _model([helper.make_node("NonZero", ["x"], ["y"])], [_info("x", TensorProto.FLOAT, [4])],
                    [_info("y", TensorProto.INT64, None)], opset=13)
-    with pytest.raises(ImportError_, match=r"NonZero.*depends on the values of input 0.*static shapes"):
+    with pytest.raises(ModelImportError, match=r"NonZero.*depends on the values of input 0.*static shapes"):
         backend.prepare(model)

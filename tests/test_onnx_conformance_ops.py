@@ -8,7 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ember.frontends.onnx import load_onnx
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError
 from tests.test_onnx_frontend import assert_matches_ort, check_op, evaluate, make_model, randn, run_ort, tensor_info
 
 
@@ -111,7 +111,7 @@ def test_loop_with_a_constant_trip_count_unrolls():
 
 
 def test_loop_with_a_run_time_trip_count_is_refused():
-    with pytest.raises(ImportError_, match=r"input 0 \('M'.* of node 'loop0' \(Loop\) must be a constant"):
+    with pytest.raises(ModelImportError, match=r"input 0 \('M'.* of node 'loop0' \(Loop\) must be a constant"):
         load_onnx(_loop_model(True))
 
 

@@ -12,9 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+import ember
 from ember.frontends.onnx import CONVERTERS, load_onnx
 from ember.graph.ir import Graph
-from ember.support.errors import EmberError, ImportError_, UnsupportedError
+from ember.support.errors import EmberError, ModelImportError, UnsupportedError, UnsupportedOpError
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -163,7 +164,7 @@ def test_mod_float_without_fmod_is_rejected():
     model = make_model([helper.make_node("Mod", ["a", "b"], ["y"], name="m")],
                        [tensor_info("a", TensorProto.FLOAT, [2]), tensor_info("b", TensorProto.FLOAT, [2])],
                        [tensor_info("y", TensorProto.FLOAT, [2])])
-    with pytest.raises(ImportError_, match=r"node 'm' \(Mod\): .*fmod=0"):
+    with pytest.raises(ModelImportError, match=r"node 'm' \(Mod\): .*fmod=0"):
         load_onnx(model)
 
 
@@ -210,7 +211,7 @@ def test_reshape_needs_constant_shape():
     model = make_model([helper.make_node("Reshape", ["x", "s"], ["y"], name="r")],
                        [tensor_info("x", TensorProto.FLOAT, [2, 3]), tensor_info("s", TensorProto.INT64, [2])],
                        [tensor_info("y", TensorProto.FLOAT, None)])
-    with pytest.raises(ImportError_, match=r"input 1 .*node 'r' \(Reshape\) must be a constant: Ember compiles "
+    with pytest.raises(ModelImportError, match=r"input 1 .*node 'r' \(Reshape\) must be a constant: Ember compiles "
                                            r"static shapes"):
         load_onnx(model)
 
@@ -306,7 +307,7 @@ def test_dropout_training_with_a_ratio_is_rejected():
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "r"), numpy_helper.from_array(np.array(True), "t")]
     model = make_model(nodes, [tensor_info("x", TensorProto.FLOAT, [2])], [tensor_info("y", TensorProto.FLOAT, [2])],
                        inits)
-    with pytest.raises(ImportError_, match=r"node 'drop' \(Dropout\): .*training mode .*non-zero ratio"):
+    with pytest.raises(UnsupportedOpError, match=r"node 'drop' \(Dropout\): .*training mode .*non-zero ratio"):
         load_onnx(model)
 
 
@@ -455,7 +456,7 @@ def test_gru_unsupported_attributes():
     for attrs, pattern in (({"clip": 1.0}, "clip"), ({"activations": ["Relu", "Tanh"]}, "activations")):
         node = helper.make_node("GRU", ["x", "w", "r"], ["", "h"], name="gru", hidden_size=2, **attrs)
         model = make_model([node], [x], [tensor_info("h", TensorProto.FLOAT, None)], inits)
-        with pytest.raises(ImportError_, match=rf"node 'gru' \(GRU\): .*{pattern}"):
+        with pytest.raises(UnsupportedOpError, match=rf"node 'gru' \(GRU\): .*{pattern}"):
             load_onnx(model)
 
 
@@ -475,9 +476,9 @@ def test_symbolic_dim_needs_binding():
         load_onnx(model)
     graph = load_onnx(model, input_shapes={"x": [5, 3]})
     assert graph.inputs[0].type.shape == (5, 3)
-    with pytest.raises(ImportError_, match="fixes it to 3"):
+    with pytest.raises(ModelImportError, match="fixes it to 3"):
         load_onnx(model, input_shapes={"x": [5, 4]})
-    with pytest.raises(ImportError_, match="'y'.*not a model input"):
+    with pytest.raises(ModelImportError, match="'y'.*not a model input"):
         load_onnx(model, input_shapes={"x": [5, 3], "y": [1]})
 
 
@@ -490,6 +491,28 @@ def test_unsupported_ops_are_listed_together():
     with pytest.raises(UnsupportedError) as info:
         load_onnx(model)
     assert str(info.value) == "unsupported ONNX ops (opset 17): Foo (nodes: foo1, foo2); Bar (nodes: bar1)"
+
+
+def test_unknown_op_is_an_unsupported_error():
+    """An op Ember does not know is refused as ember.UnsupportedError (not merely as a model
+    that cannot be read) naming the node and the op, at the top level and inside a subgraph
+    that is inlined at import; it is also a ModelImportError, like every import failure."""
+    model = make_model([helper.make_node("Frobnicate", ["x"], ["y"], name="frob")],
+                       [tensor_info("x", TensorProto.FLOAT, [2])], [tensor_info("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(ember.UnsupportedError, match=r"Frobnicate \(nodes: frob\)") as info:
+        load_onnx(model)
+    assert isinstance(info.value, ember.ModelImportError)
+
+    then_branch = helper.make_graph([helper.make_node("Frobnicate", ["x"], ["t"], name="inner")], "then", [],
+                                    [tensor_info("t", TensorProto.FLOAT, [2])])
+    else_branch = helper.make_graph([helper.make_node("Relu", ["x"], ["e"])], "else", [],
+                                    [tensor_info("e", TensorProto.FLOAT, [2])])
+    node = helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_branch, else_branch=else_branch)
+    model = make_model([node], [tensor_info("x", TensorProto.FLOAT, [2])], [tensor_info("y", TensorProto.FLOAT, [2])],
+                       [numpy_helper.from_array(np.array(True), "c")])
+    with pytest.raises(ember.UnsupportedError,
+                       match=r"node 'branch' \(If\): .*Frobnicate \(nodes: branch/then/inner\)"):
+        load_onnx(model)
 
 
 def test_other_domain_and_opset_range():
@@ -507,25 +530,25 @@ def test_other_domain_and_opset_range():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", TensorProto.FLOAT, [2])],
                        [tensor_info("y", TensorProto.FLOAT, [2])], opset=28)
     model.opset_import[0].version = 99
-    with pytest.raises(ImportError_, match="opset 99; Ember supports opsets 1 to 28"):
+    with pytest.raises(UnsupportedOpError, match="opset 99; Ember supports opsets 1 to 28"):
         load_onnx(model)
 
 
 def test_output_type_mismatch():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", TensorProto.FLOAT, [2])],
                        [tensor_info("y", TensorProto.INT32, [2])])
-    with pytest.raises(ImportError_, match="graph output 'y' is declared int32"):
+    with pytest.raises(ModelImportError, match="graph output 'y' is declared int32"):
         load_onnx(model)
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", TensorProto.FLOAT, [2])],
                        [tensor_info("y", TensorProto.FLOAT, [3])])
-    with pytest.raises(ImportError_, match="dimension 0 = 3"):
+    with pytest.raises(ModelImportError, match="dimension 0 = 3"):
         load_onnx(model)
 
 
 def test_unsupported_input_type():
     model = make_model([helper.make_node("Identity", ["x"], ["y"])], [tensor_info("x", TensorProto.STRING, [2])],
                        [tensor_info("y", TensorProto.STRING, [2])])
-    with pytest.raises(ImportError_, match="input 'x' has element type STRING"):
+    with pytest.raises(UnsupportedOpError, match="input 'x' has element type STRING"):
         load_onnx(model)
 
 
@@ -539,9 +562,9 @@ def test_bfloat16_initializer():
 
 
 def test_missing_truncated_and_non_onnx_files(tmp_path):
-    with pytest.raises(ImportError_, match="does not exist"):
+    with pytest.raises(ModelImportError, match="does not exist"):
         load_onnx(tmp_path / "missing.onnx")
-    with pytest.raises(ImportError_, match="is not a file"):
+    with pytest.raises(ModelImportError, match="is not a file"):
         load_onnx(tmp_path)
     full = tmp_path / "full.onnx"
     model = _relu_model(shape=(2, 3))
@@ -550,11 +573,11 @@ def test_missing_truncated_and_non_onnx_files(tmp_path):
     blob = full.read_bytes()
     truncated = tmp_path / "truncated.onnx"
     truncated.write_bytes(blob[: len(blob) // 2])
-    with pytest.raises(ImportError_, match=r"truncated\.onnx.*(truncated|not an ONNX model)"):
+    with pytest.raises(ModelImportError, match=r"truncated\.onnx.*(truncated|not an ONNX model)"):
         load_onnx(truncated)
     text = tmp_path / "notes.onnx"
     text.write_text("this is not an onnx model, just some text\n" * 20)
-    with pytest.raises(ImportError_, match=r"notes\.onnx.*(truncated|not an ONNX model)"):
+    with pytest.raises(ModelImportError, match=r"notes\.onnx.*(truncated|not an ONNX model)"):
         load_onnx(text)
     assert load_onnx(full).op_counts() == {"Relu": 1}
 
@@ -585,7 +608,7 @@ def test_external_data_inside_folder(tmp_path):
     np.testing.assert_array_equal(graph.constants["w"].data, weight)
     x = randn(1, 32)
     np.testing.assert_allclose(evaluate(graph, {"x": x})[0], x @ weight, rtol=1e-5)
-    with pytest.raises(ImportError_, match="folder is unknown"):
+    with pytest.raises(ModelImportError, match="folder is unknown"):
         load_onnx(onnx.load(path, load_external_data=False))
     assert load_onnx(onnx.load(path)).op_counts() == {"MatMul": 1}
 
@@ -594,14 +617,14 @@ def test_external_data_escaping_folder_is_rejected(tmp_path):
     path, _ = _save_external(tmp_path)
     (tmp_path / "evil.bin").write_bytes((path.parent / "w.bin").read_bytes())
     _set_location(path, "../evil.bin")
-    with pytest.raises(ImportError_, match=r"'\.\./evil\.bin' escapes the model's folder"):
+    with pytest.raises(ModelImportError, match=r"'\.\./evil\.bin' escapes the model's folder"):
         load_onnx(path)
     _set_location(path, str(tmp_path / "evil.bin"))
-    with pytest.raises(ImportError_, match="absolute path"):
+    with pytest.raises(ModelImportError, match="absolute path"):
         load_onnx(path)
     (path.parent / "link.bin").symlink_to(tmp_path / "evil.bin")
     _set_location(path, "link.bin")
-    with pytest.raises(ImportError_, match="escapes the model's folder"):
+    with pytest.raises(ModelImportError, match="escapes the model's folder"):
         load_onnx(path)
 
 
@@ -612,7 +635,7 @@ def test_external_data_bad_length(tmp_path):
         if entry.key == "length":
             entry.value = str(10**6)
     onnx.save(model, path)
-    with pytest.raises(ImportError_, match="do not fit"):
+    with pytest.raises(ModelImportError, match="do not fit"):
         load_onnx(path)
 
 

@@ -29,12 +29,10 @@ EXPORTS: dict[str, str] = {
     "ember_finish_span": "ember_gemm.c",
     "ember_tile_rows": "ember_gemm.c",
     "ember_pack_panel": "ember_gemm.c",
-    "ember_pack_rowmajor": "ember_gemm.c",
     "ember_gemm_scratch_bytes": "ember_gemm.c",
     "ember_gemm": "ember_gemm.c",
     # im2col packing and direct convolution
     "ember_pack_im2col": "ember_conv.c",
-    "ember_conv_direct_ok": "ember_conv.c",
     "ember_conv_direct_scratch_bytes": "ember_conv.c",
     "ember_conv_direct_offsets": "ember_conv.c",
     "ember_conv_direct": "ember_conv.c",

@@ -19,13 +19,22 @@ class VerificationError(EmberError):
     """An IR that breaks an invariant (types, operands, ordering)."""
 
 
-class ImportError_(EmberError):
-    """A model file that cannot be read or converted (named with a trailing underscore so it
-    does not shadow the builtin ImportError)."""
+class ModelImportError(EmberError):
+    """A model that cannot be read or converted into Ember's graph IR (a missing or malformed
+    file, an invalid node, an input that must be a constant...). Every failure of a frontend's
+    import is one; those caused by something Ember does not support are UnsupportedOpErrors."""
 
 
 class UnsupportedError(EmberError):
     """A feature Ember does not implement yet; the message says which."""
+
+
+class UnsupportedOpError(ModelImportError, UnsupportedError):
+    """An import refused because the model uses what Ember does not support: an op (unknown,
+    in another domain or outside its supported opsets) or a form of one (an attribute value,
+    a mode, an element type, an output that is used), or a model-level feature (an opset,
+    sparse initializers, non-tensor inputs). Both `except ModelImportError` and
+    `except UnsupportedError` catch it; the message names the node, op type and reason."""
 
 
 class InputError(EmberError):

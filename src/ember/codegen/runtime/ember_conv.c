@@ -70,11 +70,6 @@ static conv_layout conv_plan(const ember_conv_geom *g)
     return l;
 }
 
-int ember_conv_direct_ok(const ember_conv_geom *g)
-{
-    return g->SH == g->SW && g->DH == 1 && g->DW == 1;
-}
-
 long ember_conv_direct_scratch_bytes(const ember_conv_geom *g, long M)
 {
     conv_layout l = conv_plan(g);

@@ -314,12 +314,6 @@ void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, lo
     }
 }
 
-void ember_pack_rowmajor(float *panel, const void *ctx, long col0)
-{
-    const ember_rowmajor *r = (const ember_rowmajor *)ctx;
-    ember_pack_panel(panel, r->b, r->ldb, r->K, r->N, col0);
-}
-
 /* Panels are processed in chunks of at most EMBER_CHUNK_BYTES (ember_config.h) that stay in
  * L2 while every EMBER_MR-row block of A sweeps them, so each A block is loaded once per chunk
  * and each panel once per row block from L2. */

@@ -64,9 +64,6 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
 /* Writes panel columns [col0, col0 + 32) of B (K x N, zero beyond N) into `panel` [K][32]. */
 typedef void (*ember_packer)(float *panel, const void *ctx, long col0);
 
-/* B given row-major: ctx is an ember_rowmajor. */
-typedef struct { const float *b; long ldb, K, N; } ember_rowmajor;
-void ember_pack_rowmajor(float *panel, const void *ctx, long col0);
 
 /* B = im2col of one image group (NCHW): ctx is an ember_conv_geom; K = C * KH * KW and
  * N = OH * OW. Padding reads as zero. */
@@ -97,7 +94,6 @@ long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads);
 /* Direct convolution (equal strides, no dilation) of one image group; `a` holds the weights
  * row-major [M][C * KH * KW] (as stored), koff comes from ember_conv_direct_offsets, scratch holds
  * ember_conv_direct_scratch_bytes(g, M) bytes. */
-int ember_conv_direct_ok(const ember_conv_geom *g);
 long ember_conv_direct_scratch_bytes(const ember_conv_geom *g, long M);
 void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff);
 void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const int32_t *koff, const float *bias,

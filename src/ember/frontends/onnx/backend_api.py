@@ -15,7 +15,7 @@ from onnx.backend.base import Device, DeviceType
 from onnx.defs import onnx_opset_version
 
 from ember.frontends.onnx.loader import MAX_OPSET, load_model
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError
 
 __all__ = ["BackendBase", "BackendRepBase", "Device", "DeviceType", "model_input_names", "node_model"]
 
@@ -32,8 +32,8 @@ def node_model(node: NodeProto, inputs: Sequence[np.ndarray], opset: int | None 
     outputs untyped (Ember infers them)."""
     present = [name for name in node.input if name]
     if len(present) != len(inputs):
-        raise ImportError_(f"node '{node.name or node.op_type}' ({node.op_type}) has {len(present)} inputs, "
-                           f"run_node got {len(inputs)} arrays")
+        raise ModelImportError(f"node '{node.name or node.op_type}' ({node.op_type}) has {len(present)} inputs, "
+                               f"run_node got {len(inputs)} arrays")
     graph_inputs = []
     for name, array in zip(present, inputs):
         array = np.asarray(array)

@@ -14,7 +14,7 @@ from ember.frontends.onnx.dtypes import tensor_to_array
 from ember.graph.ir import Constant, Graph, Placeholder, Value
 from ember.ops import OPS, NoAttrs, OpError
 from ember.ops.tensor import ReshapeAttrs
-from ember.support.errors import ImportError_, UnsupportedError, node_location
+from ember.support.errors import ModelImportError, UnsupportedError, node_location
 
 _REQUIRED = object()
 
@@ -22,7 +22,7 @@ _REQUIRED = object()
 Inliner = Callable[[GraphProto, dict[str, Value], dict[str, Value], str], list[Value]]
 
 
-class ConstantRequired(ImportError_):
+class ConstantRequired(ModelImportError):
     """An input that Ember needs as a constant (a shape, axes, pads, k...) is computed at run
     time. `inputs` names the graph inputs it is computed from: binding those to constants
     (load_onnx's constant_inputs) makes the model compile."""
@@ -99,7 +99,7 @@ class NodeContext:
         value = self.input(i)
         if value is None:
             label = f" ({what})" if what else ""
-            raise ImportError_(f"required input {i}{label} is missing")
+            raise ModelImportError(f"required input {i}{label} is missing")
         return value
 
     def is_constant(self, i: int) -> bool:
@@ -126,7 +126,7 @@ class NodeContext:
         if data is None:
             return None
         if data.dtype.kind not in "iu":
-            raise ImportError_(f"input {i} ({what or self.input_name(i)}) must hold integers, got {data.dtype}")
+            raise ModelImportError(f"input {i} ({what or self.input_name(i)}) must hold integers, got {data.dtype}")
         return tuple(int(v) for v in data.reshape(-1))
 
     # attributes ----------------------------------------------------------------------------
@@ -138,11 +138,11 @@ class NodeContext:
         attr = self._attrs.get(name)
         if attr is None:
             if default is _REQUIRED:
-                raise ImportError_(f"required attribute '{name}' is missing")
+                raise ModelImportError(f"required attribute '{name}' is missing")
             return default
         if attr.type != kind:
-            raise ImportError_(f"attribute '{name}' must be {_ATTR_TYPE_NAMES.get(kind, kind)}, "
-                               f"got {AttributeProto.AttributeType.Name(attr.type).lower()}")
+            raise ModelImportError(f"attribute '{name}' must be {_ATTR_TYPE_NAMES.get(kind, kind)}, "
+                                   f"got {AttributeProto.AttributeType.Name(attr.type).lower()}")
         return helper.get_attribute_value(attr)
 
     def attr_int(self, name: str, default: Any = _REQUIRED) -> int:
@@ -175,18 +175,18 @@ class NodeContext:
         attr = self._attrs.get(name)
         if attr is None:
             if default is _REQUIRED:
-                raise ImportError_(f"required attribute '{name}' is missing")
+                raise ModelImportError(f"required attribute '{name}' is missing")
             return default
         if attr.type != AttributeProto.TENSOR:
-            raise ImportError_(f"attribute '{name}' must be a tensor")
+            raise ModelImportError(f"attribute '{name}' must be a tensor")
         return tensor_to_array(attr.t, f"attribute '{name}'")
 
     def attr_graph(self, name: str) -> GraphProto:
         attr = self._attrs.get(name)
         if attr is None:
-            raise ImportError_(f"required attribute '{name}' is missing")
+            raise ModelImportError(f"required attribute '{name}' is missing")
         if attr.type != AttributeProto.GRAPH:
-            raise ImportError_(f"attribute '{name}' must be a graph")
+            raise ModelImportError(f"attribute '{name}' must be a graph")
         return attr.g
 
     def inline(self, body: GraphProto, bindings: dict[str, Value], tag: str) -> list[Value]:
@@ -195,7 +195,7 @@ class NodeContext:
         Ember can resolve at import (If on a constant, loops with known trip counts) inlines
         its bodies this way; `tag` names the copy (e.g. 'iter3')."""
         if self._inliner is None:
-            raise ImportError_("subgraphs cannot be inlined here")
+            raise ModelImportError("subgraphs cannot be inlined here")
         return self._inliner(body, dict(self._env), bindings, f"{self.name}/{tag}")
 
     def reject_attr(self, name: str, reason: str) -> None:
@@ -247,7 +247,7 @@ class NodeContext:
             opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
         except OpError as err:
             message = str(err)
-            raise ImportError_(message if message.startswith(op) else f"{op}: {message}") from None
+            raise ModelImportError(message if message.startswith(op) else f"{op}: {message}") from None
         return self.graph.add_node(op, inputs, attrs, name=self.name, result_names=names)
 
     def emit1(self, op: str, inputs: Sequence[Value | None], attrs: Any = None, name: str | None = None) -> Value:

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError, UnsupportedOpError
 from ember.types import DType
 
 ONNX_TO_DTYPE: dict[int, DType] = {
@@ -48,7 +48,7 @@ def to_dtype(elem_type: int, what: str) -> DType:
         return ONNX_TO_DTYPE[elem_type]
     except KeyError:
         supported = ", ".join(onnx_type_name(t).lower() for t in ONNX_TO_DTYPE)
-        raise ImportError_(
+        raise UnsupportedOpError(
             f"{what} has element type {onnx_type_name(elem_type)}, which Ember does not support "
             f"(supported: {supported})"
         ) from None
@@ -60,7 +60,7 @@ def tensor_to_array(tensor: TensorProto, what: str) -> np.ndarray:
     try:
         array = numpy_helper.to_array(tensor)
     except Exception as err:  # noqa: BLE001  (any decoding failure is a bad model)
-        raise ImportError_(f"cannot decode the data of {what}: {err}") from None
+        raise ModelImportError(f"cannot decode the data of {what}: {err}") from None
     if dtype is DType.BFLOAT16 and array.dtype != np.dtype(ml_dtypes.bfloat16):
         # Older onnx releases return the raw bits as uint16.
         array = np.asarray(array, dtype=np.uint16).view(ml_dtypes.bfloat16)

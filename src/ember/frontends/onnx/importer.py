@@ -1,8 +1,9 @@
 """load_onnx: builds a graph IR from an ONNX model. Owns the import pipeline (load, scan for
 unsupported ops, inputs and initializers, node conversion in dependency order, outputs,
 verification), the inlining of subgraphs that control-flow converters resolve at import, and
-turns every failure into an ImportError_ (or UnsupportedError for the up-front scan) that
-names the model, node or input concerned."""
+turns every failure into a ModelImportError that names the model, node or input concerned:
+an UnsupportedOpError (also an UnsupportedError) when the cause is something Ember does not
+support (the up-front scan for unsupported ops, or a feature a converter refuses)."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ from ember.frontends.onnx.loader import DEFAULT_DOMAINS, load_model
 from ember.frontends.onnx.registry import CONVERTERS
 from ember.graph.ir import Graph, Value
 from ember.graph.verify import verify_graph
-from ember.support.errors import EmberError, ImportError_, UnsupportedError, node_location
+from ember.support.errors import EmberError, ModelImportError, UnsupportedError, UnsupportedOpError, node_location
 from ember.types import TensorType
 
 
@@ -39,8 +40,8 @@ def load_onnx(model: str | os.PathLike | ModelProto,
     names = node_names(proto.node)
     check_supported(proto, names, loaded.opset)
     if proto.sparse_initializer:
-        raise UnsupportedError(f"{loaded.label}: sparse initializers "
-                               f"('{proto.sparse_initializer[0].values.name}') are not supported")
+        raise UnsupportedOpError(f"{loaded.label}: sparse initializers "
+                                 f"('{proto.sparse_initializer[0].values.name}') are not supported")
 
     graph = Graph(proto.name or "main")
     env: dict[str, Value] = {}
@@ -54,7 +55,7 @@ def load_onnx(model: str | os.PathLike | ModelProto,
     try:
         verify_graph(graph)
     except EmberError as err:
-        raise ImportError_(f"the graph imported from {loaded.label} does not verify: {err}") from None
+        raise ModelImportError(f"the graph imported from {loaded.label} does not verify: {err}") from None
     return graph
 
 
@@ -64,7 +65,7 @@ def node_names(nodes: Sequence[NodeProto]) -> list[str]:
 
 
 def check_supported(graph: GraphProto, names: Sequence[str], opset: int) -> None:
-    """Raises one UnsupportedError listing every node Ember cannot convert, by op type."""
+    """Raises one UnsupportedOpError listing every node Ember cannot convert, by op type."""
     bad: dict[str, list[str]] = {}
     notes: dict[str, str] = {}
     for node, name in zip(graph.node, names):
@@ -84,7 +85,7 @@ def check_supported(graph: GraphProto, names: Sequence[str], opset: int) -> None
         for key, nodes in bad.items():
             note = f"; {notes[key]}" if key in notes else ""
             parts.append(f"{key} (nodes: {', '.join(nodes)}{note})")
-        raise UnsupportedError(f"unsupported ONNX ops (opset {opset}): {'; '.join(parts)}")
+        raise UnsupportedOpError(f"unsupported ONNX ops (opset {opset}): {'; '.join(parts)}")
 
 
 def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> set[str]:
@@ -92,9 +93,9 @@ def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) ->
     for tensor in proto.initializer:
         what = f"initializer '{tensor.name}'"
         if not tensor.name:
-            raise ImportError_("an initializer has no name")
+            raise ModelImportError("an initializer has no name")
         if tensor.name in names:
-            raise ImportError_(f"{what} is defined twice")
+            raise ModelImportError(f"{what} is defined twice")
         array = tensor_to_array(tensor, what)
         env[tensor.name] = graph.add_constant(array, tensor.name, exact=True)
         names.add(tensor.name)
@@ -108,17 +109,17 @@ def _add_inputs(graph: Graph, proto: GraphProto, initializers: set[str], input_s
     if unknown:
         known = ", ".join(f"'{vi.name}'" for vi in inputs) or "none"
         what = "input_shapes" if not set(unknown) & set(constant_inputs) else "constant_inputs"
-        raise ImportError_(f"{what} names {', '.join(repr(n) for n in unknown)}, which "
-                           f"{'is' if len(unknown) == 1 else 'are'} not a model input (inputs: {known})")
+        raise ModelImportError(f"{what} names {', '.join(repr(n) for n in unknown)}, which "
+                               f"{'is' if len(unknown) == 1 else 'are'} not a model input (inputs: {known})")
     for vi in inputs:
         if vi.name in env:
-            raise ImportError_(f"graph input '{vi.name}' is declared twice")
+            raise ModelImportError(f"graph input '{vi.name}' is declared twice")
         if vi.name in constant_inputs:
             data = np.asarray(constant_inputs[vi.name])
             expected = input_type(vi, data.shape)
             if data.dtype != expected.dtype.numpy:
-                raise ImportError_(f"constant_inputs['{vi.name}'] has element type {data.dtype}, but the model "
-                                   f"declares {expected.dtype}")
+                raise ModelImportError(f"constant_inputs['{vi.name}'] has element type {data.dtype}, but the model "
+                                       f"declares {expected.dtype}")
             env[vi.name] = graph.add_constant(np.array(data, order="C"), vi.name, exact=True)
             continue
         env[vi.name] = graph.add_input(vi.name, input_type(vi, input_shapes.get(vi.name)))
@@ -128,8 +129,8 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
     """The static type of a graph input, binding symbolic dims from `bound`."""
     what = f"input '{vi.name}'"
     if vi.type.WhichOneof("value") != "tensor_type":
-        raise ImportError_(f"{what} is not a tensor (it is a {vi.type.WhichOneof('value') or 'untyped value'}); "
-                           "Ember supports tensor inputs only")
+        kind = vi.type.WhichOneof("value") or "untyped value"
+        raise UnsupportedOpError(f"{what} is not a tensor (it is a {kind}); Ember supports tensor inputs only")
     tensor_type = vi.type.tensor_type
     dtype = to_dtype(tensor_type.elem_type, what)
     declared = list(tensor_type.shape.dim) if tensor_type.HasField("shape") else None
@@ -137,21 +138,21 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
         try:
             shape = tuple(int(d) for d in bound)
         except (TypeError, ValueError):
-            raise ImportError_(f"input_shapes['{vi.name}'] must be a sequence of integers, got {bound!r}") from None
+            raise ModelImportError(f"input_shapes['{vi.name}'] must be a sequence of integers, got {bound!r}") from None
         if any(d < 0 for d in shape):
-            raise ImportError_(f"input_shapes['{vi.name}'] = {list(shape)} has a negative dimension")
+            raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} has a negative dimension")
         if declared is not None:
             if len(declared) != len(shape):
-                raise ImportError_(f"input_shapes['{vi.name}'] = {list(shape)} has rank {len(shape)}, "
-                                   f"but the model declares rank {len(declared)}")
+                raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} has rank {len(shape)}, "
+                                       f"but the model declares rank {len(declared)}")
             for i, (dim, d) in enumerate(zip(declared, shape)):
                 if dim.WhichOneof("value") == "dim_value" and dim.dim_value != d:
-                    raise ImportError_(f"input_shapes['{vi.name}'] = {list(shape)} sets dimension {i} to {d}, "
-                                       f"but the model fixes it to {dim.dim_value}")
+                    raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} sets dimension {i} to {d}, "
+                                           f"but the model fixes it to {dim.dim_value}")
         return TensorType(dtype, shape)
     if declared is None:
-        raise ImportError_(f"{what} has no declared shape; Ember compiles static shapes: "
-                           f"pass input_shapes={{'{vi.name}': [...]}} to load_onnx")
+        raise ModelImportError(f"{what} has no declared shape; Ember compiles static shapes: "
+                               f"pass input_shapes={{'{vi.name}': [...]}} to load_onnx")
     shape = []
     for i, dim in enumerate(declared):
         if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0:
@@ -160,8 +161,8 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
         label = f"symbolic dimension '{dim.dim_param}'" if dim.dim_param else "an unknown dimension"
         example = ", ".join(str(d.dim_value) if d.WhichOneof("value") == "dim_value" else (d.dim_param or "?")
                             for d in declared)
-        raise ImportError_(f"{what} has {label} at dimension {i}; Ember compiles static shapes: "
-                           f"pass input_shapes={{'{vi.name}': [{example}]}} with every dimension set")
+        raise ModelImportError(f"{what} has {label} at dimension {i}; Ember compiles static shapes: "
+                               f"pass input_shapes={{'{vi.name}': [{example}]}} with every dimension set")
     return TensorType(dtype, tuple(shape))
 
 
@@ -182,8 +183,8 @@ def _topological_order(nodes: Sequence[NodeProto], names: Sequence[str], availab
         if len(rest) == len(pending):
             i = rest[0]
             missing = next(n for n in nodes[i].input if n and n not in available)
-            raise ImportError_(f"{node_location(names[i], nodes[i].op_type)}: input '{missing}' is not produced "
-                               "by any node, graph input or initializer (or the graph has a cycle)")
+            raise ModelImportError(f"{node_location(names[i], nodes[i].op_type)}: input '{missing}' is not produced "
+                                   "by any node, graph input or initializer (or the graph has a cycle)")
         pending = rest
     return order
 
@@ -200,7 +201,7 @@ def inline_subgraph(graph: Graph, body: GraphProto, env: dict[str, Value], bindi
     `bindings` the values of the body's inputs. Returns the body's output values."""
     missing = [vi.name for vi in body.input if vi.name not in bindings]
     if missing:
-        raise ImportError_(f"{prefix}: subgraph inputs {missing} are not bound")
+        raise ModelImportError(f"{prefix}: subgraph inputs {missing} are not bound")
     env.update(bindings)
     for tensor in body.initializer:
         env[tensor.name] = graph.add_constant(tensor_to_array(tensor, f"initializer '{tensor.name}'"),
@@ -213,7 +214,7 @@ def inline_subgraph(graph: Graph, body: GraphProto, env: dict[str, Value], bindi
     outputs = []
     for vi in body.output:
         if vi.name not in env:
-            raise ImportError_(f"{prefix}: subgraph output '{vi.name}' is not produced")
+            raise ModelImportError(f"{prefix}: subgraph output '{vi.name}' is not produced")
         outputs.append(env[vi.name])
     return outputs
 
@@ -238,14 +239,16 @@ def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dic
                     raise UnsupportedError(f"output {i} ('{out_name}') is used, but Ember cannot produce it")
                 continue
             if out_name in env:
-                raise ImportError_(f"output '{out_name}' is already defined by another node, input or initializer")
+                raise ModelImportError(f"output '{out_name}' is already defined by another node, input or initializer")
             env[out_name] = value
     except ConstantRequired as err:
         raise ConstantRequired(_located(ctx.location, err), err.inputs) from None
+    except UnsupportedError as err:
+        raise UnsupportedOpError(_located(ctx.location, err)) from None
     except EmberError as err:
-        raise ImportError_(_located(ctx.location, err)) from None
+        raise ModelImportError(_located(ctx.location, err)) from None
     except Exception as err:  # noqa: BLE001  (a converter bug must still name the node)
-        raise ImportError_(f"{ctx.location}: internal error while converting: {type(err).__name__}: {err}") from err
+        raise ModelImportError(f"{ctx.location}: internal error while converting: {type(err).__name__}: {err}") from err
 
 
 def _set_outputs(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> None:
@@ -253,7 +256,7 @@ def _set_outputs(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> None
     for vi in proto.output:
         value = env.get(vi.name)
         if value is None:
-            raise ImportError_(f"graph output '{vi.name}' is not produced by any node, input or initializer")
+            raise ModelImportError(f"graph output '{vi.name}' is not produced by any node, input or initializer")
         _check_output_type(vi, value)
         outputs.append((vi.name, value))
     graph.set_outputs(outputs)
@@ -268,13 +271,13 @@ def _check_output_type(vi: ValueInfoProto, value: Value) -> None:
     if tensor_type.elem_type:
         declared = to_dtype(tensor_type.elem_type, what)
         if declared is not inferred.dtype:
-            raise ImportError_(f"{what} is declared {onnx_type_name(tensor_type.elem_type).lower()} "
-                               f"({declared}), but Ember infers {inferred}")
+            raise ModelImportError(f"{what} is declared {onnx_type_name(tensor_type.elem_type).lower()} "
+                                   f"({declared}), but Ember infers {inferred}")
     if tensor_type.HasField("shape"):
         dims = tensor_type.shape.dim
         if len(dims) != inferred.rank:
-            raise ImportError_(f"{what} is declared with rank {len(dims)}, but Ember infers {inferred}")
+            raise ModelImportError(f"{what} is declared with rank {len(dims)}, but Ember infers {inferred}")
         for i, dim in enumerate(dims):
             if dim.WhichOneof("value") == "dim_value" and dim.dim_value != inferred.shape[i]:
-                raise ImportError_(f"{what} is declared with dimension {i} = {dim.dim_value}, "
-                                   f"but Ember infers {inferred}")
+                raise ModelImportError(f"{what} is declared with dimension {i} = {dim.dim_value}, "
+                                       f"but Ember infers {inferred}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError, UnsupportedOpError
 
 MIN_OPSET = 1
 MAX_OPSET = 28
@@ -33,7 +33,7 @@ def load_model(model: str | os.PathLike | ModelProto) -> LoadedModel:
         label = "the given ModelProto"
         external = next(iter(_external_tensors(model)), None)
         if external is not None:
-            raise ImportError_(
+            raise ModelImportError(
                 f"{label} stores tensor '{external.name}' as external data "
                 f"('{_external_info(external).get('location', '?')}') but its folder is unknown: "
                 "pass the model's file path to load_onnx instead, or load the data first "
@@ -46,44 +46,44 @@ def load_model(model: str | os.PathLike | ModelProto) -> LoadedModel:
         proto = _read_file(path)
         _resolve_external_data(proto, path)
     else:
-        raise ImportError_(f"load_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
+        raise ModelImportError(f"load_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
     _check_model(proto, label)
     return LoadedModel(proto, label, _default_opset(proto, label))
 
 
 def _read_file(path: Path) -> ModelProto:
     if not path.exists():
-        raise ImportError_(f"ONNX model file '{path}' does not exist")
+        raise ModelImportError(f"ONNX model file '{path}' does not exist")
     if not path.is_file():
-        raise ImportError_(f"ONNX model path '{path}' is not a file")
+        raise ModelImportError(f"ONNX model path '{path}' is not a file")
     if path.stat().st_size == 0:
-        raise ImportError_(f"cannot read ONNX model '{path}': the file is empty")
+        raise ModelImportError(f"cannot read ONNX model '{path}': the file is empty")
     try:
         return onnx.load(os.fspath(path), load_external_data=False)
     except Exception as err:  # noqa: BLE001  (DecodeError and anything else the parser raises)
         reason = str(err).strip() or type(err).__name__
-        raise ImportError_(f"cannot read ONNX model '{path}': {reason} "
-                           "(the file is truncated or not an ONNX model)") from None
+        raise ModelImportError(f"cannot read ONNX model '{path}': {reason} "
+                               "(the file is truncated or not an ONNX model)") from None
 
 
 def _check_model(proto: ModelProto, label: str) -> None:
     """Bytes that happen to parse as a protobuf are not necessarily a model."""
     if proto.ir_version <= 0 or not proto.HasField("graph"):
-        raise ImportError_(f"{label} is not an ONNX model: it has no IR version or no graph "
-                           "(the file is truncated or not an ONNX model)")
+        raise ModelImportError(f"{label} is not an ONNX model: it has no IR version or no graph "
+                               "(the file is truncated or not an ONNX model)")
     if not proto.graph.output:
-        raise ImportError_(f"{label}: the ONNX graph declares no outputs (is the file truncated?)")
+        raise ModelImportError(f"{label}: the ONNX graph declares no outputs (is the file truncated?)")
 
 
 def _default_opset(proto: ModelProto, label: str) -> int:
     versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
     if not versions:
-        raise ImportError_(f"{label} imports no opset of the default ONNX domain "
-                           "(the file is truncated or not an ONNX model)")
+        raise ModelImportError(f"{label} imports no opset of the default ONNX domain "
+                               "(the file is truncated or not an ONNX model)")
     opset = max(versions)
     if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ImportError_(f"{label} uses ONNX opset {opset}; Ember supports opsets {MIN_OPSET} to "
-                           f"{MAX_OPSET} (convert it with onnx.version_converter)")
+        raise UnsupportedOpError(f"{label} uses ONNX opset {opset}; Ember supports opsets {MIN_OPSET} to "
+                                 f"{MAX_OPSET} (convert it with onnx.version_converter)")
     return opset
 
 
@@ -121,26 +121,26 @@ def _resolve_external_data(proto: ModelProto, model_path: Path) -> None:
         what = f"external data of tensor '{tensor.name}' in '{model_path}'"
         location = info.get("location")
         if not location:
-            raise ImportError_(f"{what} has no location")
+            raise ModelImportError(f"{what} has no location")
         if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
-            raise ImportError_(f"{what}: location '{location}' is an absolute path; external data "
-                               "must lie inside the model's folder")
+            raise ModelImportError(f"{what}: location '{location}' is an absolute path; external data "
+                                   "must lie inside the model's folder")
         target = Path(os.path.realpath(folder / location))
         if target != folder and folder not in target.parents:
-            raise ImportError_(f"{what}: location '{location}' escapes the model's folder '{folder}' "
-                               "(via '..' or a symlink); refusing to read it")
+            raise ModelImportError(f"{what}: location '{location}' escapes the model's folder '{folder}' "
+                                   "(via '..' or a symlink); refusing to read it")
         if not target.is_file():
-            raise ImportError_(f"{what}: file '{location}' does not exist in '{folder}'")
+            raise ModelImportError(f"{what}: file '{location}' does not exist in '{folder}'")
         size = target.stat().st_size
         try:
             offset = int(info.get("offset", "0"))
             length = int(info["length"]) if "length" in info else size - offset
         except ValueError:
-            raise ImportError_(f"{what}: offset '{info.get('offset')}' or length '{info.get('length')}' "
-                               "is not an integer") from None
+            raise ModelImportError(f"{what}: offset '{info.get('offset')}' or length '{info.get('length')}' "
+                                   "is not an integer") from None
         if offset < 0 or length < 0 or offset + length > size:
-            raise ImportError_(f"{what}: offset {offset} and length {length} do not fit "
-                               f"'{location}' ({size} bytes)")
+            raise ModelImportError(f"{what}: offset {offset} and length {length} do not fit "
+                                   f"'{location}' ({size} bytes)")
         with open(target, "rb") as f:
             f.seek(offset)
             data = f.read(length)

@@ -11,7 +11,7 @@ from ember.graph.ir import Value
 from ember.ops.attention import AttentionAttrs, LinearAttentionAttrs, RotaryAttrs
 from ember.ops.nn import ConvAttrs
 from ember.ops.tensor import AxisAttrs, SliceAttrs
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError
 
 
 @converter("Attention", min_opset=23)
@@ -59,9 +59,9 @@ def causal_conv_with_state(ctx: NodeContext) -> list[Value | None]:
     x, w, bias, past = ctx.require(0, "input"), ctx.require(1, "weight"), ctx.input(2), ctx.input(3)
     activation = ctx.attr_str("activation", "none")
     if activation not in ("none", "silu", "swish"):
-        raise ImportError_(f"activation '{activation}' is not none, silu or swish")
+        raise ModelImportError(f"activation '{activation}' is not none, silu or swish")
     if x.type.rank != 3 or w.type.rank != 3:
-        raise ImportError_(f"input {x.type} and weight {w.type} must be 3-D ([B, C, L] and [C, 1, k])")
+        raise ModelImportError(f"input {x.type} and weight {w.type} must be 3-D ([B, C, L] and [C, 1, k])")
     batch, channels, length = x.type.shape
     k = w.type.shape[2]
     if past is None:

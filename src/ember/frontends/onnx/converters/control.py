@@ -14,7 +14,7 @@ from ember.frontends.onnx.dtypes import to_dtype
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Constant, Value
 from ember.ops.tensor import AxisAttrs, SliceAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 
 # Unrolling more iterations than this would make a graph too large to be useful.
 MAX_UNROLL = 4096
@@ -24,7 +24,7 @@ MAX_UNROLL = 4096
 def if_(ctx: NodeContext) -> list[Value]:
     cond = ctx.constant(0, "cond")
     if cond.size != 1:
-        raise ImportError_(f"cond must hold one value, got shape {list(cond.shape)}")
+        raise ModelImportError(f"cond must hold one value, got shape {list(cond.shape)}")
     branch = "then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"
     return ctx.inline(ctx.attr_graph(branch), {}, branch.split("_")[0])
 
@@ -72,8 +72,8 @@ def loop(ctx: NodeContext) -> list[Value]:
     carried = [ctx.require(i) for i in range(2, ctx.num_inputs)]
     n_carried = len(carried)
     if len(body.input) != 2 + n_carried or len(body.output) < 1 + n_carried:
-        raise ImportError_(f"the body takes {len(body.input)} inputs and gives {len(body.output)} outputs, "
-                           f"which does not fit {n_carried} loop-carried values")
+        raise ModelImportError(f"the body takes {len(body.input)} inputs and gives {len(body.output)} outputs, "
+                               f"which does not fit {n_carried} loop-carried values")
     scans: list[list[Value]] = [[] for _ in range(len(body.output) - 1 - n_carried)]
     k = 0
     while cond and (trip is None or k < trip):
@@ -123,7 +123,7 @@ def scan(ctx: NodeContext) -> list[Value]:
     axes = [normalize_axis(a, s.type.rank) for a, s in zip(in_axes, sequences)]
     lengths = {s.type.shape[a] for s, a in zip(sequences, axes)}
     if len(lengths) != 1:
-        raise ImportError_(f"scan inputs have different sequence lengths {sorted(lengths)}")
+        raise ModelImportError(f"scan inputs have different sequence lengths {sorted(lengths)}")
     length = lengths.pop()
     if length > MAX_UNROLL:
         raise UnsupportedError(f"the scan runs {length} iterations; Ember unrolls scans at import and refuses "

@@ -10,13 +10,13 @@ from ember.graph.ir import Value
 from ember.ops.conv import Col2ImAttrs, ConvTransposeAttrs, LpPoolAttrs, MaxUnpoolAttrs
 from ember.ops.reduce import ReduceAttrs
 from ember.ops.sampling import AffineGridAttrs, GridSampleAttrs
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError
 
 
 def _spatial_ints(ctx: NodeContext, name: str, n: int, default: int) -> tuple[int, ...]:
     values = ctx.attr_ints(name, None) or (default,) * n
     if len(values) != n:
-        raise ImportError_(f"{name} {list(values)} must have one value per spatial axis ({n})")
+        raise ModelImportError(f"{name} {list(values)} must have one value per spatial axis ({n})")
     return tuple(values)
 
 
@@ -24,7 +24,7 @@ def _spatial_ints(ctx: NodeContext, name: str, n: int, default: int) -> tuple[in
 def conv_transpose(ctx: NodeContext) -> list[Value]:
     x, w, b = ctx.require(0, "X"), ctx.require(1, "W"), ctx.input(2)
     if x.type.rank < 3 or w.type.rank != x.type.rank:
-        raise ImportError_(f"input {x.type} and weight {w.type} must have equal rank >= 3")
+        raise ModelImportError(f"input {x.type} and weight {w.type} must have equal rank >= 3")
     n = x.type.rank - 2
     kernel = w.type.shape[2:]
     strides = _spatial_ints(ctx, "strides", n, 1)
@@ -49,9 +49,9 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
     elif auto_pad in ("NOTSET", "VALID"):
         pads = tuple(ctx.attr_ints("pads", None) or (0,) * (2 * n)) if auto_pad == "NOTSET" else (0,) * (2 * n)
         if len(pads) != 2 * n:
-            raise ImportError_(f"pads {list(pads)} must have {2 * n} values")
+            raise ModelImportError(f"pads {list(pads)} must have {2 * n} values")
     else:
-        raise ImportError_(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+        raise ModelImportError(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     # output_padding is folded into the end pads: both only move where the output ends.
     ends = tuple(pads[n + i] - output_padding[i] for i in range(n))
     attrs = ConvTransposeAttrs(strides, pads[:n] + ends, dilations, ctx.attr_int("group", 1))
@@ -63,7 +63,7 @@ def lp_pool(ctx: NodeContext) -> list[Value]:
     x = ctx.require(0)
     kernel = ctx.attr_ints("kernel_shape")
     if x.type.rank < 3 or len(kernel) != x.type.rank - 2:
-        raise ImportError_(f"kernel_shape {list(kernel)} does not match input {x.type}")
+        raise ModelImportError(f"kernel_shape {list(kernel)} does not match input {x.type}")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
     attrs = LpPoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
                         ctx.attr_int("p", 2))
@@ -74,7 +74,7 @@ def lp_pool(ctx: NodeContext) -> list[Value]:
 def global_lp_pool(ctx: NodeContext) -> list[Value]:
     x = ctx.require(0)
     if x.type.rank < 3:
-        raise ImportError_(f"input {x.type} must have rank >= 3")
+        raise ModelImportError(f"input {x.type} must have rank >= 3")
     p = ctx.attr_int("p", 2)
     spatial = x.type.shape[2:]
     if p in (1, 2):
@@ -105,7 +105,7 @@ def col2im(ctx: NodeContext) -> list[Value]:
     image = ctx.constant_ints(1, "image_shape")
     block = ctx.constant_ints(2, "block_shape")
     if image is None or block is None or len(image) != len(block):
-        raise ImportError_("image_shape and block_shape are required and must have the same length")
+        raise ModelImportError("image_shape and block_shape are required and must have the same length")
     n = len(image)
     attrs = Col2ImAttrs(tuple(image), tuple(block), _spatial_ints(ctx, "strides", n, 1),
                         tuple(ctx.attr_ints("pads", None) or (0,) * (2 * n)), _spatial_ints(ctx, "dilations", n, 1))
@@ -119,7 +119,7 @@ _GRID_MODES = {"bilinear": "linear", "bicubic": "cubic", "linear": "linear", "cu
 def grid_sample(ctx: NodeContext) -> list[Value]:
     mode = ctx.attr_str("mode", "bilinear" if ctx.opset < 20 else "linear")
     if mode not in _GRID_MODES:
-        raise ImportError_(f"mode '{mode}' is not one of {', '.join(_GRID_MODES)}")
+        raise ModelImportError(f"mode '{mode}' is not one of {', '.join(_GRID_MODES)}")
     attrs = GridSampleAttrs(_GRID_MODES[mode], ctx.attr_str("padding_mode", "zeros"),
                             bool(ctx.attr_int("align_corners", 0)))
     return ctx.result("GridSample", [ctx.require(0, "X"), ctx.require(1, "grid")], attrs)
@@ -129,6 +129,6 @@ def grid_sample(ctx: NodeContext) -> list[Value]:
 def affine_grid(ctx: NodeContext) -> list[Value]:
     size = ctx.constant_ints(1, "size")
     if size is None:
-        raise ImportError_("required input 1 (size) is missing")
+        raise ModelImportError("required input 1 (size) is missing")
     attrs = AffineGridAttrs(tuple(size), bool(ctx.attr_int("align_corners", 0)))
     return ctx.result("AffineGrid", [ctx.require(0, "theta")], attrs)

@@ -10,7 +10,7 @@ from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE, onnx_type_name
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, CastAttrs, ClipAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 
 # ONNX op type -> Ember op of the same semantics.
 _UNARY = ("Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Floor",
@@ -37,7 +37,7 @@ def _fold_variadic(ctx: NodeContext, op: str) -> Value:
     """Chains a binary op over all inputs, naming the last result after the output."""
     values = [ctx.require(i) for i in range(ctx.num_inputs)]
     if not values:
-        raise ImportError_("needs at least one input")
+        raise ModelImportError("needs at least one input")
     acc = values[0]
     for i, value in enumerate(values[1:], start=2):
         if i == len(values) and ctx.op_type != "Mean":
@@ -64,7 +64,7 @@ def mod(ctx: NodeContext) -> Value:
     a, b = ctx.require(0), ctx.require(1)
     fmod = ctx.attr_int("fmod", 0)
     if fmod not in (0, 1):
-        raise ImportError_(f"attribute fmod must be 0 or 1, got {fmod}")
+        raise ModelImportError(f"attribute fmod must be 0 or 1, got {fmod}")
     if fmod == 0:
         if a.type.dtype.is_float and ctx.opset < 28:
             raise UnsupportedError("Mod with fmod=0 on floating-point inputs is invalid before opset 28 "
@@ -91,7 +91,7 @@ def _bound(ctx: NodeContext, i: int, what: str) -> float | None:
     if data is None:
         return None
     if data.size != 1:
-        raise ImportError_(f"input {i} ({what}) must be a scalar, got shape {list(data.shape)}")
+        raise ModelImportError(f"input {i} ({what}) must be a scalar, got shape {list(data.shape)}")
     return float(data.reshape(-1)[0])
 
 

@@ -27,7 +27,7 @@ from ember.ops.indexing import (
     TriluAttrs,
 )
 from ember.ops.tensor import AxisAttrs, PadAttrs, SliceAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 
 
 def data_dependent(ctx: NodeContext, i: int, what: str) -> np.ndarray:
@@ -70,10 +70,10 @@ def _scalar_int(ctx: NodeContext, i: int, what: str, default: int | None = None)
     values = ctx.constant_ints(i, what)
     if values is None:
         if default is None:
-            raise ImportError_(f"required input {i} ({what}) is missing")
+            raise ModelImportError(f"required input {i} ({what}) is missing")
         return default
     if len(values) != 1:
-        raise ImportError_(f"input {i} ({what}) must hold one value, got {len(values)}")
+        raise ModelImportError(f"input {i} ({what}) must hold one value, got {len(values)}")
     return values[0]
 
 
@@ -101,7 +101,7 @@ def cumulative(ctx: NodeContext) -> list[Value]:
 def one_hot(ctx: NodeContext) -> list[Value]:
     depth = ctx.constant(1, "depth")
     if depth.size != 1:
-        raise ImportError_(f"depth must hold one value, got shape {list(depth.shape)}")
+        raise ModelImportError(f"depth must hold one value, got shape {list(depth.shape)}")
     attrs = OneHotAttrs(int(depth.reshape(-1)[0]), ctx.attr_int("axis", -1))
     return ctx.result("OneHot", [ctx.require(0), ctx.require(2, "values")], attrs)
 
@@ -156,11 +156,11 @@ def split(ctx: NodeContext) -> list[Value]:
             sizes = tuple(min(chunk, max(dim - i * chunk, 0)) for i in range(count))
         else:
             if dim % count:
-                raise ImportError_(f"cannot split an axis of {dim} into {count} equal parts")
+                raise ModelImportError(f"cannot split an axis of {dim} into {count} equal parts")
             sizes = (dim // count,) * count
     if sum(sizes) != dim or len(sizes) != ctx.num_outputs:
-        raise ImportError_(f"split sizes {list(sizes)} do not cover the axis of {dim} with "
-                           f"{ctx.num_outputs} outputs")
+        raise ModelImportError(f"split sizes {list(sizes)} do not cover the axis of {dim} with "
+                               f"{ctx.num_outputs} outputs")
     outputs, start = [], 0
     for i, size in enumerate(sizes):
         outputs.append(_slice(ctx, x, axis, start, start + size, ctx.output_name(i) or None))
@@ -176,7 +176,7 @@ def center_crop_pad(ctx: NodeContext) -> Value:
     axes = ctx.attr_ints("axes", None)
     axes = tuple(range(rank)) if axes is None else normalize_axes(axes, rank)
     if len(shape) != len(axes):
-        raise ImportError_(f"shape {list(shape)} needs one value per axis {list(axes)}")
+        raise ModelImportError(f"shape {list(shape)} needs one value per axis {list(axes)}")
     y, pads = x, [0] * (2 * rank)
     for axis, size in zip(axes, shape):
         dim = x.type.shape[axis]
@@ -234,7 +234,7 @@ def unique(ctx: NodeContext) -> list[Value]:
 def eye_like(ctx: NodeContext) -> Value:
     x = ctx.require(0)
     if x.type.rank != 2:
-        raise ImportError_(f"input {x.type} must be 2-D")
+        raise ModelImportError(f"input {x.type} must be 2-D")
     dtype = x.type.dtype
     if ctx.has_attr("dtype"):
         to = ctx.attr_int("dtype")

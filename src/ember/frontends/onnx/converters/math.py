@@ -14,7 +14,7 @@ from ember.ops.activations import GELU_APPROXIMATIONS, GeluAttrs
 from ember.ops.linalg import EinsumAttrs
 from ember.ops.spectral import DFTAttrs, STFTAttrs
 from ember.ops.math import BitCastAttrs, BitShiftAttrs, CeluAttrs, IsInfAttrs, SeluAttrs, ShrinkAttrs, ThresholdAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 
 _UNARY = ("Acos", "Asin", "Atan", "Sinh", "Cosh", "Tan", "Asinh", "Acosh", "Atanh", "Mish", "IsNaN",
           "BitwiseNot")
@@ -41,7 +41,7 @@ def is_inf(ctx: NodeContext) -> list[Value]:
 def bit_shift(ctx: NodeContext) -> list[Value]:
     direction = ctx.attr_str("direction")
     if direction not in ("LEFT", "RIGHT"):
-        raise ImportError_(f"direction '{direction}' is not LEFT or RIGHT")
+        raise ModelImportError(f"direction '{direction}' is not LEFT or RIGHT")
     return ctx.result("BitShift", [ctx.require(0), ctx.require(1)], BitShiftAttrs(direction))
 
 
@@ -72,7 +72,7 @@ def shrink(ctx: NodeContext) -> list[Value]:
 def gelu(ctx: NodeContext) -> list[Value]:
     approximate = ctx.attr_str("approximate", "none")
     if approximate not in GELU_APPROXIMATIONS:
-        raise ImportError_(f"approximate '{approximate}' is not one of {', '.join(GELU_APPROXIMATIONS)}")
+        raise ModelImportError(f"approximate '{approximate}' is not one of {', '.join(GELU_APPROXIMATIONS)}")
     return ctx.result("Gelu", [ctx.require(0)], GeluAttrs(approximate))
 
 
@@ -92,7 +92,7 @@ def swiglu(ctx: NodeContext) -> list[Value]:
     """Swish_alpha(A) * B."""
     a, b = ctx.require(0, "A"), ctx.require(1, "B")
     if a.type.shape != b.type.shape:
-        raise ImportError_(f"A {a.type} and B {b.type} must have the same shape (SwiGLU does not broadcast)")
+        raise ModelImportError(f"A {a.type} and B {b.type} must have the same shape (SwiGLU does not broadcast)")
     alpha = ctx.attr_float("alpha", 1.0)
     if alpha == 1.0:
         gate = ctx.emit1("Silu", [a])
@@ -131,7 +131,7 @@ def dft(ctx: NodeContext) -> list[Value]:
     else:
         axis = ctx.attr_int("axis", 1)
     if not -rank <= axis < rank - 1 or (axis < 0 and axis + rank >= rank - 1):
-        raise ImportError_(f"axis {axis} is not a signal axis of {x.type} (the last axis holds real/imaginary)")
+        raise ModelImportError(f"axis {axis} is not a signal axis of {x.type} (the last axis holds real/imaginary)")
     axis %= rank
     inverse, onesided = bool(ctx.attr_int("inverse", 0)), bool(ctx.attr_int("onesided", 0))
     lengths = ctx.constant_ints(1, "dft_length") if ctx.input(1) is not None else None
@@ -152,6 +152,6 @@ def stft(ctx: NodeContext) -> list[Value]:
     elif window is not None:
         length = window.type.shape[0]
     else:
-        raise ImportError_("one of window and frame_length is required")
+        raise ModelImportError("one of window and frame_length is required")
     attrs = STFTAttrs(step[0], length, bool(ctx.attr_int("onesided", 1)))
     return ctx.result("STFT", [signal, window], attrs)

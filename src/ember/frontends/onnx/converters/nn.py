@@ -14,7 +14,7 @@ from ember.graph.ir import Value
 from ember.ops.conv import MaxPoolIndicesAttrs
 from ember.ops.nn import BatchNormAttrs, ConvAttrs, GemmAttrs, PoolAttrs
 from ember.ops.reduce import ReduceAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 
 
 @converter("MatMul")
@@ -50,19 +50,19 @@ def window_attrs(ctx: NodeContext, sizes: Sequence[int], kernel: Sequence[int]) 
     strides = ctx.attr_ints("strides", None) or (1,) * n
     dilations = ctx.attr_ints("dilations", None) or (1,) * n
     if len(strides) != n or len(dilations) != n:
-        raise ImportError_(f"strides {list(strides)} and dilations {list(dilations)} must have one value per "
-                           f"spatial axis ({n})")
+        raise ModelImportError(f"strides {list(strides)} and dilations {list(dilations)} must have one value per "
+                               f"spatial axis ({n})")
     auto_pad = ctx.attr_str("auto_pad", "NOTSET")
     if auto_pad == "NOTSET":
         pads = ctx.attr_ints("pads", None) or (0,) * (2 * n)
         if len(pads) != 2 * n:
-            raise ImportError_(f"pads {list(pads)} must have {2 * n} values (begins, then ends)")
+            raise ModelImportError(f"pads {list(pads)} must have {2 * n} values (begins, then ends)")
     elif auto_pad == "VALID":
         pads = (0,) * (2 * n)
     elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         pads = same_pads(sizes, kernel, strides, dilations, auto_pad == "SAME_UPPER")
     else:
-        raise ImportError_(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+        raise ModelImportError(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     return tuple(strides), tuple(pads), tuple(dilations)
 
 
@@ -70,11 +70,11 @@ def window_attrs(ctx: NodeContext, sizes: Sequence[int], kernel: Sequence[int]) 
 def conv(ctx: NodeContext) -> list[Value]:
     x, w, b = ctx.require(0, "X"), ctx.require(1, "W"), ctx.input(2)
     if x.type.rank < 3 or w.type.rank != x.type.rank:
-        raise ImportError_(f"input {x.type} and weight {w.type} must have equal rank >= 3")
+        raise ModelImportError(f"input {x.type} and weight {w.type} must have equal rank >= 3")
     kernel = w.type.shape[2:]
     declared = ctx.attr_ints("kernel_shape", None)
     if declared is not None and tuple(declared) != kernel:
-        raise ImportError_(f"kernel_shape {list(declared)} does not match the weight shape {list(w.type.shape)}")
+        raise ModelImportError(f"kernel_shape {list(declared)} does not match the weight shape {list(w.type.shape)}")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
     attrs = ConvAttrs(strides, pads, dilations, ctx.attr_int("group", 1))
     return ctx.result("Conv", [x, w, b], attrs)
@@ -83,10 +83,10 @@ def conv(ctx: NodeContext) -> list[Value]:
 def _pool_attrs(ctx: NodeContext, count_include_pad: bool) -> tuple[Value, PoolAttrs]:
     x = ctx.require(0)
     if x.type.rank < 3:
-        raise ImportError_(f"input {x.type} must have rank >= 3")
+        raise ModelImportError(f"input {x.type} must have rank >= 3")
     kernel = ctx.attr_ints("kernel_shape")
     if len(kernel) != x.type.rank - 2:
-        raise ImportError_(f"kernel_shape {list(kernel)} does not match input {x.type}")
+        raise ModelImportError(f"kernel_shape {list(kernel)} does not match input {x.type}")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
     return x, PoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
                         count_include_pad)
@@ -116,7 +116,7 @@ def average_pool(ctx: NodeContext) -> list[Value]:
 def global_pool(ctx: NodeContext) -> list[Value]:
     x = ctx.require(0)
     if x.type.rank < 3:
-        raise ImportError_(f"input {x.type} must have rank >= 3")
+        raise ModelImportError(f"input {x.type} must have rank >= 3")
     op = "ReduceMean" if ctx.op_type == "GlobalAveragePool" else "ReduceMax"
     return ctx.result(op, [x], ReduceAttrs(tuple(range(2, x.type.rank)), keepdims=True))
 

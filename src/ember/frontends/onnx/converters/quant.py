@@ -10,7 +10,7 @@ from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.nn import ConvAttrs
 from ember.ops.quant import QuantizeAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 from ember.types import DType
 
 
@@ -35,7 +35,7 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
     _check_precision(ctx)
     declared = _dtype_attr(ctx, "output_dtype")
     if zero is not None and declared is not None and declared is not zero.type.dtype:
-        raise ImportError_(f"output_dtype {declared} differs from the zero point's type {zero.type.dtype}")
+        raise ModelImportError(f"output_dtype {declared} differs from the zero point's type {zero.type.dtype}")
     to = zero.type.dtype if zero is not None else (declared or DType.UINT8)
     attrs = QuantizeAttrs(to, ctx.attr_int("axis", 1), ctx.attr_int("block_size", 0),
                           bool(ctx.attr_int("saturate", 1)))
@@ -67,7 +67,7 @@ def qlinear_matmul(ctx: NodeContext) -> list[Value]:
 
 def _conv_attrs(ctx: NodeContext, x: Value, w: Value) -> ConvAttrs:
     if x.type.rank < 3 or w.type.rank != x.type.rank:
-        raise ImportError_(f"input {x.type} and weight {w.type} must have equal rank >= 3")
+        raise ModelImportError(f"input {x.type} and weight {w.type} must have equal rank >= 3")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], w.type.shape[2:])
     return ConvAttrs(strides, pads, dilations, ctx.attr_int("group", 1))
 

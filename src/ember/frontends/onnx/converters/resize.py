@@ -13,7 +13,7 @@ from ember.frontends.onnx.converters.tensor import normalize_axes
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.resize import MODES, NEAREST_MODES, TRANSFORMS, ResizeAttrs
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError, UnsupportedError
 
 
 def _floats(data: np.ndarray | None) -> tuple[float, ...] | None:
@@ -39,7 +39,7 @@ def resolve_sizes(in_shape, axes, scales, sizes, policy: str) -> tuple[tuple[int
             out_scales[a] = scales[i]
             out_sizes[a] = int(math.floor(scales[i] * in_shape[a]))
     else:
-        raise ImportError_("one of scales and sizes is required")
+        raise ModelImportError("one of scales and sizes is required")
     return tuple(out_sizes), tuple(out_scales)
 
 
@@ -49,7 +49,7 @@ def resize(ctx: NodeContext) -> list[Value]:
     rank = x.type.rank
     mode = ctx.attr_str("mode", "nearest")
     if mode not in MODES:
-        raise ImportError_(f"mode '{mode}' is not one of {', '.join(MODES)}")
+        raise ModelImportError(f"mode '{mode}' is not one of {', '.join(MODES)}")
     if ctx.opset < 11:
         scales = _floats(ctx.constant(1, "scales"))
         sizes, scales = resolve_sizes(x.type.shape, range(rank), scales, None, "stretch")
@@ -64,7 +64,7 @@ def resize(ctx: NodeContext) -> list[Value]:
         sizes = None
     for what, values in (("scales", scales), ("sizes", sizes)):
         if values is not None and len(values) != len(axes):
-            raise ImportError_(f"{what} {list(values)} need one value per axis {list(axes)}")
+            raise ModelImportError(f"{what} {list(values)} need one value per axis {list(axes)}")
     out_sizes, out_scales = resolve_sizes(x.type.shape, axes, scales, sizes,
                                           ctx.attr_str("keep_aspect_ratio_policy", "stretch"))
     if roi is not None and len(roi) == 2 * len(axes) and len(axes) != rank:
@@ -75,8 +75,8 @@ def resize(ctx: NodeContext) -> list[Value]:
     transform = ctx.attr_str("coordinate_transformation_mode", "half_pixel")
     nearest_mode = ctx.attr_str("nearest_mode", "round_prefer_floor")
     if transform not in TRANSFORMS or nearest_mode not in NEAREST_MODES:
-        raise ImportError_(f"coordinate_transformation_mode '{transform}' or nearest_mode '{nearest_mode}' "
-                           "is not supported")
+        raise UnsupportedError(f"coordinate_transformation_mode '{transform}' or nearest_mode '{nearest_mode}' "
+                               "is not supported")
     attrs = ResizeAttrs(out_sizes, out_scales, mode, transform, nearest_mode, ctx.attr_float("cubic_coeff_a", -0.75),
                         bool(ctx.attr_int("exclude_outside", 0)), ctx.attr_float("extrapolation_value", 0.0),
                         bool(ctx.attr_int("antialias", 0)), roi if transform == "tf_crop_and_resize" and roi else ())
@@ -89,7 +89,7 @@ def upsample(ctx: NodeContext) -> list[Value]:
     scales = ctx.attr_floats("scales") if ctx.opset < 9 else _floats(ctx.constant(1, "scales"))
     mode = ctx.attr_str("mode", "nearest")
     if mode not in ("nearest", "linear", "bilinear"):
-        raise ImportError_(f"mode '{mode}' is not nearest or linear")
+        raise ModelImportError(f"mode '{mode}' is not nearest or linear")
     sizes, scales = resolve_sizes(x.type.shape, range(x.type.rank), scales, None, "stretch")
     attrs = ResizeAttrs(sizes, scales, "nearest" if mode == "nearest" else "linear", "asymmetric", "floor")
     return ctx.result("Resize", [x], attrs)

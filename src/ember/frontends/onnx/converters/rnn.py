@@ -12,7 +12,7 @@ from ember.graph.ir import Value
 from ember.ops.recurrent import RecurrentAttrs
 from ember.ops.rnn import GRUAttrs
 from ember.ops.tensor import TransposeAttrs
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 
 _DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 _DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("Sigmoid", "Tanh", "Tanh")}
@@ -21,7 +21,7 @@ _DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "GRU": ("Sigmoid", "Tanh"), "LSTM": ("
 def _direction(ctx: NodeContext) -> str:
     direction = ctx.attr_str("direction", "forward")
     if direction not in _DIRECTIONS:
-        raise ImportError_(f"direction '{direction}' is not forward, reverse or bidirectional")
+        raise ModelImportError(f"direction '{direction}' is not forward, reverse or bidirectional")
     return direction
 
 
@@ -53,7 +53,7 @@ def _activations(ctx: NodeContext, op: str, directions: int) -> tuple[tuple[str,
     defaults = _DEFAULT_ACTIVATIONS[op] * directions
     names = defaults if names is None else tuple(names)
     if len(names) != len(defaults):
-        raise ImportError_(f"activations {list(names)} must name {len(defaults)} functions")
+        raise ModelImportError(f"activations {list(names)} must name {len(defaults)} functions")
     alphas = ctx.attr_floats("activation_alpha", None) or ()
     betas = ctx.attr_floats("activation_beta", None) or ()
     # ONNX lists alpha/beta only for the activations that take them, in order.
@@ -93,7 +93,7 @@ def gru(ctx: NodeContext) -> list[Value]:
         raise UnsupportedError(f"activations {list(activations)} are not supported; Ember's GRU uses "
                                f"Sigmoid and Tanh (the default)")
     if x.type.rank != 3 or r.type.rank != 3:
-        raise ImportError_(f"X {x.type} and R {r.type} must have rank 3")
+        raise ModelImportError(f"X {x.type} and R {r.type} must have rank 3")
     hidden = ctx.attr_int("hidden_size", r.type.shape[-1])
     if seq_lens is not None:
         lengths = ctx.constant(4, "sequence_lens")

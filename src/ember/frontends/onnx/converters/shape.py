@@ -12,7 +12,7 @@ from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
-from ember.support.errors import ImportError_, UnsupportedError
+from ember.support.errors import ModelImportError, UnsupportedError
 from ember.types import DType
 
 
@@ -55,7 +55,7 @@ def constant(ctx: NodeContext) -> Value:
     elif ctx.has_attr("value_ints"):
         data = np.array(ctx.attr_ints("value_ints"), dtype=np.int64)
     else:
-        raise ImportError_("has no value attribute")
+        raise ModelImportError("has no value attribute")
     return ctx.constant_result(data)
 
 
@@ -84,14 +84,14 @@ def size(ctx: NodeContext) -> Value:
 def constant_of_shape(ctx: NodeContext) -> Value:
     dims = ctx.constant_ints(0, "shape")
     if dims is None:
-        raise ImportError_("required input 0 (shape) is missing")
+        raise ModelImportError("required input 0 (shape) is missing")
     if any(d < 0 for d in dims):
-        raise ImportError_(f"shape {list(dims)} has a negative dimension")
+        raise ModelImportError(f"shape {list(dims)} has a negative dimension")
     value = ctx.attr_tensor("value", None)
     if value is None:
         value = np.zeros(1, dtype=np.float32)
     if value.size != 1:
-        raise ImportError_(f"attribute 'value' must hold one element, got {value.size}")
+        raise ModelImportError(f"attribute 'value' must hold one element, got {value.size}")
     return ctx.constant_result(np.full(dims, value.reshape(-1)[0], dtype=value.dtype))
 
 
@@ -100,18 +100,18 @@ def range_(ctx: NodeContext) -> Value:
     start, limit, delta = (ctx.constant(i, what) for i, what in enumerate(("start", "limit", "delta")))
     for what, data in (("start", start), ("limit", limit), ("delta", delta)):
         if data.size != 1:
-            raise ImportError_(f"{what} must be a scalar, got shape {list(data.shape)}")
+            raise ModelImportError(f"{what} must be a scalar, got shape {list(data.shape)}")
     dtype = start.dtype
     if dtype.kind in "iu":
         s, l, d = int(start.reshape(-1)[0]), int(limit.reshape(-1)[0]), int(delta.reshape(-1)[0])
         if d == 0:
-            raise ImportError_("delta must not be zero")
+            raise ModelImportError("delta must not be zero")
         count = max(-((s - l) // d), 0)
         data = (s + np.arange(count, dtype=np.int64) * d).astype(dtype)
     elif dtype.kind == "f" or dtype == DType.BFLOAT16.numpy:
         s, l, d = float(start.reshape(-1)[0]), float(limit.reshape(-1)[0]), float(delta.reshape(-1)[0])
         if d == 0:
-            raise ImportError_("delta must not be zero")
+            raise ModelImportError("delta must not be zero")
         count = max(math.ceil((float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / d), 0)
         # Accumulate in the element type (value += delta), as ONNX Runtime does.
         steps = np.full(count, d, dtype=dtype)
@@ -119,7 +119,7 @@ def range_(ctx: NodeContext) -> Value:
             steps[0] = s
         data = np.add.accumulate(steps, dtype=dtype)
     else:
-        raise ImportError_(f"Range does not take {dtype} inputs")
+        raise ModelImportError(f"Range does not take {dtype} inputs")
     return ctx.constant_result(data)
 
 
@@ -136,7 +136,7 @@ def window(ctx: NodeContext) -> Value:
     """Folds to a constant: the window depends only on its (constant) size."""
     size = ctx.constant(0, "size")
     if size.size != 1:
-        raise ImportError_(f"size must hold one value, got shape {list(size.shape)}")
+        raise ModelImportError(f"size must hold one value, got shape {list(size.shape)}")
     length = int(size.reshape(-1)[0])
     code = ctx.attr_int("output_datatype", 1)
     if code not in ONNX_TO_DTYPE:
@@ -155,7 +155,7 @@ def mel_weight_matrix(ctx: NodeContext) -> Value:
     for i, what in enumerate(("num_mel_bins", "dft_length", "sample_rate", "lower_edge_hertz", "upper_edge_hertz")):
         data = ctx.constant(i, what)
         if data.size != 1:
-            raise ImportError_(f"{what} must hold one value, got shape {list(data.shape)}")
+            raise ModelImportError(f"{what} must hold one value, got shape {list(data.shape)}")
         scalars.append(data.reshape(-1)[0])
     bins, length, rate = (int(v) for v in scalars[:3])
     low, high = (float(v) for v in scalars[3:])

@@ -11,20 +11,20 @@ from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.tensor import AxisAttrs, PadAttrs, ShapeAttrs, SliceAttrs, TileAttrs, TransposeAttrs
-from ember.support.errors import ImportError_
+from ember.support.errors import ModelImportError
 
 
 def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     """ONNX axis in [-rank, rank) to [0, rank)."""
     if not -rank <= axis < rank:
-        raise ImportError_(f"{what} {axis} is out of range for rank {rank}")
+        raise ModelImportError(f"{what} {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
 def normalize_axes(axes: Sequence[int], rank: int, what: str = "axes") -> tuple[int, ...]:
     out = tuple(normalize_axis(a, rank, what) for a in axes)
     if len(set(out)) != len(out):
-        raise ImportError_(f"{what} {list(axes)} repeat an axis")
+        raise ModelImportError(f"{what} {list(axes)} repeat an axis")
     return out
 
 
@@ -37,27 +37,27 @@ def resolve_reshape(in_shape: Sequence[int], target: Sequence[int], allowzero: b
     for i, d in enumerate(target):
         if d == 0 and not allowzero:
             if i >= len(in_shape):
-                raise ImportError_(f"shape {list(target)} copies dimension {i} (0), but the input "
-                                   f"{list(in_shape)} has rank {len(in_shape)}")
+                raise ModelImportError(f"shape {list(target)} copies dimension {i} (0), but the input "
+                                       f"{list(in_shape)} has rank {len(in_shape)}")
             out.append(in_shape[i])
         elif d == -1:
             if inferred is not None:
-                raise ImportError_(f"shape {list(target)} has more than one -1")
+                raise ModelImportError(f"shape {list(target)} has more than one -1")
             inferred = i
             out.append(1)
         elif d < -1:
-            raise ImportError_(f"shape {list(target)} has an invalid dimension {d}")
+            raise ModelImportError(f"shape {list(target)} has an invalid dimension {d}")
         else:
             out.append(d)
     if inferred is not None:
         known = math.prod(out)
         if known == 0 or size % known:
-            raise ImportError_(f"cannot infer the -1 in shape {list(target)} for an input of shape "
-                               f"{list(in_shape)} ({size} elements)")
+            raise ModelImportError(f"cannot infer the -1 in shape {list(target)} for an input of shape "
+                                   f"{list(in_shape)} ({size} elements)")
         out[inferred] = size // known
     if math.prod(out) != size:
-        raise ImportError_(f"cannot reshape {list(in_shape)} ({size} elements) to {list(target)} "
-                           f"(resolved {out})")
+        raise ModelImportError(f"cannot reshape {list(in_shape)} ({size} elements) to {list(target)} "
+                               f"(resolved {out})")
     return tuple(out)
 
 
@@ -66,7 +66,7 @@ def reshape(ctx: NodeContext) -> Value:
     x = ctx.require(0)
     target = ctx.constant_ints(1, "shape")
     if target is None:
-        raise ImportError_("required input 1 (shape) is missing")
+        raise ModelImportError("required input 1 (shape) is missing")
     allowzero = ctx.opset >= 14 and bool(ctx.attr_int("allowzero", 0))
     return ctx.reshape(x, resolve_reshape(x.type.shape, target, allowzero), final=True)
 
@@ -77,7 +77,7 @@ def flatten(ctx: NodeContext) -> Value:
     rank = x.type.rank
     axis = ctx.attr_int("axis", 1)
     if not -rank <= axis <= rank:
-        raise ImportError_(f"axis {axis} is out of range for rank {rank}")
+        raise ModelImportError(f"axis {axis} is out of range for rank {rank}")
     axis = axis + rank if axis < 0 else axis
     dims = x.type.shape
     return ctx.reshape(x, (math.prod(dims[:axis]), math.prod(dims[axis:])), final=True)
@@ -90,7 +90,7 @@ def _axes(ctx: NodeContext, required: bool) -> tuple[int, ...] | None:
     else:
         axes = ctx.constant_ints(1, "axes")
     if axes is None and required:
-        raise ImportError_("axes are required")
+        raise ModelImportError("axes are required")
     return axes
 
 
@@ -105,7 +105,7 @@ def squeeze(ctx: NodeContext) -> Value:
         axes = normalize_axes(axes, len(dims))
         for a in axes:
             if dims[a] != 1:
-                raise ImportError_(f"cannot squeeze axis {a} of shape {list(dims)}: its size is not 1")
+                raise ModelImportError(f"cannot squeeze axis {a} of shape {list(dims)}: its size is not 1")
         keep = [d for i, d in enumerate(dims) if i not in axes]
     return ctx.reshape(x, keep, final=True)
 
@@ -128,7 +128,7 @@ def transpose(ctx: NodeContext) -> Value:
     perm = ctx.attr_ints("perm", None)
     perm = tuple(reversed(range(rank))) if perm is None else normalize_axes(perm, rank, "perm")
     if sorted(perm) != list(range(rank)):
-        raise ImportError_(f"perm {list(perm)} is not a permutation of {rank} axes")
+        raise ModelImportError(f"perm {list(perm)} is not a permutation of {rank} axes")
     if perm == tuple(range(rank)):
         return x
     return ctx.result("Transpose", [x], TransposeAttrs(perm))[0]
@@ -138,7 +138,7 @@ def transpose(ctx: NodeContext) -> Value:
 def concat(ctx: NodeContext) -> Value:
     values = [v for v in (ctx.input(i) for i in range(ctx.num_inputs)) if v is not None]
     if not values:
-        raise ImportError_("needs at least one input")
+        raise ModelImportError("needs at least one input")
     axis = normalize_axis(ctx.attr_int("axis"), values[0].type.rank)
     if len(values) == 1:
         return values[0]
@@ -149,7 +149,7 @@ def clamp_slice(dim: int, start: int, end: int, step: int) -> tuple[int, int]:
     """ONNX Slice bounds for one axis, clamped so range(start, end, step) gives the kept
     indices (end is -1 when a negative step runs through index 0)."""
     if step == 0:
-        raise ImportError_("slice step must not be zero")
+        raise ModelImportError("slice step must not be zero")
     if dim == 0:
         return 0, 0
     if start < 0:
@@ -171,13 +171,13 @@ def slice_(ctx: NodeContext) -> Value:
     else:
         starts, ends = ctx.constant_ints(1, "starts"), ctx.constant_ints(2, "ends")
         if starts is None or ends is None:
-            raise ImportError_("inputs starts and ends are required")
+            raise ModelImportError("inputs starts and ends are required")
         axes, steps = ctx.constant_ints(3, "axes"), ctx.constant_ints(4, "steps")
     axes = tuple(range(len(starts))) if axes is None else axes
     steps = (1,) * len(starts) if steps is None else steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
-        raise ImportError_(f"starts {list(starts)}, ends {list(ends)}, axes {list(axes)} and steps "
-                           f"{list(steps)} differ in length")
+        raise ModelImportError(f"starts {list(starts)}, ends {list(ends)}, axes {list(axes)} and steps "
+                               f"{list(steps)} differ in length")
     axes = normalize_axes(axes, rank)
     bounds = [clamp_slice(x.type.shape[a], s, e, st) for a, s, e, st in zip(axes, starts, ends, steps)]
     if all(b == (0, x.type.shape[a]) and st == 1 for a, b, st in zip(axes, bounds, steps)):
@@ -197,7 +197,7 @@ def gather(ctx: NodeContext) -> list[Value]:
 def expand(ctx: NodeContext) -> list[Value]:
     shape = ctx.constant_ints(1, "shape")
     if shape is None:
-        raise ImportError_("required input 1 (shape) is missing")
+        raise ModelImportError("required input 1 (shape) is missing")
     return ctx.result("Expand", [ctx.require(0)], ShapeAttrs(shape))
 
 
@@ -207,7 +207,7 @@ def pad(ctx: NodeContext) -> Value:
     rank = x.type.rank
     mode = ctx.attr_str("mode", "constant")
     if mode not in ("constant", "reflect", "edge", "wrap"):
-        raise ImportError_(f"mode '{mode}' is not one of constant, reflect, edge, wrap")
+        raise ModelImportError(f"mode '{mode}' is not one of constant, reflect, edge, wrap")
     if ctx.opset < 11:
         pads = ctx.attr_ints("pads")
         value = ctx.attr_float("value", 0.0)
@@ -215,22 +215,22 @@ def pad(ctx: NodeContext) -> Value:
     else:
         pads = ctx.constant_ints(1, "pads")
         if pads is None:
-            raise ImportError_("required input 1 (pads) is missing")
+            raise ModelImportError("required input 1 (pads) is missing")
         fill = ctx.optional_constant(2, "constant_value")
         if fill is not None and fill.size > 1:
-            raise ImportError_(f"constant_value must be a scalar, got shape {list(fill.shape)}")
+            raise ModelImportError(f"constant_value must be a scalar, got shape {list(fill.shape)}")
         value = 0.0 if fill is None or fill.size == 0 else float(fill.reshape(-1)[0])
         axes = ctx.constant_ints(3, "axes") if ctx.opset >= 18 else None
     if axes is not None:
         axes = normalize_axes(axes, rank)
         if len(pads) != 2 * len(axes):
-            raise ImportError_(f"pads {list(pads)} need {2 * len(axes)} values for axes {list(axes)}")
+            raise ModelImportError(f"pads {list(pads)} need {2 * len(axes)} values for axes {list(axes)}")
         full = [0] * (2 * rank)
         for k, a in enumerate(axes):
             full[a], full[a + rank] = pads[k], pads[k + len(axes)]
         pads = tuple(full)
     if len(pads) != 2 * rank:
-        raise ImportError_(f"pads {list(pads)} need {2 * rank} values for an input of rank {rank}")
+        raise ModelImportError(f"pads {list(pads)} need {2 * rank} values for an input of rank {rank}")
     if not any(pads):
         return x
     return ctx.result("Pad", [x], PadAttrs(tuple(pads), mode, value))[0]
@@ -240,5 +240,5 @@ def pad(ctx: NodeContext) -> Value:
 def tile(ctx: NodeContext) -> list[Value]:
     repeats = ctx.constant_ints(1, "repeats")
     if repeats is None:
-        raise ImportError_("required input 1 (repeats) is missing")
+        raise ModelImportError("required input 1 (repeats) is missing")
     return ctx.result("Tile", [ctx.require(0)], TileAttrs(repeats))
