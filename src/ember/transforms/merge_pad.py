@@ -5,11 +5,11 @@ import dataclasses
 import math
 
 from ember.graph import Node, Value
+from ember.ops.fused import get_activation
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import producer
 
 # Producers whose results are never negative (NaN aside), for rule 3.
-_NON_NEGATIVE_ACTIVATIONS = {"relu", "sigmoid", "hard_sigmoid"}
 _NON_NEGATIVE_OPS = {"Relu", "Sigmoid", "HardSigmoid", "Exp", "Abs", "Softmax"}
 
 
@@ -39,8 +39,7 @@ def _known_non_negative(value: Value) -> bool:
     if node.op == "Clip":
         return node.attrs.min is not None and node.attrs.min >= 0
     if node.op in ("FusedConv", "FullyConnected"):
-        activation = node.attrs.activation
-        return activation in _NON_NEGATIVE_ACTIVATIONS or (activation == "clip" and node.attrs.alpha >= 0)
+        return get_activation(node.attrs.activation).non_negative(node.attrs.alpha, node.attrs.beta)
     return False
 
 
@@ -86,7 +85,7 @@ def _max_pool_pad_is_neutral(pad: Node, value: float) -> bool:
     and the padded tensor is known non-negative (then 0 never exceeds a real element)."""
     if math.isinf(value) and value < 0:
         return True
-    return value == 0 and _known_non_negative(pad.inputs[0])
+    return value == 0 and _known_non_negative(pad.input(0))
 
 
 @register_pass

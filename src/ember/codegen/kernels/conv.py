@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ember.codegen.c_types import c_type, lowest
+from ember.codegen.c_writer import CWriter, init
 from ember.codegen.emitter import Emitter, param, threads_pragma
 from ember.codegen.kernels.gemm import Epilogue, gemm_b_scratch, gemm_call
 from ember.codegen.kernels.layouts import (
@@ -75,17 +76,18 @@ class ConvShape:
         self.depthwise = self.cg == 1 and self.out_channels == self.groups
         self.pointwise = self.kh == self.kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
 
-    @property
-    def geometry(self) -> str:
-        """The fields of ember_conv_geom after x, as designated initializers."""
+    def geometry(self, name: str, x: str) -> str:
+        """`ember_conv_geom name = { .x = x, .C = ..., ... };` for this convolution."""
         c = self.channels if self.depthwise else self.cg
-        fields = {"C": c, "H": self.height, "W": self.width, "KH": self.kh, "KW": self.kw, "SH": self.sh,
-                  "SW": self.sw, "PH": self.pt, "PW": self.pl, "DH": self.dh, "DW": self.dw, "OH": self.oh,
-                  "OW": self.ow}
-        return ", ".join(f".{name} = {value}" for name, value in fields.items())
+        return init("ember_conv_geom", name, x=x, C=c, H=self.height, W=self.width, KH=self.kh, KW=self.kw,
+                    SH=self.sh, SW=self.sw, PH=self.pt, PW=self.pl, DH=self.dh, DW=self.dw, OH=self.oh, OW=self.ow)
 
     def gemm_threads(self, options: KernelOptions) -> int:
         return threads_for(options.num_threads, self.mg * self.pixels * self.k)
+
+    def writer(self, em: Emitter) -> CWriter:
+        """A writer holding the pointers every convolution kernel starts from."""
+        return CWriter().line(*self.prologue(em))
 
     def prologue(self, em: Emitter) -> list[str]:
         return [
@@ -120,14 +122,12 @@ def _depthwise_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
     s = ConvShape(instr)
     image, plane = s.channels * s.height * s.width, s.out_channels * s.pixels
-    return "\n".join(s.prologue(em) + [
-        s.epilogue().c_init(),
-        f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
-        f"    ember_conv_geom g = {{ .x = x + nb * {image}, {s.geometry} }};",
-        f"    ember_depthwise(&g, {em.pointer(s.w, const=True)}, bias, res ? res + nb * {plane} : NULL, "
-        f"y + nb * {plane}, &ep, {em.scratch(instr)}, {param(instr, 'threads', 1)});",
-        "}",
-    ])
+    w = s.writer(em).line(s.epilogue().c_init())
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {image}"))
+        w.call("ember_depthwise", "&g", em.pointer(s.w, const=True), "bias", f"res ? res + nb * {plane} : NULL",
+               f"y + nb * {plane}", "&ep", em.scratch(instr), param(instr, "threads", 1))
+    return w.text()
 
 
 # conv_winograd ---------------------------------------------------------------------------
@@ -151,15 +151,13 @@ def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
                   plan=_winograd_plan)
 def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
     s = ConvShape(instr)
-    return "\n".join(s.prologue(em) + [
-        s.epilogue().c_init(),
-        f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
-        f"    ember_conv_geom g = {{ .x = x + nb * {s.channels * s.height * s.width}, {s.geometry} }};",
-        f"    long base = nb * {s.out_channels * s.pixels};",
-        f"    ember_winograd(&g, {s.mg}, {em.packed(instr)}, bias, res ? res + base : NULL, y + base, &ep, "
-        f"{em.scratch(instr)}, {param(instr, 'threads', 1)});",
-        "}",
-    ])
+    w = s.writer(em).line(s.epilogue().c_init())
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width}"),
+               f"long base = nb * {s.out_channels * s.pixels};")
+        w.call("ember_winograd", "&g", s.mg, em.packed(instr), "bias", "res ? res + base : NULL", "y + base", "&ep",
+               em.scratch(instr), param(instr, "threads", 1))
+    return w.text()
 
 
 # conv_direct -----------------------------------------------------------------------------
@@ -182,18 +180,15 @@ def emit_conv_direct(em: Emitter, instr: Instr) -> str:
     # The weights are read in place, row-major [M][C*KH*KW]: broadcasting A from K-strided rows
     # measured faster in the tile than from 8-row interleaved blocks.
     s = ConvShape(instr)
-    return "\n".join(s.prologue(em) + [
-        s.epilogue().c_init(),
-        f"for (long nb = 0; nb < {s.n_batch}; nb++)",
-        f"for (long gi = 0; gi < {s.groups}; gi++) {{",
-        f"    ember_conv_geom g = {{ .x = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width}, "
-        f"{s.geometry} }};",
-        f"    long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};",
-        f"    ember_conv_direct(&g, {s.mg}, {em.pointer(s.w, const=True)} + gi * {s.mg * s.k}, {em.table(instr)}, "
-        f"bias ? bias + gi * {s.mg} : NULL, res ? res + base : NULL, y + base, &ep, {em.scratch(instr)}, "
-        f"{param(instr, 'threads', 1)});",
-        "}",
-    ])
+    w = s.writer(em).line(s.epilogue().c_init())
+    w.line(f"for (long nb = 0; nb < {s.n_batch}; nb++)")
+    with w.block(f"for (long gi = 0; gi < {s.groups}; gi++)"):
+        w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width}"),
+               f"long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};")
+        w.call("ember_conv_direct", "&g", s.mg, f"{em.pointer(s.w, const=True)} + gi * {s.mg * s.k}", em.table(instr),
+               f"bias ? bias + gi * {s.mg} : NULL", "res ? res + base : NULL", "y + base", "&ep", em.scratch(instr),
+               param(instr, "threads", 1))
+    return w.text()
 
 
 # conv_pointwise_t ------------------------------------------------------------------------
@@ -221,14 +216,12 @@ def emit_conv_pointwise_t(em: Emitter, instr: Instr) -> str:
     m, image = s.mg, s.channels * s.height * s.width
     epilogue = s.epilogue(bias="bias", residual=f"res ? res + nb * {m * s.pixels} : NULL", ld_residual=s.pixels,
                           transposed=True)
-    call = gemm_call(m=s.pixels, n=m, k=s.k, a=f"x + nb * {image}", a_layout=(1, s.pixels, MR), b_packed=em.packed(instr),
-                     ldb=0, c=f"y + nb * {m * s.pixels}", ldc=s.pixels, threads=int(param(instr, "threads", 1)))
-    return "\n".join(s.prologue(em) + [
-        f"for (long nb = 0; nb < {s.n_batch}; nb++) {{",
-        f"    {epilogue.c_init()}",
-        f"    {call}",
-        "}",
-    ])
+    call = gemm_call(m=s.pixels, n=m, k=s.k, a=f"x + nb * {image}", a_layout=(1, s.pixels, MR),
+                     b_packed=em.packed(instr), ldb=0, c=f"y + nb * {m * s.pixels}", ldc=s.pixels, threads=int(param(instr, "threads", 1)))
+    w = s.writer(em)
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(epilogue.c_init(), call)
+    return w.text()
 
 
 # conv_gemm -------------------------------------------------------------------------------
@@ -251,16 +244,15 @@ def emit_conv_gemm(em: Emitter, instr: Instr) -> str:
     call = gemm_call(m=s.mg, n=s.pixels, k=s.k, a=f"{em.pointer(s.w, const=True)} + gi * {s.mg * s.k}",
                      a_layout=(s.k, 1, MR * s.k), c="y + base", scratch=em.scratch(instr),
                      threads=int(param(instr, "threads", 1)), **b_source)
-    return "\n".join(s.prologue(em) + [
-        f"for (long nb = 0; nb < {s.n_batch}; nb++)",
-        f"for (long gi = 0; gi < {s.groups}; gi++) {{",
-        f"    const float *xg = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width};",
-        f"    long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};",
-        *([] if direct else [f"    ember_conv_geom pk = {{ .x = xg, {s.geometry} }};"]),
-        f"    {epilogue.c_init()}",
-        f"    {call}",
-        "}",
-    ])
+    w = s.writer(em)
+    w.line(f"for (long nb = 0; nb < {s.n_batch}; nb++)")
+    with w.block(f"for (long gi = 0; gi < {s.groups}; gi++)"):
+        w.line(f"const float *xg = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width};",
+               f"long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};")
+        if not direct:
+            w.line(s.geometry("pk", "xg"))
+        w.line(epilogue.c_init(), call)
+    return w.text()
 
 
 # pooling and arg-reductions --------------------------------------------------------------
@@ -363,7 +355,8 @@ def emit_arg_reduce(em, instr: Instr) -> str:
         f"for (long o = 0; o < {outer}; o++) for (long i = 0; i < {inner}; i++) {{",
         f"    const {t} *row = x + o * {n * inner} + i;",
         f"    {t} best = row[0]; int64_t at = 0;",
-        f"    for (long j = 1; j < {n}; j++) if (row[j * {inner}] {better} best) {{ best = row[j * {inner}]; at = j; }}",
+        f"    for (long j = 1; j < {n}; j++)",
+        f"        if (row[j * {inner}] {better} best) {{ best = row[j * {inner}]; at = j; }}",
         f"    y[o * {inner} + i] = at;",
         "}",
     ])

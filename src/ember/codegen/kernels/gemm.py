@@ -13,6 +13,7 @@ import numpy as np
 
 from ember.codegen.c_constants import c_activation
 from ember.codegen.c_types import c_type
+from ember.codegen.c_writer import call, init
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.layouts import MR, NR, gemm_scratch_bytes, pack_panels, threads_for  # noqa: F401
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, broadcast_strides, is_whole_weight
@@ -36,13 +37,13 @@ class Epilogue:
 
     def c_init(self, name: str = "ep") -> str:
         """A designated initializer: every field named, the activation by its enum."""
-        fields = [f".bias = {self.bias}", f".bias_per_row = {int(self.bias_per_row)}",
-                  f".residual = {self.residual}", f".ld_residual = {self.ld_residual}",
-                  f".act = {c_activation(self.activation)}", f".alpha = {float(self.alpha).hex()}f",
-                  f".beta = {float(self.beta).hex()}f"]
+        fields: dict[str, object] = {
+            "bias": self.bias, "bias_per_row": int(self.bias_per_row), "residual": self.residual,
+            "ld_residual": self.ld_residual, "act": c_activation(self.activation),
+            "alpha": f"{float(self.alpha).hex()}f", "beta": f"{float(self.beta).hex()}f"}
         if self.transposed:
-            fields.append(".transposed = 1")
-        return f"ember_epilogue {name} = {{ {', '.join(fields)} }};"
+            fields["transposed"] = 1
+        return init("ember_epilogue", name, **fields)
 
 
 def gemm_call(*, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str, ldc: int | None = None,
@@ -53,11 +54,9 @@ def gemm_call(*, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int],
     k stride, 8-row block stride). B is exactly one of: b_packed (compile-time panels),
     b_direct (row-major [K, N] read in place), or packer + pack_ctx (panels built at run time)."""
     a_rs, a_ks, a_block = a_layout
-    args = [("M", m), ("N", n), ("K", k), ("a", a), ("a_rs", a_rs), ("a_ks", a_ks), ("a_block", a_block),
-            ("bp", b_packed), ("pack", packer), ("pack_ctx", pack_ctx), ("b_direct", b_direct),
-            ("ldb", n if ldb is None else ldb), ("koff", koff), ("c", c), ("ldc", n if ldc is None else ldc),
-            ("ep", epilogue), ("scratch", scratch), ("nthreads", threads)]
-    return "ember_gemm(" + ", ".join(f"/*{name}*/ {value}" for name, value in args) + ");"
+    return call("ember_gemm", M=m, N=n, K=k, a=a, a_rs=a_rs, a_ks=a_ks, a_block=a_block, bp=b_packed, pack=packer,
+                pack_ctx=pack_ctx, b_direct=b_direct, ldb=n if ldb is None else ldb, koff=koff, c=c,
+                ldc=n if ldc is None else ldc, ep=epilogue, scratch=scratch, nthreads=threads) + ";"
 
 
 def gemm_b_scratch(n: int, k: int, threads: int, b: str) -> int:
