@@ -10,11 +10,24 @@ Lines without a directive are ignored, so checks can carry comments.
 
 check_pass(ir, passes, checks) parses graph text (random weights for constants printed
 without data), runs the passes, FileChecks the printed result and compares the reference
-evaluation before and after on random inputs."""
+evaluation before and after on random inputs.
+
+check_file(path) runs one FileCheck test file (tests/filecheck/*.ir, graph IR or LIR): its
+`// RUN: ember opt %s --passes a,b [options]` line is the command, run in-process with %s
+the file itself; the `// CHECK...` lines of the same file are matched against what it
+prints, and the IR's outputs before and after the passes are compared on random inputs
+(the graph by the op table's reference, the LIR by the interpreter on its planned arena).
+`// RUN: not ember opt ...` expects the command to fail and matches its error output."""
 from __future__ import annotations
 
+import argparse
+import io
 import re
+import shlex
 from collections.abc import Mapping, Sequence
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -116,3 +129,76 @@ def check_pass(ir: str, passes: str | Sequence[str], checks: str, *,
         error = relative_error(actual[name], value)
         assert error <= rtol, f"output {name}: relative error {error:.3g} after {pipeline}"
     return after
+
+
+# -- FileCheck test files -------------------------------------------------------------------------
+
+_RUN = re.compile(r"^\s*//\s*RUN:(.*)$", re.MULTILINE)
+
+
+def run_line(text: str, path: Path) -> tuple[bool, list[str]]:
+    """(whether the command must fail, the `ember` arguments) of a file's one RUN line."""
+    runs = _RUN.findall(text)
+    if len(runs) != 1:
+        raise ValueError(f"{path}: a FileCheck file has exactly one '// RUN:' line, not {len(runs)}")
+    words = shlex.split(runs[0])
+    must_fail = words[:1] == ["not"]
+    words = words[1:] if must_fail else words
+    if words[:2] != ["ember", "opt"] or "%s" not in words:
+        raise ValueError(f"{path}: the RUN line is `[not] ember opt %s ...`, not {runs[0].strip()!r}")
+    return must_fail, ["opt", *(str(path) if word == "%s" else word for word in words[2:])]
+
+
+def check_file(path: Path, *, seeds: int = 2, rtol: float = 1e-5) -> None:
+    from ember.cli import main
+
+    text = path.read_text()
+    must_fail, argv = run_line(text, path)
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        status = main(argv)
+    if must_fail:
+        assert status != 0, f"{path.name}: `ember {' '.join(argv)}` succeeded; its RUN line says it fails"
+        filecheck(err.getvalue(), text)
+        return
+    assert status == 0, f"{path.name}: `ember {' '.join(argv)}` failed:\n{err.getvalue()}"
+    filecheck(out.getvalue(), text)
+    _check_numerics(text, argv, path.name, seeds, rtol)
+
+
+def _check_numerics(text: str, argv: list[str], name: str, seeds: int, rtol: float) -> None:
+    """The file's IR computes the same before and after its passes."""
+    from ember.cli import load_ir, opt_manager
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("command")
+    parser.add_argument("file")
+    parser.add_argument("--passes", default="")
+    parser.add_argument("--ir")
+    parser.add_argument("--backend")
+    parser.add_argument("--random-weights", action="store_true")
+    args, _ = parser.parse_known_args(argv)
+    registry, before = load_ir(text, ir=args.ir, random_weights=args.random_weights)
+    _, after = load_ir(text, ir=args.ir, random_weights=args.random_weights)
+    passes = [p.strip() for p in args.passes.split(",") if p.strip()]
+    opt_manager(registry, passes, backend=args.backend).run(after)
+    for seed in range(seeds):
+        expected, actual = _evaluate(registry.kind.name, before, seed), _evaluate(registry.kind.name, after, seed)
+        assert expected.keys() == actual.keys()
+        for output, value in expected.items():
+            error = relative_error(actual[output], value)
+            assert error <= rtol, f"{name}: output {output}: relative error {error:.3g} after {passes}"
+
+
+def _evaluate(kind: str, ir: Any, seed: int) -> dict[str, np.ndarray]:
+    if kind == "graph":
+        return evaluate_graph(ir, random_inputs(ir, seed))
+    from ember.backends.interpreter import InterpretedProgram
+    from ember.memory import plan_memory
+
+    rng = np.random.default_rng(seed)
+    inputs = [rng.standard_normal(b.type.shape).astype(b.type.dtype.numpy) if b.type.dtype.is_float
+              else np.zeros(b.type.shape, b.type.dtype.numpy) for b in ir.inputs]
+    plan_memory(ir)
+    results = InterpretedProgram(ir).run(inputs)
+    return {buffer.name: value for buffer, value in zip(ir.outputs, results, strict=True)}

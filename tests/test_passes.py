@@ -1,6 +1,8 @@
-"""The pass infrastructure: the pass manager (once / fixed point, verification, printing and
-timing after every pass), instrumentation, the rewrite engine, the default pipeline as data,
-`ember dump --print-after-all`, and the FileCheck helper itself."""
+"""The pass infrastructure, shared by both IRs: the pass manager (once / fixed point,
+verification, printing and timing after every pass), declared requires/ensures, the pass
+context, pass objects as pipeline entries, instrumentation of graph and LIR pipelines, the
+rewrite engine, the default pipeline as data, `ember dump --print-after-all`, and the
+FileCheck helper itself."""
 from __future__ import annotations
 
 import re
@@ -11,9 +13,13 @@ import pytest
 import ember  # noqa: F401  (registers passes and lowerings)
 from ember.cli import main as cli_main
 from ember.graph import Graph, Node, parse_graph, print_graph
+from ember.lir.passes import LIR, LIR_PASSES, LirPass, get_lir_pass, lir_pass_manager, run_lir_pipeline
+from ember.lir.text import parse_program, print_program
 from ember.passes import (
+    GRAPH_IR,
     PASSES,
     GraphPass,
+    PassContext,
     PassManager,
     PassTimer,
     PrintAfterAll,
@@ -137,6 +143,173 @@ def test_instrumentation_sees_every_manager_in_its_extent():
     assert [c.splitlines()[0] for c in chunks] == ["// after test-double-negation", "// after dce"]
     assert [r.name for r in timer.records] == ["test-double-negation", "dce"]
     assert "test-double-negation" in timer.report()
+
+
+# -- one infrastructure for both IRs ---------------------------------------------------------
+
+PROGRAM = """program "p" {
+  input %x: f32[4] "x"
+  output %y: f32[4] "y"
+  alloc %dead: f32[4]
+  Exp @out %dead, @in %x
+  dealloc %dead
+  Relu @out %y, @in %x
+}
+"""
+
+
+class _Declares(GraphPass):
+    """Test-only, never registered: records its run and declares what it is told to."""
+
+    def __init__(self, name: str, requires: tuple[str, ...] = (), ensures: tuple[str, ...] = (),
+                 log: list[str] | None = None) -> None:
+        self.name = name
+        self.requires = frozenset(requires)
+        self.ensures = frozenset(ensures)
+        self.log = [] if log is None else log
+
+    def run(self, graph: Graph) -> bool:
+        self.log.append(self.name)
+        return False
+
+
+def test_a_pass_requiring_what_no_earlier_pass_ensures_is_refused_before_anything_runs():
+    log: list[str] = []
+    manager = PassManager([_Declares("lower-it", log=log), _Declares("schedule-it", requires=("lowered",), log=log)])
+    with pytest.raises(EmberError, match="pass 'schedule-it' requires 'lowered', which no earlier pass ensures"):
+        manager.run(parse_graph(CHAIN))
+    assert log == []  # nothing ran
+
+
+def test_requirements_are_met_by_earlier_passes_or_the_initial_properties():
+    log: list[str] = []
+    manager = PassManager([_Declares("lower-it", ensures=("lowered",), log=log),
+                           _Declares("schedule-it", requires=("lowered",), ensures=("scheduled",), log=log)])
+    manager.run(parse_graph(CHAIN))
+    assert log == ["lower-it", "schedule-it"]
+    assert manager.properties == {"lowered", "scheduled"}
+    # A later pipeline takes over what an earlier one established.
+    later = PassManager([_Declares("plan-it", requires=("scheduled",), log=log)], properties=manager.properties)
+    later.run(parse_graph(CHAIN))
+    assert log[-1] == "plan-it" and later.properties == {"lowered", "scheduled"}
+    # A requirement ensured only by a later pass is still refused.
+    with pytest.raises(EmberError, match="requires 'lowered'"):
+        PassManager([_Declares("b", requires=("lowered",)), _Declares("a", ensures=("lowered",))]).run(
+            parse_graph(CHAIN))
+
+
+def test_the_lir_reads_its_properties_off_the_program():
+    program = parse_program(PROGRAM)
+    assert LIR.properties(program) == {"scheduled"}  # allocs without offsets, no kernels
+    need_plan = _LirDeclares("needs-plan", requires=("memory-planned",))
+    with pytest.raises(EmberError, match="LIR pass 'needs-plan' requires 'memory-planned'"):
+        run_lir_pipeline(program, [need_plan])
+    planned = parse_program(PROGRAM.replace("alloc %dead: f32[4]", "alloc %dead: f32[4] at 0"))
+    assert LIR.properties(planned) == {"scheduled", "memory-planned"}
+    run_lir_pipeline(planned, [need_plan])
+    assert need_plan.ran
+
+
+class _LirDeclares(LirPass):
+    """Test-only, never registered (every registered LIR pass needs a text test)."""
+
+    def __init__(self, name: str, requires: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.requires = frozenset(requires)
+        self.ran = False
+        self.seen_context = None
+
+    def run(self, program) -> bool:
+        self.ran = True
+        self.seen_context = self.context
+        return False
+
+
+def test_passes_see_the_pipeline_context_and_entries_may_be_pass_objects():
+    context = PassContext(backend="a backend", options={"threads": 2})
+    lir_pass = _LirDeclares("look")
+    run_lir_pipeline(parse_program(PROGRAM), ["dse", lir_pass], context=context)
+    assert lir_pass.seen_context is context and context.options == {"threads": 2}
+    graph_pass = _Declares("look")
+    PassManager([graph_pass, "dce"], context=context).run(parse_graph(CHAIN))
+    assert graph_pass.context is context
+    # Without a context the pass keeps its own (class default None).
+    fresh = _LirDeclares("fresh")
+    run_lir_pipeline(parse_program(PROGRAM), [fresh])
+    assert fresh.ran and fresh.seen_context is None
+    assert PassContext().backend is None and PassContext().options == {}
+
+
+def test_a_pass_of_the_other_ir_is_refused():
+    with pytest.raises(EmberError, match="'dse' .* is not a pass: this pipeline runs on the graph IR"):
+        PassManager([get_lir_pass("dse")])
+    with pytest.raises(EmberError, match="unknown LIR pass 'dce'"):
+        run_lir_pipeline(parse_program(PROGRAM), ["dce"])
+    with pytest.raises(TypeError):
+        PassManager([42])
+
+
+def test_registries_are_dicts_of_pass_classes_with_their_ir_kind():
+    assert PASSES.kind is GRAPH_IR and LIR_PASSES.kind is LIR
+    assert isinstance(PASSES["dce"](), GraphPass) and isinstance(LIR_PASSES["dse"](), LirPass)
+    with pytest.raises(ValueError, match="registered twice"):
+        @register_pass
+        class _Again(GraphPass):
+            name = "dce"
+    with pytest.raises(ValueError, match="does not derive from GraphPass"):
+        PASSES.register(type("Odd", (LirPass,), {"name": "test-odd"}))
+    assert "test-odd" not in PASSES
+
+
+def test_lir_pipelines_verify_time_and_print_after_each_pass():
+    program = parse_program(PROGRAM)
+    printed: list[tuple[str, str]] = []
+    manager = lir_pass_manager(["dse", "delete-dead-allocs"], print_after=lambda n, t: printed.append((n, t)))
+    assert manager.run(program)
+    assert [(t.name, t.changed) for t in manager.timings] == [("dse", True), ("delete-dead-allocs", True)]
+    filecheck(printed[-1][1], 'CHECK: program "p"\nCHECK-NOT: %dead')
+    assert printed[-1][1] == print_program(program)
+
+    class _Break(LirPass):
+        name = "break"
+
+        def run(self, program) -> bool:
+            program.instrs.insert(0, program.instrs.pop(1))  # Exp writes %dead before its alloc
+            return True
+
+    with pytest.raises(VerificationError, match="after LIR pass 'break'"):
+        run_lir_pipeline(parse_program(PROGRAM), [_Break()])
+    run_lir_pipeline(parse_program(PROGRAM), [_Break()], verify=False)
+
+
+def test_instrumentation_sees_lir_passes_and_prints_them_as_lir():
+    chunks: list[str] = []
+    timer = PassTimer()
+    with instrumented(PrintAfterAll(chunks.append, only_changed=True), timer):
+        PassManager(["test-double-negation"]).run(parse_graph(CHAIN))
+        run_lir_pipeline(parse_program(PROGRAM), ["dse", "hoist-dealloc"])
+    assert chunks[0].startswith("// after test-double-negation\ngraph \"chain\" {")
+    assert chunks[1].startswith("// after dse\nprogram \"p\" {")
+    assert chunks[2] == "// after hoist-dealloc (unchanged)\n"
+    assert [(r.name, r.ir) for r in timer.records] == [("test-double-negation", "graph"), ("dse", "lir"),
+                                                      ("hoist-dealloc", "lir")]
+    assert timer.records[1].nodes_after == 3  # LIR instructions after dse: alloc, dealloc, Relu
+    report = timer.report()
+    assert re.search(r"^dse\s+\d+\.\d+\s+1\s+1\s+lir$", report, re.MULTILINE), report
+
+
+def test_dump_print_after_all_and_time_passes_cover_lir_passes(capsys):
+    from ember.lir.passes import DEFAULT_LIR_PIPELINE
+
+    assert cli_main(["dump", str(REPO / "examples" / "lenet.onnx"), "--stage", "lir",
+                     "--print-after-all", "--time-passes"]) == 0
+    captured = capsys.readouterr()
+    headers = re.findall(r"^// after ([\w-]+)$", captured.out, re.MULTILINE)
+    assert headers[-len(DEFAULT_LIR_PIPELINE):] == DEFAULT_LIR_PIPELINE
+    last = captured.out.rsplit("// after", 1)[1]
+    filecheck(last, 'CHECK: delete-dead-allocs\nCHECK-NEXT: program "lenet" {')
+    assert re.search(r"^share-buffers\s.*\slir$", captured.err, re.MULTILINE), captured.err
+    assert re.search(r"^fuse-activations\s.*\sgraph$", captured.err, re.MULTILINE), captured.err
 
 
 # -- rewrite engine -------------------------------------------------------------------------

@@ -5,20 +5,27 @@
                      [--print-after-all] [--time-passes]
     ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime] [--rounds R] [--seconds S] [--cold]
     ember bundle MODEL --target T -o DIR [--prefix NAME]
+    ember opt FILE --passes A,B,... [--ir graph|lir] [--backend B] [--print-after-all] [--time-passes]
+                   [--random-weights] [-o OUT]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ember.driver import STAGES
 from ember.support.errors import EmberError
+
+if TYPE_CHECKING:
+    from ember.passes import PassManager, PassRegistry
 
 _REFERENCE_HELP = ("an .npz holding in_<input name> arrays (used as inputs) and out_<i> arrays "
                    "(the expected outputs, in model output order)")
@@ -46,11 +53,27 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--stage", choices=[*STAGES, "c"], default="graph",
                       help="c prints the cpu backend's generated source (implies --backend cpu)")
     dump.add_argument("--format", choices=["text", "dot"], default="text")
-    dump.add_argument("--backend", default="interpreter")
+    dump.add_argument("--backend", default="cpu",
+                      help="whose pipeline to show (default cpu: its lowering, fusion and kernel choices)")
     dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     dump.add_argument("--print-after-all", action="store_true",
-                      help="print the graph after every pass ('// after <pass>' headers) before the stage")
-    dump.add_argument("--time-passes", action="store_true", help="print the time each pass took (to stderr)")
+                      help="print the IR after every graph and LIR pass ('// after <pass>' headers) before the stage")
+    dump.add_argument("--time-passes", action="store_true",
+                      help="print the time each graph and LIR pass took (to stderr)")
+
+    opt = commands.add_parser("opt", help="run named passes over a text IR file (graph or LIR), print the result")
+    opt.add_argument("file", help="graph or LIR text, as `ember dump` prints it ('-': standard input); "
+                                  "lines starting with // are comments")
+    opt.add_argument("--passes", default="", metavar="A,B,...", help="pass names, run in this order")
+    opt.add_argument("--ir", choices=["graph", "lir"],
+                     help="the input's IR (default: from its first word, graph or program)")
+    opt.add_argument("--backend", help="the target passes see in their context (e.g. cpu for select-kernels)")
+    opt.add_argument("--print-after-all", action="store_true",
+                     help="print the IR after every pass ('// after <pass>' headers) before the result")
+    opt.add_argument("--time-passes", action="store_true", help="print the time each pass took (to stderr)")
+    opt.add_argument("--random-weights", action="store_true",
+                     help="fill constants and weights printed without data with seeded random data")
+    opt.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of standard output")
 
     bench = commands.add_parser("bench", help="median latency, optionally side by side with ONNX Runtime")
     bench.add_argument("model")
@@ -79,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
             return _bundle(args)
         if args.command == "bench":
             return _bench(args)
+        if args.command == "opt":
+            return _opt(args)
         return _dump(args)
     except EmberError as err:
         print(f"ember: error: {err}", file=sys.stderr)
@@ -177,21 +202,15 @@ def _compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], t
 
 
 def _dump(args: argparse.Namespace) -> int:
-    from ember.driver import compile_model
+    from ember.backends import get_backend
+    from ember.driver import load_model, prepare_program
     from ember.graph import graph_to_dot, print_graph
     from ember.lir.text import print_program
     from ember.memory import format_plan
 
     captured: dict[str, str] = {}
-    if args.stage == "c":
-        args.backend = "cpu"
 
     def observe(stage: str, artifact: Any) -> None:
-        if stage == "lir" and args.stage == "c":
-            from ember.codegen import generate_c
-
-            captured["c"] = generate_c(artifact, 1).source
-            return
         if stage != args.stage:
             return
         if stage in ("lir", "memory"):
@@ -202,19 +221,158 @@ def _dump(args: argparse.Namespace) -> int:
             captured[stage] = graph_to_dot(artifact) if args.format == "dot" else print_graph(artifact)
 
     import ember  # noqa: F401  (registers passes and lowerings)
+    from ember.passes import PassInstrumentation, PassTimer, PrintAfterAll, instrumented
 
-    from ember.passes import PassTimer, PrintAfterAll, instrumented
-
+    backend = get_backend(args.backend)
+    if args.stage == "c" and not hasattr(backend, "generate"):
+        raise EmberError(f"backend '{args.backend}' generates no C; use --backend cpu")
+    # Graph and LIR pipelines alike report to these.
     timer = PassTimer()
-    hooks = [timer] if args.time_passes else []
+    hooks: list[PassInstrumentation] = [timer] if args.time_passes else []
     if args.print_after_all:
         hooks.append(PrintAfterAll(sys.stdout.write))
     with instrumented(*hooks):
-        compile_model(args.model, backend=args.backend, input_shapes=_shapes(args.shape), observer=observe)
+        # Everything up to the memory plan: dumping needs no build of native code.
+        program, _, _ = prepare_program(load_model(args.model, _shapes(args.shape)), backend, observe)
+    if args.stage == "c":
+        captured["c"] = backend.generate(program).source  # type: ignore[attr-defined]
     sys.stdout.write(captured[args.stage])
     if args.time_passes:
         sys.stderr.write(timer.report())
     return 0
+
+
+_COMMENT_LINE = re.compile(r"^[ \t]*//[^\n]*$", re.MULTILINE)
+_FIRST_WORD = re.compile(r"[A-Za-z_]\w*")
+# A constant (graph) or weight (LIR) declared without data: `const @w: f32[8,3,3,3]`.
+_DATALESS = re.compile(r'^[ \t]*(?:const|weight)[ \t]+@("(?:[^"\\\n]|\\.)*"|[A-Za-z0-9_.]+)[ \t]*:[ \t]*'
+                       r"(\w+)\[([\d, ]*)\]([^\n]*)$", re.MULTILINE)
+
+
+def _opt(args: argparse.Namespace) -> int:
+    from ember.passes import PassInstrumentation, PassTimer, PrintAfterAll, instrumented
+
+    source = "standard input" if args.file == "-" else args.file
+    try:
+        text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise EmberError(f"cannot read {source}: {err}") from None
+    registry = ir_registry(text, ir=args.ir, source=source)
+    manager = opt_manager(registry, [name.strip() for name in args.passes.split(",") if name.strip()],
+                          backend=args.backend, source=source)
+    _, ir = load_ir(text, ir=registry.kind.name, random_weights=args.random_weights, source=source)
+    timer = PassTimer()
+    hooks: list[PassInstrumentation] = [timer] if args.time_passes else []
+    if args.print_after_all:
+        hooks.append(PrintAfterAll(sys.stdout.write))
+    with instrumented(*hooks):
+        manager.run(ir)
+    result = registry.kind.print(ir)
+    if args.output:
+        try:
+            Path(args.output).write_text(result)
+        except OSError as err:
+            raise EmberError(f"cannot write {args.output}: {err}") from None
+    else:
+        sys.stdout.write(result)
+    if args.time_passes:
+        sys.stderr.write(timer.report())
+    return 0
+
+
+def _registries() -> dict[str, PassRegistry]:
+    """The pass registries `ember opt` knows, by IR kind name, every pass registered."""
+    import ember  # noqa: F401  (registers the graph passes and lowerings)
+    import ember.codegen  # noqa: F401  (registers the cpu backend's LIR passes)
+    from ember.lir.passes import LIR_PASSES
+    from ember.passes import PASSES
+
+    return {registry.kind.name: registry for registry in (PASSES, LIR_PASSES)}
+
+
+def ir_registry(text: str, *, ir: str | None = None, source: str = "<input>") -> PassRegistry:
+    """The PassRegistry of the IR named `ir` ("graph", "lir"), or of the IR whose text starts
+    with the first word of `text` (comments skipped)."""
+    registries = _registries()
+    return registries[ir or _detect_ir(_COMMENT_LINE.sub("", text), registries, source)]
+
+
+def load_ir(text: str, *, ir: str | None = None, random_weights: bool = False,
+            source: str = "<input>") -> tuple[PassRegistry, Any]:
+    """Parses graph or LIR text as `ember opt` reads it: lines starting with // are comments;
+    the IR is `ir` ("graph", "lir") or told by the first word (graph, program); constants
+    and weights without data get seeded random data with random_weights, else are an error
+    that says so. Returns (the IR's PassRegistry, the parsed IR)."""
+    from ember.support.errors import ParseError
+
+    registry = ir_registry(text, ir=ir, source=source)
+    text = _COMMENT_LINE.sub("", text)  # blank, so parse errors keep their line numbers
+    parse = registry.kind.parse
+    assert parse is not None
+    try:
+        return registry, parse(text, _random_weights(text) if random_weights else {})
+    except ParseError as err:
+        hint = ""
+        if "no inline data" in str(err):
+            hint = (" (`ember dump` prints large constants and weights by name only; give the data inline, "
+                    "or pass --random-weights to fill them with seeded random data)")
+        raise EmberError(f"{source}: {err}{hint}") from None
+
+
+def opt_manager(registry: PassRegistry, names: list[str], *, backend: str | None = None,
+                source: str = "<input>") -> PassManager:
+    """A verifying PassManager for `names` over `registry`'s IR, with the named backend (if
+    any) in its pass context. A pass of the other IR is named as such."""
+    from ember.passes import PassContext, PassManager
+
+    for name in names:
+        if name in registry:
+            continue
+        for other in _registries().values():
+            if name in other:
+                raise EmberError(f"'{name}' is a pass over the {other.kind.name} IR, but {source} holds "
+                                 f"{registry.kind.name} IR (known {registry.label}es: {', '.join(sorted(registry))})")
+    context = None
+    if backend:
+        from ember.backends import get_backend
+
+        context = PassContext(backend=get_backend(backend))
+    return PassManager(names, registry=registry, context=context, verify=True)
+
+
+def _detect_ir(text: str, registries: dict[str, PassRegistry], source: str) -> str:
+    """The IR whose text starts with the first word of `text` (`#` comments skipped)."""
+    body = re.sub(r"#[^\n]*", "", text)
+    match = _FIRST_WORD.search(body)
+    word = match.group(0) if match else ""
+    for name, registry in registries.items():
+        if registry.kind.keyword == word:
+            return name
+    keywords = " or ".join(f"'{r.kind.keyword}' ({name})" for name, r in registries.items())
+    raise EmberError(f"cannot tell the IR of {source}: it starts with '{word}', not {keywords}; pass --ir")
+
+
+def _random_weights(text: str, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded data for every constant or weight the text declares without data: standard
+    normal for floating-point types, zeros for the others."""
+    from ember.types import DType
+
+    rng = np.random.default_rng(seed)
+    weights: dict[str, np.ndarray] = {}
+    for raw, dtype_name, dims, rest in _DATALESS.findall(text):
+        if "=" in rest:
+            continue
+        try:
+            dtype = DType.from_name(dtype_name)
+        except ValueError:
+            continue  # the parser reports it
+        name = json.loads(raw) if raw.startswith('"') else raw
+        shape = tuple(int(d) for d in dims.replace(" ", "").split(",") if d)
+        if dtype.is_float:
+            weights[name] = rng.standard_normal(shape).astype(dtype.numpy)
+        else:
+            weights[name] = np.zeros(shape, dtype.numpy)
+    return weights
 
 
 def _bench(args: argparse.Namespace) -> int:
