@@ -57,7 +57,8 @@ class Worker:
 
 def compare(base_src: Path, model: Path, threads: int, rounds: int, seconds: float) -> dict:
     with tempfile.TemporaryDirectory() as cache_a, tempfile.TemporaryDirectory() as cache_b:
-        workers = [Worker("base", base_src, model, threads, cache_a), Worker("head", REPO / "src", model, threads, cache_b)]
+        workers = [Worker("base", base_src, model, threads, cache_a),
+                   Worker("head", REPO / "src", model, threads, cache_b)]
         medians: dict[str, list[float]] = {"base": [], "head": []}
         try:
             for round_ in range(rounds):
@@ -86,12 +87,14 @@ def main() -> int:
     print(f"# {cpu}; working tree vs {args.base}; ratio < 1: the working tree is faster")
     with tempfile.TemporaryDirectory() as folder:
         worktree = Path(folder) / "base"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(worktree), args.base], check=True)
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(worktree), args.base],
+                       check=True)
         try:
             for name in args.models.split(","):
                 for threads in [int(t) for t in args.threads.split(",")]:
                     r = compare(worktree / "src", SHARED / f"{name}.onnx", threads, args.rounds, args.seconds)
-                    print(f"{name:<15} threads={threads}  base {r['base'] * 1e3:8.3f} ms  head {r['head'] * 1e3:8.3f} ms  "
+                    print(f"{name:<15} threads={threads}  base {r['base'] * 1e3:8.3f} ms  "
+                          f"head {r['head'] * 1e3:8.3f} ms  "
                           f"head/base {r['ratio']:.3f} [{r['q1']:.3f}, {r['q3']:.3f}]", flush=True)
         finally:
             subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(worktree)], check=False)

@@ -49,7 +49,7 @@ def compare(expected: list, actual: Iterable) -> None:
     """Raises AssertionError when `actual` does not match `expected` (ONNX runner rules)."""
     actual = list(actual)
     np.testing.assert_equal(len(actual), len(expected), err_msg="number of outputs")
-    for i, (ref, out) in enumerate(zip(expected, actual)):
+    for i, (ref, out) in enumerate(zip(expected, actual, strict=True)):
         if isinstance(ref, list):
             if not isinstance(out, list | tuple):
                 raise AssertionError(f"output {i} must be a sequence, got {type(out).__name__}")

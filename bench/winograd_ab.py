@@ -38,7 +38,7 @@ def main() -> int:
     expected = [reference[key] for key in reference.files if key.startswith("out_")]
     for name, model in builds.items():
         outputs = list(model.run(feeds).values())
-        error = max(float(np.max(np.abs(o - e)) / np.max(np.abs(e))) for o, e in zip(outputs, expected))
+        error = max(float(np.max(np.abs(o - e)) / np.max(np.abs(e))) for o, e in zip(outputs, expected, strict=True))
         print(f"{name:9} max relative error vs reference {error:.2e}")
     times: dict[str, list[float]] = {name: [] for name in builds}
     for _ in range(args.rounds):
@@ -51,7 +51,7 @@ def main() -> int:
             times[name].append((time.perf_counter() - start) / 5)
     for name, values in times.items():
         print(f"{name:9} {statistics.median(values) * 1e3:8.2f} ms")
-    ratios = [w / d for w, d in zip(times["winograd"], times["direct"])]
+    ratios = [w / d for w, d in zip(times["winograd"], times["direct"], strict=True)]
     print(f"winograd / direct: {statistics.median(ratios):.3f} (median of {args.rounds} rounds)")
     return 0
 

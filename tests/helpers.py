@@ -13,7 +13,7 @@ def evaluate_graph(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.
     env.update({c: c.data for c in graph.constants.values()})
     for node in graph.nodes:
         results = node.opdef.evaluate(node.attrs, [None if v is None else env[v] for v in node.inputs])
-        env.update(zip(node.outputs, results))
+        env.update(zip(node.outputs, results, strict=True))
     return {o.name: env[o.value] for o in graph.outputs}
 
 

@@ -8,14 +8,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.graph import Graph
-from ember.ops.elementwise import _BINARY_ARITH, _COMPARE, _LOGIC, _UNARY_FLOAT, _UNARY_NUMERIC
-from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, CastAttrs, ClipAttrs
+from ember.ops.elementwise import (
+    _BINARY_ARITH,
+    _COMPARE,
+    _LOGIC,
+    _UNARY_FLOAT,
+    _UNARY_NUMERIC,
+    AlphaAttrs,
+    AlphaBetaAttrs,
+    CastAttrs,
+    ClipAttrs,
+)
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs
 from ember.ops.nn import BatchNormAttrs, ConvAttrs, GemmAttrs, PoolAttrs
 from ember.ops.reduce import ArgReduceAttrs, LayerNormAttrs, ReduceAttrs, SoftmaxAttrs
 from ember.ops.rnn import GRUAttrs
-from ember.ops.tensor import (AxisAttrs, PadAttrs, ReshapeAttrs, ShapeAttrs, SliceAttrs, TileAttrs,
-                              TransposeAttrs)
+from ember.ops.tensor import AxisAttrs, PadAttrs, ReshapeAttrs, ShapeAttrs, SliceAttrs, TileAttrs, TransposeAttrs
 from ember.types import DType, TensorType
 
 F32, I64, I32, BOOL, F64 = DType.FLOAT32, DType.INT64, DType.INT32, DType.BOOL, DType.FLOAT64
@@ -170,18 +178,32 @@ add(Case("Silu", [(F32, (4, 33))]))
 # Ops added for ONNX conformance (ops/math.py, indexing.py, normalization.py, loss.py, attention.py,
 # quant.py, conv.py, resize.py, recurrent.py, linalg.py).
 from ember.ops.attention import AttentionAttrs, RotaryAttrs  # noqa: E402
-from ember.ops.conv import (Col2ImAttrs, ConvTransposeAttrs, LpPoolAttrs, MaxPoolIndicesAttrs,  # noqa: E402
-                            MaxUnpoolAttrs)
+from ember.ops.conv import Col2ImAttrs, ConvTransposeAttrs, LpPoolAttrs, MaxPoolIndicesAttrs, MaxUnpoolAttrs  # noqa: E402
 from ember.ops.indexing import AxisAttrs as ElementsAxisAttrs  # noqa: E402
-from ember.ops.indexing import (BlockAttrs, CumulativeAttrs, GatherNDAttrs, OneHotAttrs,  # noqa: E402
-                                ReverseSequenceAttrs, ScatterAttrs, ScatterNDAttrs, TensorScatterAttrs, TopKAttrs,
-                                TriluAttrs)
+from ember.ops.indexing import (  # noqa: E402
+    BlockAttrs,
+    CumulativeAttrs,
+    GatherNDAttrs,
+    OneHotAttrs,
+    ReverseSequenceAttrs,
+    ScatterAttrs,
+    ScatterNDAttrs,
+    TensorScatterAttrs,
+    TopKAttrs,
+    TriluAttrs,
+)
 from ember.ops.linalg import EinsumAttrs  # noqa: E402
 from ember.ops.loss import LossAttrs  # noqa: E402
-from ember.ops.math import (BitCastAttrs, BitShiftAttrs, CeluAttrs, IsInfAttrs, SeluAttrs, ShrinkAttrs,  # noqa: E402
-                            ThresholdAttrs)
-from ember.ops.normalization import (AxesAttrs, EpsilonAttrs, GroupNormAttrs, HardmaxAttrs, LpNormAttrs,  # noqa: E402
-                                     LRNAttrs, RMSNormAttrs)
+from ember.ops.math import BitCastAttrs, BitShiftAttrs, CeluAttrs, IsInfAttrs, SeluAttrs, ShrinkAttrs, ThresholdAttrs  # noqa: E402
+from ember.ops.normalization import (  # noqa: E402
+    AxesAttrs,
+    EpsilonAttrs,
+    GroupNormAttrs,
+    HardmaxAttrs,
+    LpNormAttrs,
+    LRNAttrs,
+    RMSNormAttrs,
+)
 from ember.ops.quant import QuantizeAttrs  # noqa: E402
 from ember.ops.recurrent import RecurrentAttrs  # noqa: E402
 from ember.ops.resize import ResizeAttrs  # noqa: E402

@@ -16,10 +16,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ember.support.errors import EmberError
 
@@ -27,7 +29,7 @@ from ember.support.errors import EmberError
 _HANDOFF_SECONDS = 0.05
 
 
-def _inputs_for(session_inputs: list[tuple[str, tuple[int, ...], np.dtype]], reference: Path | None) -> dict:
+def _inputs_for(session_inputs: Sequence[tuple[str, tuple[int, ...], npt.DTypeLike]], reference: Path | None) -> dict:
     data = dict(np.load(reference)) if reference and reference.exists() else {}
     rng = np.random.default_rng(0)
     feeds = {}
@@ -59,7 +61,8 @@ def _load(engine: str, model: str, threads: int, backend: str) -> tuple[Callable
         t0 = time.perf_counter()
         compiled = ember.compile(model, backend=backend, num_threads=threads)
         info = {"compile_seconds": time.perf_counter() - t0}
-        specs = [(s.name, s.type.shape, s.type.dtype.numpy) for s in compiled.inputs]
+        specs: list[tuple[str, tuple[int, ...], npt.DTypeLike]] = [
+            (s.name, s.type.shape, s.type.dtype.numpy) for s in compiled.inputs]
         feeds = _inputs_for(specs, reference)
         return (lambda: compiled.run(feeds)), info
     if engine == "onnxruntime":
@@ -105,7 +108,8 @@ def serve(engine: str, model: str, threads: int, backend: str) -> None:
 class _Worker:
     def __init__(self, engine: str, model: str, threads: int, backend: str, cache_dir: str | None = None):
         self.engine = engine
-        code = "import sys; from ember.bench import serve; serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])"
+        code = ("import sys; from ember.bench import serve; "
+                "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])")
         # NumPy's own BLAS pool would spin on the cores the engine under test uses (Ember folds
         # constants with NumPy at compile time): one BLAS thread, for both engines alike.
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -115,10 +119,12 @@ class _Worker:
         self._process = subprocess.Popen([sys.executable, "-c", code, engine, model, str(threads), backend],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                          text=True, env=env)
+        assert self._process.stdin is not None and self._process.stdout is not None  # both PIPE
+        self._requests, self._replies = self._process.stdin, self._process.stdout
         self.info = self._reply()
 
     def _reply(self) -> dict[str, Any]:
-        line = self._process.stdout.readline()
+        line = self._replies.readline()
         reply = json.loads(line) if line else {}
         if "error" in reply or not reply:
             self._stderr.seek(0)
@@ -128,13 +134,13 @@ class _Worker:
         return reply
 
     def block(self, seconds: float, min_runs: int) -> list[float]:
-        self._process.stdin.write(json.dumps({"seconds": seconds, "min_runs": min_runs}) + "\n")
-        self._process.stdin.flush()
+        self._requests.write(json.dumps({"seconds": seconds, "min_runs": min_runs}) + "\n")
+        self._requests.flush()
         return self._reply()["times"]
 
     def close(self) -> None:
         if self._process.poll() is None:
-            self._process.stdin.close()
+            self._requests.close()
             try:
                 self._process.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -180,7 +186,7 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
             summary["compile_cached"] = _compile_seconds(model, threads, backend, cache)
         others = [e for e in engines if e != "ember"]
         if "ember" in engines and others:
-            ratios = sorted(a / b for a, b in zip(block_medians["ember"], block_medians[others[0]]))
+            ratios = sorted(a / b for a, b in zip(block_medians["ember"], block_medians[others[0]], strict=True))
             quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
             summary["ratio"] = statistics.median(ratios)
             summary["ratio_q1"], summary["ratio_q3"] = quartiles[0], quartiles[2]

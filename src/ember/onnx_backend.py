@@ -86,7 +86,7 @@ class EmberBackendRep(BackendRepBase):
         inputs = list(inputs)
         if len(inputs) != len(names):
             raise InputError(f"the model takes {len(names)} inputs {names}, got {len(inputs)}")
-        return dict(zip(names, inputs))
+        return dict(zip(names, inputs, strict=True))
 
     def _specialized(self, feeds: dict[str, Any]) -> CompiledModel:
         bound = list(self.bound)

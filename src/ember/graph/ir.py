@@ -65,6 +65,14 @@ class Node:
         self.attrs = attrs
         self.outputs: list[Value] = []
 
+    def input(self, index: int) -> Value:
+        """Operand `index`, one the op requires. Only optional operands may be absent (None in
+        `inputs`), and infer_types rejects a node whose required operand is missing."""
+        value = self.inputs[index]
+        if value is None:
+            raise VerificationError(f"{self.location}: operand {index} is absent")
+        return value
+
     @property
     def opdef(self) -> OpDef:
         return get_op(self.op)

@@ -112,7 +112,8 @@ def _parse_constant(stream: TokenStream, graph: Graph, weights: Mapping[str, np.
     else:
         raise ParseError(f"constant '{token.name}' has no inline data and no entry in the weights", token.line)
     if tuple(data.shape) != type_.shape or data.dtype != type_.dtype.numpy:
-        raise ParseError(f"weights for '{token.name}' are {data.dtype}{list(data.shape)}, text says {type_}", token.line)
+        raise ParseError(f"weights for '{token.name}' are {data.dtype}{list(data.shape)}, text says {type_}",
+                         token.line)
     try:
         return graph.add_constant(data, token.name, exact=True)
     except VerificationError as err:
@@ -159,7 +160,7 @@ def _parse_node(stream: TokenStream, graph: Graph, values: dict[str, Value]) -> 
         outs = graph.add_node(opdef.name, operands, attrs, name=node_name, result_names=[n for n, _ in results])
     except VerificationError as err:
         raise ParseError(str(err), line) from None
-    if outs[0].producer.name != node_name:
+    if graph.nodes[-1].name != node_name:  # add_node appended it
         raise ParseError(f"node name '{node_name}' is used twice", line)
     for out, (name, declared) in zip(outs, results, strict=True):
         if out.name != name:

@@ -44,7 +44,7 @@ def verify_graph(graph: Graph) -> None:
             raise VerificationError(f"{where}: {err}") from None
         if len(expected) != len(node.outputs):
             raise VerificationError(f"{where}: has {len(node.outputs)} results, op defines {len(expected)}")
-        for i, (out, type_) in enumerate(zip(node.outputs, expected)):
+        for i, (out, type_) in enumerate(zip(node.outputs, expected, strict=True)):
             if out.type != type_:
                 raise VerificationError(f"{where}: result {i} is typed {out.type}, inference gives {type_}")
             if out.producer is not node or out.index != i:

@@ -47,9 +47,9 @@ def generate_program(graph: Graph) -> Program:
 
     last_use: dict[Value, int] = {}
     for index, node in enumerate(graph.nodes):
-        for value in node.inputs:
-            if value is not None:
-                last_use[value] = index
+        for operand in node.inputs:
+            if operand is not None:
+                last_use[operand] = index
 
     for index, node in enumerate(graph.nodes):
         if node.op not in INSTRS:

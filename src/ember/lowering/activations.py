@@ -20,7 +20,7 @@ from ember.ops.elementwise import AlphaBetaAttrs
 def lower_gelu(graph: Graph, node: Node) -> list[Value]:
     """none: x * 0.5 * (1 + erf(x / sqrt(2)));
     tanh: x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))."""
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: GeluAttrs = node.attrs
     dtype = x.type.dtype
     name = node.name
@@ -40,7 +40,7 @@ def lower_gelu(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("HardSwish")
 def lower_hard_swish(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     gate = graph.add("HardSigmoid", x, attrs=AlphaBetaAttrs(HARD_SWISH_ALPHA, HARD_SWISH_BETA),
                      name=f"{node.name}.gate")
     return [graph.add("Mul", x, gate, name=node.name)]
@@ -48,6 +48,6 @@ def lower_hard_swish(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("Silu")
 def lower_silu(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     gate = graph.add("Sigmoid", x, name=f"{node.name}.gate")
     return [graph.add("Mul", x, gate, name=node.name)]

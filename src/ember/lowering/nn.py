@@ -11,7 +11,7 @@ from ember.ops.tensor import ReshapeAttrs, TransposeAttrs
 def lower_gemm(graph: Graph, node: Node) -> list[Value]:
     """alpha * op(A) @ op(B) + beta * C  ->  MatMul (+ Transpose, Mul, Add)."""
     attrs: GemmAttrs = node.attrs
-    a, b, c = node.inputs
+    a, b, c = node.input(0), node.input(1), node.inputs[2]
     dtype = a.type.dtype
     if attrs.transA:
         a = graph.add("Transpose", a, attrs=TransposeAttrs((1, 0)), name=f"{node.name}.transA")
@@ -33,7 +33,7 @@ def lower_batchnorm(graph: Graph, node: Node) -> list[Value]:
     broadcast over the channel axis. With constant statistics, constant folding turns s and t
     into two weights."""
     attrs: BatchNormAttrs = node.attrs
-    x, scale, bias, mean, var = node.inputs
+    x, scale, bias, mean, var = (node.input(i) for i in range(5))
     dtype = x.type.dtype
     channels = x.type.shape[1]
     std = graph.add("Sqrt", graph.add("Add", var, scalar(graph, attrs.epsilon, dtype, "epsilon")))

@@ -9,7 +9,7 @@ from ember.ops.shape_util import normalize_axis
 
 
 def _shifted(graph: Graph, node: Node) -> tuple[Value, ReduceAttrs]:
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: SoftmaxAttrs = node.attrs
     reduce_attrs = ReduceAttrs((normalize_axis(attrs.axis, x.type.rank),), True)
     peak = graph.add("ReduceMax", x, attrs=reduce_attrs, name=f"{node.name}.max")
@@ -35,7 +35,7 @@ def lower_log_softmax(graph: Graph, node: Node) -> list[Value]:
 @lowering("LayerNormalization")
 def lower_layer_norm(graph: Graph, node: Node) -> list[Value]:
     """(x - mean) / sqrt(var + eps) * scale + bias over axes [axis, rank)."""
-    x, scale, bias = node.inputs
+    x, scale, bias = node.input(0), node.inputs[1], node.inputs[2]
     attrs: LayerNormAttrs = node.attrs
     axes = tuple(range(normalize_axis(attrs.axis, x.type.rank), x.type.rank))
     reduce_attrs = ReduceAttrs(axes, True)

@@ -17,7 +17,7 @@ def _reduce(graph: Graph, op: str, x: Value, axes: tuple[int, ...], keepdims: bo
 
 @lowering("ReduceMean")
 def lower_reduce_mean(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: ReduceAttrs = node.attrs
     axes = normalize_axes(attrs.axes, x.type.rank)
     count = math.prod(x.type.shape[a] for a in axes)
@@ -31,7 +31,7 @@ def _squared(graph: Graph, x: Value, name: str) -> Value:
 
 @lowering("ReduceSumSquare")
 def lower_sum_square(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: ReduceAttrs = node.attrs
     return [_reduce(graph, "ReduceSum", _squared(graph, x, f"{node.name}.sq"), attrs.axes, attrs.keepdims,
                     node.name)]
@@ -39,7 +39,7 @@ def lower_sum_square(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("ReduceL2")
 def lower_l2(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: ReduceAttrs = node.attrs
     total = _reduce(graph, "ReduceSum", _squared(graph, x, f"{node.name}.sq"), attrs.axes, attrs.keepdims,
                     f"{node.name}.sum")
@@ -48,7 +48,7 @@ def lower_l2(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("ReduceL1")
 def lower_l1(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: ReduceAttrs = node.attrs
     absolute = graph.add("Abs", x, name=f"{node.name}.abs")
     return [_reduce(graph, "ReduceSum", absolute, attrs.axes, attrs.keepdims, node.name)]
@@ -56,7 +56,7 @@ def lower_l1(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("ReduceLogSum")
 def lower_log_sum(graph: Graph, node: Node) -> list[Value]:
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: ReduceAttrs = node.attrs
     total = _reduce(graph, "ReduceSum", x, attrs.axes, attrs.keepdims, f"{node.name}.sum")
     return [graph.add("Log", total, name=node.name)]
@@ -65,7 +65,7 @@ def lower_log_sum(graph: Graph, node: Node) -> list[Value]:
 @lowering("ReduceLogSumExp")
 def lower_log_sum_exp(graph: Graph, node: Node) -> list[Value]:
     """log(sum(exp(x - m))) + m with m = max(x): exact and overflow-free."""
-    (x,) = node.inputs
+    x = node.input(0)
     attrs: ReduceAttrs = node.attrs
     peak = _reduce(graph, "ReduceMax", x, attrs.axes, True, f"{node.name}.max")
     shifted = graph.add("Exp", graph.add("Sub", x, peak), name=f"{node.name}.exp")

@@ -28,7 +28,8 @@ def _transposed_direction(graph: Graph, weights: Value, k: int, name: str) -> Va
 
 def _direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[list[Value], Value]:
     """Unrolls one direction; returns the per-step hidden states in time order and the last."""
-    x, w, r, b, h0 = node.inputs
+    x, w, r = node.input(0), node.input(1), node.input(2)
+    b, h0 = node.inputs[3:]
     attrs: GRUAttrs = node.attrs
     seq, batch, inputs = x.type.shape
     hidden = attrs.hidden_size
@@ -55,7 +56,7 @@ def _direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[list[Va
     projected = graph.add("Add", graph.add("MatMul", flat_x, w_t, name=f"{prefix}.xw"), x_bias,
                           name=f"{prefix}.xwb")
     if h0 is None:
-        h = graph.add_constant(np.zeros((batch, hidden), dtype.numpy), f"{prefix}.h0")
+        h: Value = graph.add_constant(np.zeros((batch, hidden), dtype.numpy), f"{prefix}.h0")
     else:
         h = _reshape(graph, _slice(graph, h0, 0, k, k + 1, f"{prefix}.h0"), (batch, hidden), f"{prefix}.h0")
 
@@ -84,7 +85,7 @@ def _direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[list[Va
 
 @lowering("GRU")
 def lower_gru(graph: Graph, node: Node) -> list[Value]:
-    x = node.inputs[0]
+    x = node.input(0)
     attrs: GRUAttrs = node.attrs
     seq, batch, _ = x.type.shape
     hidden = attrs.hidden_size

@@ -21,7 +21,7 @@ def aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
 class Interval:
     """`buffer` is live from instruction `start` through `end` and needs `size` bytes
     (its byte size rounded up to the alignment). Two intervals conflict when they share
-    an instruction index."""
+    an instruction index. Placement never reads `buffer`, so tests of it pass None."""
 
     buffer: Buffer | None
     start: int
@@ -37,7 +37,9 @@ def live_intervals(program: Program, alignment: int = ALIGNMENT) -> list[Interva
     ends: dict[int, int] = {}
     for index, instr in enumerate(program.instrs):
         if instr.name == ALLOC:
-            starts[id(instr.operands[0])] = (index, instr.operands[0])
+            buffer = instr.operands[0]
+            assert buffer is not None, "a marker names its buffer"
+            starts[id(buffer)] = (index, buffer)
         elif instr.name == DEALLOC:
             ends[id(instr.operands[0])] = index
     last = len(program.instrs)

@@ -52,8 +52,8 @@ def _by_max_live(tie_break: Callable[[Interval], tuple]) -> Order:
             candidates = np.flatnonzero(left & (starts <= t) & (ends >= t))
             if len(candidates) == 0:  # only zero-size intervals remain
                 candidates = np.flatnonzero(left)
-            best = min(candidates, key=lambda i: tie_break(intervals[i]))
-            chosen.append(int(best))
+            best = min(candidates.tolist(), key=lambda i: tie_break(intervals[i]))
+            chosen.append(best)
             left[best] = False
             live[starts[best]:ends[best] + 1] -= sizes[best]
         return chosen
@@ -84,7 +84,7 @@ def place(intervals: Sequence[Interval], strategies: Sequence[str] | None = None
         order = STRATEGIES[name](intervals)
         for fit in ("first-fit", "best-fit"):
             offsets = _place_in_order(intervals, order, best_fit=fit == "best-fit")
-            arena = max((o + i.size for o, i in zip(offsets, intervals)), default=0)
+            arena = max((o + i.size for o, i in zip(offsets, intervals, strict=True)), default=0)
             if best is None or arena < best.arena:
                 best = Placement(tuple(offsets), arena, f"{name}, {fit}")
             if best.arena <= bound:
@@ -100,7 +100,7 @@ def _place_in_order(intervals: Sequence[Interval], order: list[int], best_fit: b
     placed = np.zeros(len(intervals), dtype=bool)
     for index in order:
         busy = np.flatnonzero(placed & (starts <= ends[index]) & (ends >= starts[index]))
-        segments = sorted(zip(offsets[busy].tolist(), (offsets[busy] + sizes[busy]).tolist()))
+        segments = sorted(zip(offsets[busy].tolist(), (offsets[busy] + sizes[busy]).tolist(), strict=True))
         offsets[index] = _gap(segments, int(sizes[index]), best_fit)
         placed[index] = True
     return offsets.tolist()

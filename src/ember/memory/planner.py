@@ -17,16 +17,18 @@ def plan_memory(program: Program, alignment: int = ALIGNMENT,
     """Sets `offset` on every activation that owns storage and returns the plan."""
     intervals = live_intervals(program, alignment)
     placement = place(intervals, strategies)
-    for interval, offset in zip(intervals, placement.offsets):
-        interval.buffer.offset = offset
-    placements = tuple(BufferPlacement(i.buffer, o, i.size, i.start, i.end)
-                       for i, o in zip(intervals, placement.offsets))
+    placements: list[BufferPlacement] = []
+    for interval, offset in zip(intervals, placement.offsets, strict=True):
+        buffer = interval.buffer
+        assert buffer is not None, "live_intervals gives every interval its buffer"
+        buffer.offset = offset
+        placements.append(BufferPlacement(buffer, offset, interval.size, interval.start, interval.end))
     return MemoryPlan(
         program=program.name,
-        placements=placements,
+        placements=tuple(placements),
         arena_bytes=placement.arena,
         lower_bound_bytes=max_live_bytes(intervals),
-        unshared_bytes=sum(i.buffer.type.nbytes for i in intervals),
+        unshared_bytes=sum(p.buffer.type.nbytes for p in placements),
         weight_bytes=program.weight_bytes(),
         instructions=len(program.instrs),
         strategy=placement.strategy,

@@ -69,7 +69,7 @@ def _conv_transpose(attrs: ConvTransposeAttrs, arrays):
     for offset in itertools.product(*(range(k) for k in kernel)):
         contribution = np.einsum(f"ngc{letters},gcm->ngm{letters}", xg, wg[(slice(None),) * 3 + offset])
         index = tuple(slice(o * d, o * d + s * (size - 1) + 1, s) for o, d, s, size in
-                      zip(offset, attrs.dilations, attrs.strides, x.shape[2:]))
+                      zip(offset, attrs.dilations, attrs.strides, x.shape[2:], strict=True))
         full[(slice(None),) * 3 + index] += contribution
     full = full.reshape((n, g * m) + tuple(full_dims))
     out = np.zeros(out_type.shape)
@@ -196,7 +196,8 @@ def _max_unpool_infer(attrs: MaxUnpoolAttrs, types):
     x, indices = types
     if indices.shape != x.shape or indices.dtype is not DType.INT64:
         raise OpError(f"MaxUnpool indices {indices} must be i64 of the input's shape {list(x.shape)}")
-    if len(attrs.output) != x.rank - 2 or any(o < d for o, d in zip(attrs.output, attrs.default_dims(x.shape[2:]))):
+    if len(attrs.output) != x.rank - 2 or any(
+            o < d for o, d in zip(attrs.output, attrs.default_dims(x.shape[2:]), strict=True)):
         raise OpError(f"MaxUnpool output {list(attrs.output)} is smaller than the unpooled input")
     return (x.with_shape(x.shape[:2] + attrs.output),)
 
@@ -251,7 +252,7 @@ def _col2im(attrs: Col2ImAttrs, arrays):
     cols = x.astype(np.float64).reshape((n, c) + attrs.block_shape + blocks)
     for offset in itertools.product(*(range(k) for k in attrs.block_shape)):
         index = tuple(slice(o * d, o * d + s * (nb - 1) + 1, s) for o, d, s, nb in
-                      zip(offset, attrs.dilations, attrs.strides, blocks))
+                      zip(offset, attrs.dilations, attrs.strides, blocks, strict=False))
         image[(slice(None),) * 2 + index] += cols[(slice(None),) * 2 + offset]
     crop = tuple(slice(attrs.pads[i], attrs.pads[i] + attrs.image_shape[i]) for i in range(spatial))
     return (image[(slice(None),) * 2 + crop].astype(x.dtype),)

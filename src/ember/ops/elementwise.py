@@ -154,12 +154,12 @@ def _binary_reference(fn):
     return reference
 
 
-for _name, _fn in _BINARY_ARITH.items():
+for _name, _binary_fn in _BINARY_ARITH.items():
     _traits = ELEMENTWISE | ({"commutative"} if _name in _COMMUTATIVE else set())
-    define_op(OpDef(_name, ("a", "b"), ("c",), _binary_infer(_name, "same"), _binary_reference(_fn),
+    define_op(OpDef(_name, ("a", "b"), ("c",), _binary_infer(_name, "same"), _binary_reference(_binary_fn),
                     traits=frozenset(_traits)))
-for _name, _fn in {**_COMPARE, **_LOGIC}.items():
-    define_op(OpDef(_name, ("a", "b"), ("c",), _binary_infer(_name, "bool"), _binary_reference(_fn),
+for _name, _binary_fn in {**_COMPARE, **_LOGIC}.items():
+    define_op(OpDef(_name, ("a", "b"), ("c",), _binary_infer(_name, "bool"), _binary_reference(_binary_fn),
                     traits=ELEMENTWISE))
 
 
@@ -188,8 +188,12 @@ def _where_infer(attrs, types):
     return (TensorType(dtype, broadcast_shapes(cond.shape, x.shape, y.shape)),)
 
 
-define_op(OpDef("Where", ("condition", "x", "y"), ("z",), _where_infer,
-                lambda a, xs: (np.where(xs[0], xs[1], xs[2]),), traits=ELEMENTWISE))
+def _where_reference(attrs, arrays):
+    cond, x, y = arrays
+    return (np.where(cond, x, y),)
+
+
+define_op(OpDef("Where", ("condition", "x", "y"), ("z",), _where_infer, _where_reference, traits=ELEMENTWISE))
 
 
 @dataclass(frozen=True)

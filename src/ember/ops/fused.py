@@ -112,7 +112,7 @@ def epilogue_of(op: str, attrs: Any) -> Epilogue | None:
         return "relu", 0.0, 0.0
     activation = ACTIVATION_BY_OP.get(op)
     params = activation.params(attrs) if activation is not None else None
-    if params is None:
+    if activation is None or params is None:
         return None
     return activation.name, params[0], params[1]
 

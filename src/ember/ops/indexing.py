@@ -35,7 +35,7 @@ def _gather_elements_infer(attrs: AxisAttrs, types):
     data, indices = types
     _check_indices(indices, "GatherElements")
     axis = normalize_axis(attrs.axis, data.rank)
-    if indices.rank != data.rank or any(i > d for k, (i, d) in enumerate(zip(indices.shape, data.shape))
+    if indices.rank != data.rank or any(i > d for k, (i, d) in enumerate(zip(indices.shape, data.shape, strict=True))
                                         if k != axis):
         raise OpError(f"GatherElements indices {indices} must have the rank of data {data}, no larger off axis {axis}")
     return (data.with_shape(indices.shape),)
@@ -372,7 +372,7 @@ def _reverse_sequence(attrs: ReverseSequenceAttrs, arrays):
     y = x.copy()
     for b, length in enumerate(lens.astype(np.int64)):
         length = int(min(max(length, 0), x.shape[attrs.time_axis]))
-        src = [slice(None)] * x.ndim
+        src: list[slice | int] = [slice(None)] * x.ndim
         src[attrs.batch_axis] = b
         src[attrs.time_axis] = slice(0, length)
         y[tuple(src)] = np.flip(x[tuple(src)], 0)
@@ -397,7 +397,7 @@ def _tensor_scatter_infer(attrs: TensorScatterAttrs, types):
     if attrs.mode not in ("linear", "circular"):
         raise OpError(f"TensorScatter mode '{attrs.mode}' is not linear or circular")
     if axis == 0 or update.rank != cache.rank or update.dtype != cache.dtype or any(
-            u != c for i, (u, c) in enumerate(zip(update.shape, cache.shape)) if i != axis) \
+            u != c for i, (u, c) in enumerate(zip(update.shape, cache.shape, strict=True)) if i != axis) \
             or update.shape[axis] > cache.shape[axis]:
         raise OpError(f"TensorScatter update {update} does not fit cache {cache} along axis {axis}")
     if indices is not None:

@@ -26,7 +26,7 @@ def parse_einsum(equation: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...
     sizes: dict[str, int] = {}
     ellipsis: tuple[int, ...] = ()
     counts: dict[str, int] = {}
-    for term, shape in zip(terms, shapes):
+    for term, shape in zip(terms, shapes, strict=True):
         letters = term.replace("...", "")
         if not letters.isalpha() and letters:
             raise OpError(f"Einsum '{equation}': bad term '{term}'")
@@ -38,7 +38,7 @@ def parse_einsum(equation: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...
         if "..." in term:
             ellipsis = broadcast_shapes(ellipsis, tuple(dims[before:before + extra]))
             dims = dims[:before] + dims[before + extra:]
-        for letter, dim in zip(letters, dims):
+        for letter, dim in zip(letters, dims, strict=True):
             counts[letter] = counts.get(letter, 0) + 1
             if sizes.setdefault(letter, dim) != dim:
                 raise OpError(f"Einsum '{equation}': '{letter}' is {sizes[letter]} and {dim}")
@@ -46,10 +46,10 @@ def parse_einsum(equation: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...
         out_letters = rhs.replace("...", "")
         if any(c not in sizes for c in out_letters):
             raise OpError(f"Einsum '{equation}': output letters must appear in the inputs")
-        before = rhs.index("...") if "..." in rhs else None
+        at = rhs.index("...") if "..." in rhs else None
         out = [sizes[c] for c in out_letters]
-        if before is not None:
-            return tuple(out[:before] + list(ellipsis) + out[before:])
+        if at is not None:
+            return tuple(out[:at] + list(ellipsis) + out[at:])
         return tuple(out)
     return ellipsis + tuple(sizes[c] for c in sorted(c for c, n in counts.items() if n == 1))
 

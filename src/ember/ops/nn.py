@@ -104,7 +104,8 @@ def _conv_infer(attrs: ConvAttrs, types):
     if attrs.group < 1 or channels % attrs.group or out_channels % attrs.group:
         raise OpError(f"Conv group {attrs.group} does not divide {channels} input / {out_channels} output channels")
     if w.shape[1] * attrs.group != channels:
-        raise OpError(f"Conv weight {list(w.shape)} expects {w.shape[1] * attrs.group} input channels, input has {channels}")
+        raise OpError(f"Conv weight {list(w.shape)} expects {w.shape[1] * attrs.group} input channels, "
+                      f"input has {channels}")
     if b is not None and b.shape != (out_channels,):
         raise OpError(f"Conv bias must have shape [{out_channels}], got {list(b.shape)}")
     dims = tuple(
@@ -128,7 +129,7 @@ def windows(x: np.ndarray, kernel, strides, pads, dilations, pad_value, out_dims
     xp = np.pad(x, widths, mode="constant", constant_values=pad_value)
     extents = tuple(dilations[i] * (kernel[i] - 1) + 1 for i in range(spatial))
     view = sliding_window_view(xp, extents, axis=tuple(range(2, 2 + spatial)))
-    index = (slice(None), slice(None))
+    index: tuple[slice, ...] = (slice(None), slice(None))
     index += tuple(slice(0, (out_dims[i] - 1) * strides[i] + 1, strides[i]) for i in range(spatial))
     index += tuple(slice(None, None, dilations[i]) for i in range(spatial))
     return view[index]

@@ -1,7 +1,7 @@
 """Normalizations beyond BatchNormalization and LayerNormalization: InstanceNormalization,
 GroupNormalization, LRN, MeanVarianceNormalization, LpNormalization, RMSNormalization, and
 Hardmax. Statistics are computed in float64 and the result rounded once to the input type.
-All are primitives without a C kernel yet (see codegen/exemptions.py)."""
+All are primitives; the cpu backend refuses them until its kernel registry has kernels for them."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -84,8 +84,8 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, attrs: Q
     q = np.rint(scaled).astype(np.float64)
     if zero is not None:
         q = q + broadcast_param(zero, x.shape, attrs.axis, attrs.block_size).astype(np.float64)
-    info = ml_dtypes.iinfo(target.numpy)
-    return np.clip(q, int(info.min), int(info.max)).astype(target.numpy)
+    bounds = ml_dtypes.iinfo(target.numpy)
+    return np.clip(q, int(bounds.min), int(bounds.max)).astype(target.numpy)
 
 
 define_op(OpDef("QuantizeLinear", ("x", "scale", "zero_point?"), ("y",), _quantize_infer,

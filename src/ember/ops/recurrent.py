@@ -58,7 +58,7 @@ class RecurrentAttrs:
         names = self.activations[direction * count:(direction + 1) * count]
         alphas = (self.alphas or (None,) * len(self.activations))[direction * count:(direction + 1) * count]
         betas = (self.betas or (None,) * len(self.activations))[direction * count:(direction + 1) * count]
-        return [_activation(n, a, b) for n, a, b in zip(names, alphas, betas)]
+        return [_activation(n, a, b) for n, a, b in zip(names, alphas, betas, strict=False)]
 
 
 def _infer(op: str, gates: int, states: int):
@@ -110,7 +110,7 @@ def _run(attrs: RecurrentAttrs, arrays, gates: int, step):
             active = t < lens
             index = np.where(active, (lens - 1 - t) if reverse else t, 0)
             new = step(k, x[index, np.arange(batch)], states)
-            states = [np.where(active[:, None], n, s) for n, s in zip(new, states)]
+            states = [np.where(active[:, None], n, s) for n, s in zip(new, states, strict=True)]
             y[index[active], k, np.arange(batch)[active]] = states[0][active]
         finals.append(states)
     dtype = arrays[0].dtype

@@ -25,8 +25,10 @@ class NoAttrs:
     """Attributes of an op that has none."""
 
 
-InferFn = Callable[[Any, Sequence[TensorType | None]], tuple[TensorType, ...]]
-ReferenceFn = Callable[[Any, Sequence[np.ndarray | None]], tuple[np.ndarray, ...]]
+# Rules receive one entry per operand, None for an absent optional one. The entries are typed
+# Any: most rules take required operands only, which mypy cannot tell from optional ones.
+InferFn = Callable[[Any, Sequence[Any]], tuple[TensorType, ...]]
+ReferenceFn = Callable[[Any, Sequence[Any]], tuple[np.ndarray, ...]]
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,8 @@ OPS: dict[str, OpDef] = {}
 def define_op(op: OpDef) -> OpDef:
     if op.name in OPS:
         raise ValueError(f"op {op.name} is defined twice")
-    if not dataclasses.is_dataclass(op.attrs) or not op.attrs.__dataclass_params__.frozen:
+    # __dataclass_params__ is not in typeshed's DataclassInstance protocol.
+    if not dataclasses.is_dataclass(op.attrs) or not op.attrs.__dataclass_params__.frozen:  # type: ignore[attr-defined]
         raise TypeError(f"attributes of {op.name} must be a frozen dataclass")
     OPS[op.name] = op
     return op

@@ -9,7 +9,6 @@ import numpy as np
 from ember.ops.elementwise import _sigmoid
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float, same_dtype
-from ember.types import TensorType
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,8 @@ def gru_step(x_proj: np.ndarray, h_prev: np.ndarray, r_weight: np.ndarray, r_bia
 
 
 def _gru(attrs: GRUAttrs, arrays):
-    x, w, r, b, h0 = (None if a is None else a.astype(np.float64) for a in arrays)
+    x, w, r = (a.astype(np.float64) for a in arrays[:3])
+    b, h0 = (None if a is None else a.astype(np.float64) for a in arrays[3:])
     seq, batch, _ = x.shape
     h, d = attrs.hidden_size, attrs.num_directions
     b = np.zeros((d, 6 * h)) if b is None else b

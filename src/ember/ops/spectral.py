@@ -50,7 +50,7 @@ def _dft(attrs: DFTAttrs, arrays):
     (x,) = arrays
     z = _complex(x)
     if attrs.inverse and attrs.onesided:
-        out = np.fft.irfft(z, n=attrs.length, axis=attrs.axis)[..., None]
+        out: np.ndarray = np.fft.irfft(z, n=attrs.length, axis=attrs.axis)[..., None]
     elif attrs.inverse:
         out = _pairs(np.fft.ifft(z, n=attrs.length, axis=attrs.axis))
     else:

@@ -59,7 +59,7 @@ def _concat_infer(attrs: AxisAttrs, types):
     total = 0
     for t in types:
         if t.rank != first.rank or any(
-            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis
+            a != b for i, (a, b) in enumerate(zip(t.shape, first.shape, strict=True)) if i != axis
         ):
             raise OpError(f"Concat operands {list(first.shape)} and {list(t.shape)} differ off axis {axis}")
         total += t.shape[axis]
@@ -95,7 +95,7 @@ def _slice_infer(attrs: SliceAttrs, types):
     if not (len(attrs.axes) == len(attrs.starts) == len(attrs.ends) == len(attrs.steps)):
         raise OpError("Slice axes, starts, ends and steps differ in length")
     shape = list(t.shape)
-    for axis, start, end, step in zip(attrs.axes, attrs.starts, attrs.ends, attrs.steps):
+    for axis, start, end, step in zip(attrs.axes, attrs.starts, attrs.ends, attrs.steps, strict=True):
         if not 0 <= axis < t.rank or step == 0:
             raise OpError(f"bad Slice axis {axis} or step {step} for shape {list(t.shape)}")
         shape[axis] = len(range(start, end, step))
@@ -178,12 +178,12 @@ def _pad_reference(attrs: PadAttrs, arrays):
     (x,) = arrays
     rank = x.ndim
     begins, ends = attrs.pads[:rank], attrs.pads[rank:]
-    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends)))
+    crop = tuple(slice(max(-b, 0), x.shape[i] - max(-e, 0)) for i, (b, e) in enumerate(zip(begins, ends, strict=True)))
     x = x[crop]
-    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends)]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begins, ends, strict=True)]
     if attrs.mode == "constant":
         return (np.pad(x, widths, mode="constant", constant_values=np.asarray(attrs.value).astype(x.dtype)),)
-    return (np.pad(x, widths, mode=attrs.mode),)
+    return (np.pad(x, widths, mode=attrs.mode),)  # type: ignore[call-overload]  # str mode, checked by _pad_infer
 
 
 define_op(OpDef("Pad", ("x",), ("y",), _pad_infer, _pad_reference, attrs=PadAttrs, traits=DATA_MOVEMENT))
@@ -198,7 +198,7 @@ def _tile_infer(attrs: TileAttrs, types):
     (t,) = types
     if len(attrs.repeats) != t.rank or any(r < 0 for r in attrs.repeats):
         raise OpError(f"Tile repeats {list(attrs.repeats)} do not fit rank {t.rank}")
-    return (t.with_shape(tuple(d * r for d, r in zip(t.shape, attrs.repeats))),)
+    return (t.with_shape(tuple(d * r for d, r in zip(t.shape, attrs.repeats, strict=True))),)
 
 
 define_op(OpDef("Tile", ("x",), ("y",), _tile_infer, lambda a, xs: (np.tile(xs[0], a.repeats),),

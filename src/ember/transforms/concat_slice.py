@@ -12,6 +12,11 @@ def _axis(node: Node) -> int:
     return normalize_axis(node.attrs.axis, node.outputs[0].type.rank)
 
 
+def _operands(concat: Node) -> list[Value]:
+    """A Concat's operands (it has no optional ones)."""
+    return [concat.input(i) for i in range(len(concat.inputs))]
+
+
 @pattern("Concat")
 def single_operand_concat(rw: Rewriter, node: Node) -> Value | None:
     if len(node.inputs) != 1:
@@ -24,12 +29,12 @@ def flatten_nested_concat(rw: Rewriter, node: Node) -> Value | None:
     axis = _axis(node)
     operands: list[Value] = []
     flattened = False
-    for value in node.inputs:
+    for value in _operands(node):
         inner = producer(value, "Concat")
         # Only an inner concat that nothing else reads: otherwise it is computed anyway and
         # flattening would copy its data a second time.
         if inner is not None and _axis(inner) == axis and rw.only_used_by(value, [node]):
-            operands.extend(inner.inputs)
+            operands.extend(_operands(inner))
             flattened = True
         else:
             operands.append(value)
@@ -41,7 +46,7 @@ def flatten_nested_concat(rw: Rewriter, node: Node) -> Value | None:
 @pattern("Concat")
 def drop_empty_operands(rw: Rewriter, node: Node) -> Value | None:
     axis = _axis(node)
-    kept = [v for v in node.inputs if v.type.shape[axis] != 0]
+    kept = [v for v in _operands(node) if v.type.shape[axis] != 0]
     if len(kept) == len(node.inputs) or not kept:
         return None
     if len(kept) == 1:
@@ -52,10 +57,10 @@ def drop_empty_operands(rw: Rewriter, node: Node) -> Value | None:
 def _slice_range(node: Node, axis: int) -> tuple[int, int] | None:
     """[start, end) along `axis` if the slice is contiguous there and keeps every other axis
     whole; None otherwise."""
-    x = node.inputs[0]
+    x = node.input(0)
     attrs = node.attrs
     found = (0, x.type.shape[axis])
-    for a, start, end, step in zip(attrs.axes, attrs.starts, attrs.ends, attrs.steps):
+    for a, start, end, step in zip(attrs.axes, attrs.starts, attrs.ends, attrs.steps, strict=True):
         if step != 1:
             return None
         if a == axis:
@@ -77,7 +82,7 @@ def slice_of_concat(rw: Rewriter, node: Node) -> Value | None:
         return None
     picked: list[Value] = []
     offset = 0
-    for value in concat.inputs:
+    for value in _operands(concat):
         size = value.type.shape[axis]
         if bounds[0] <= offset and offset + size <= bounds[1] and size > 0:
             picked.append(value)

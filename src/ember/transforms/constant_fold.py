@@ -29,7 +29,7 @@ class ConstantFold(GraphPass):
             out_bytes = sum(v.type.nbytes for v in node.outputs)
             if out_bytes - in_bytes > _MAX_GROWTH_BYTES:
                 continue
-            arrays = [None if v is None else v.data for v in node.inputs]
+            arrays = [v.data if isinstance(v, Constant) else None for v in node.inputs]
             results = node.opdef.evaluate(node.attrs, arrays)
             for out, data in zip(node.outputs, results, strict=True):
                 graph.replace_all_uses(out, graph.add_constant(data, out.name))

@@ -37,7 +37,7 @@ def dense_form(node: Node) -> Dense | None:
     """The Dense form of a MatMul with a constant 2-D right operand, a Gemm with a constant B,
     or a FullyConnected with constant weight and bias; None for anything else."""
     if node.op == "MatMul":
-        x, w = node.inputs
+        x, w = node.input(0), node.input(1)
         data = constant_data(w)
         if data is None or data.ndim != 2 or x.type.rank < 2:
             return None
@@ -45,7 +45,7 @@ def dense_form(node: Node) -> Dense | None:
     if node.op == "Gemm":
         return _gemm_form(node)
     if node.op == "FullyConnected":
-        x, w, b, residual = node.inputs
+        x, w, b, residual = node.input(0), node.input(1), node.inputs[2], node.inputs[3]
         w_data, b_data = constant_data(w), constant_data(b)
         if w_data is None or (b is not None and b_data is None):
             return None
@@ -54,7 +54,7 @@ def dense_form(node: Node) -> Dense | None:
 
 
 def _gemm_form(node: Node) -> Dense | None:
-    a, b, c = node.inputs
+    a, b, c = node.input(0), node.input(1), node.inputs[2]
     attrs = node.attrs
     b_data = constant_data(b)
     if b_data is None:

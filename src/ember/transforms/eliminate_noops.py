@@ -37,9 +37,9 @@ def zero_pad(rw: Rewriter, node: Node) -> Value | None:
 
 @pattern("Slice")
 def full_slice(rw: Rewriter, node: Node) -> Value | None:
-    x = node.inputs[0]
+    x = node.input(0)
     attrs = node.attrs
-    for axis, start, end, step in zip(attrs.axes, attrs.starts, attrs.ends, attrs.steps):
+    for axis, start, end, step in zip(attrs.axes, attrs.starts, attrs.ends, attrs.steps, strict=True):
         # A reversed full slice (step -1) keeps the shape but not the order.
         if step != 1 or start != 0 or end < x.type.shape[axis]:
             return None

@@ -12,8 +12,8 @@ from ember.transforms.dense import build_fully_connected, dense_form
 def _affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
     """BN(y) = y * s + t per channel, with s = scale / sqrt(var + eps), t = bias - mean * s;
     None unless all four statistics are constants."""
-    arrays = [constant_data(v) for v in bn.inputs[1:]]
-    if any(a is None for a in arrays):
+    arrays = [a for a in (constant_data(v) for v in bn.inputs[1:]) if a is not None]
+    if len(arrays) != len(bn.inputs) - 1:
         return None
     scale, bias, mean, var = (a.astype(np.float64) for a in arrays)
     s = scale / np.sqrt(var + bn.attrs.epsilon)
@@ -21,8 +21,8 @@ def _affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 def _foldable_producer(rw: Rewriter, bn: Node, ops: tuple[str, ...]) -> Node | None:
-    node = producer(bn.inputs[0], *ops)
-    if node is None or not rw.has_one_use(bn.inputs[0]):
+    node = producer(bn.input(0), *ops)
+    if node is None or not rw.has_one_use(bn.input(0)):
         return None
     # A fused epilogue would sit between the core and the normalization.
     if node.op in ("FusedConv", "FullyConnected"):

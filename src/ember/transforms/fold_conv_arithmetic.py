@@ -25,10 +25,17 @@ def _conv_operand(rw: Rewriter, node: Node, value: Value) -> Node | None:
     return conv
 
 
+def _weights(conv: Node) -> np.ndarray:
+    """The weights of a conv that _conv_operand accepted (so they are a constant)."""
+    data = constant_data(conv.inputs[1])
+    assert data is not None, "_conv_operand checked the weights are a constant"
+    return data
+
+
 def _rebuild(rw: Rewriter, conv: Node, w: np.ndarray | None, b: np.ndarray | None) -> Value:
     """The conv with new weights and/or bias (None keeps the current operand)."""
     operands = list(conv.inputs)
-    dtype = constant_data(conv.inputs[1]).dtype
+    dtype = _weights(conv).dtype
     if w is not None:
         operands[1] = rw.constant(w.astype(dtype), f"{conv.name}.w")
     if b is not None:
@@ -39,7 +46,7 @@ def _rebuild(rw: Rewriter, conv: Node, w: np.ndarray | None, b: np.ndarray | Non
 
 @pattern("Mul", "Div", "Add", "Sub")
 def fold_channel_constant(rw: Rewriter, node: Node) -> Value | None:
-    a, b = node.inputs
+    a, b = node.input(0), node.input(1)
     # Mul and Add commute; Div and Sub fold only with the constant on the right.
     orders = [(a, b), (b, a)] if node.op in ("Mul", "Add") else [(a, b)]
     for value, other in orders:
@@ -51,7 +58,7 @@ def fold_channel_constant(rw: Rewriter, node: Node) -> Value | None:
         if c is None or (node.op == "Div" and not np.all(c)):
             continue
         c = c.astype(np.float64)
-        w = constant_data(conv.inputs[1]).astype(np.float64)
+        w = _weights(conv).astype(np.float64)
         bias_data = constant_data(conv.inputs[2])
         bias = np.zeros(w.shape[0]) if bias_data is None else bias_data.astype(np.float64)
         per_channel = c.reshape((-1,) + (1,) * (w.ndim - 1))

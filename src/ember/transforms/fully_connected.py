@@ -21,7 +21,8 @@ def dense_to_fully_connected(rw: Rewriter, node: Node) -> Value | None:
 @pattern("Add")
 def fold_bias_add(rw: Rewriter, node: Node) -> Value | None:
     """Add(FullyConnected(x, w, b?), c) with c a constant varying only along the last axis."""
-    for fc_out, other in (node.inputs, node.inputs[::-1]):
+    a, b = node.input(0), node.input(1)
+    for fc_out, other in ((a, b), (b, a)):
         fc = producer(fc_out, "FullyConnected")
         data = constant_data(other)
         if fc is None or data is None or not rw.has_one_use(fc_out):

@@ -3,6 +3,7 @@ dense layer (FusedConv, FullyConnected)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ember.graph import Constant, Node, Value
 from ember.ops.fused import ACTIVATION_OPS, Epilogue, FusedConvAttrs, epilogue_of
@@ -37,7 +38,7 @@ def _fused_conv_parts(core: Node) -> tuple[FusedConvAttrs, list[Value | None]]:
 
 def _rebuild(rw: Rewriter, core: Node, residual: Value | None, activation: Epilogue | None) -> Value:
     """`core` as a FusedConv or FullyConnected with the residual and/or activation added."""
-    updates = {}
+    updates: dict[str, Any] = {}
     if activation is not None:
         updates = dict(zip(("activation", "alpha", "beta"), activation, strict=True))
     if core.op in ("Conv", "FusedConv"):
@@ -47,6 +48,7 @@ def _rebuild(rw: Rewriter, core: Node, residual: Value | None, activation: Epilo
         (y,) = rw.add_node("FusedConv", operands, dataclasses.replace(attrs, **updates), name=core.name)
         return y
     form = dense_form(core)
+    assert form is not None, "_fusable_core checked the dense form"
     form.attrs = dataclasses.replace(form.attrs, **updates)
     if residual is not None:
         form.residual = residual
@@ -56,7 +58,7 @@ def _rebuild(rw: Rewriter, core: Node, residual: Value | None, activation: Epilo
 @pattern(*ACTIVATION_OPS)
 def fuse_activation(rw: Rewriter, node: Node) -> Value | None:
     activation = epilogue_of(node.op, node.attrs)
-    core = _fusable_core(rw, node.inputs[0])
+    core = _fusable_core(rw, node.input(0))
     if activation is None or core is None:
         return None
     return _rebuild(rw, core, None, activation)
@@ -64,7 +66,8 @@ def fuse_activation(rw: Rewriter, node: Node) -> Value | None:
 
 @pattern("Add")
 def fuse_residual_add(rw: Rewriter, node: Node) -> Value | None:
-    for value, residual in (node.inputs, node.inputs[::-1]):
+    a, b = node.input(0), node.input(1)
+    for value, residual in ((a, b), (b, a)):
         core = _fusable_core(rw, value)
         # Constants are biases, which fold-conv-arithmetic and form-fully-connected handle;
         # the residual must have exactly the result's type (no broadcasting in the epilogue).

@@ -70,7 +70,7 @@ def merge_pad(rw: Rewriter, node: Node) -> Value | None:
         # Every window must still see an input element, or an all-padding window would give
         # the pad value instead of -inf: keep each pad below the window extent.
         spatial = len(attrs.kernel)
-        extents = [(k - 1) * d + 1 for k, d in zip(attrs.kernel, attrs.dilations)]
+        extents = [(k - 1) * d + 1 for k, d in zip(attrs.kernel, attrs.dilations, strict=True)]
         if any(pads[i] >= extents[i % spatial] for i in range(2 * spatial)):
             return None
         if attrs.ceil_mode or any(d != 1 for d in attrs.dilations):

@@ -39,7 +39,7 @@ def _walk(rw: Rewriter, value: Value, product: Product, is_root: bool) -> None:
     if node is None or not (is_root or rw.has_one_use(value)):
         product.factors.append(value)
         return
-    a, b = node.inputs
+    a, b = node.input(0), node.input(1)
     if node.op == "Div":
         divisor = scalar_value(b)
         if divisor is None or divisor == 0:

@@ -36,7 +36,7 @@ def _scaled(rw: Rewriter, value: Value, coefficient: float) -> Value | None:
 def _erf_argument_is(rw: Rewriter, phi: Value, x: Value) -> bool:
     """phi = erf(x / sqrt(2)), the division possibly written as a multiplication."""
     erf = producer(phi, "Erf")
-    return erf is not None and rw.has_one_use(phi) and _scaled(rw, erf.inputs[0], 1 / math.sqrt(2)) is x
+    return erf is not None and rw.has_one_use(phi) and _scaled(rw, erf.input(0), 1 / math.sqrt(2)) is x
 
 
 def _tanh_argument_is(rw: Rewriter, phi: Value, x: Value) -> bool:
@@ -44,11 +44,12 @@ def _tanh_argument_is(rw: Rewriter, phi: Value, x: Value) -> bool:
     tanh = producer(phi, "Tanh")
     if tanh is None or not rw.has_one_use(phi):
         return False
-    polynomial = _scaled(rw, tanh.inputs[0], GELU_TANH_SCALE)
+    polynomial = _scaled(rw, tanh.input(0), GELU_TANH_SCALE)
     add = producer(polynomial, "Add")
-    if add is None or not rw.has_one_use(polynomial):
+    if polynomial is None or add is None or not rw.has_one_use(polynomial):
         return False
-    for linear, cubic in (add.inputs, add.inputs[::-1]):
+    a, b = add.input(0), add.input(1)
+    for linear, cubic in ((a, b), (b, a)):
         if linear is not x or not rw.has_one_use(cubic):
             continue
         product = read_product(rw, cubic)

@@ -14,7 +14,7 @@ def _trailing_mean_axis(node: Node | None) -> int | None:
     """k for a ReduceMean over axes [k, rank) with keepdims, else None."""
     if node is None or not node.attrs.keepdims or not node.attrs.axes:
         return None
-    rank = node.inputs[0].type.rank
+    rank = node.input(0).type.rank
     axes = tuple(sorted(a % rank for a in node.attrs.axes))
     if axes != tuple(range(axes[0], rank)):
         return None
@@ -39,10 +39,11 @@ def _std_parts(rw: Rewriter, std: Value) -> tuple[Value, float] | None:
     sqrt = producer(std, "Sqrt")
     if sqrt is None or not rw.has_one_use(std):
         return None
-    add = producer(sqrt.inputs[0], "Add")
-    if add is None or not rw.has_one_use(sqrt.inputs[0]):
+    add = producer(sqrt.input(0), "Add")
+    if add is None or not rw.has_one_use(sqrt.input(0)):
         return None
-    for var, eps in (add.inputs, add.inputs[::-1]):
+    a, b = add.input(0), add.input(1)
+    for var, eps in ((a, b), (b, a)):
         epsilon = scalar_value(eps)
         if epsilon is not None and epsilon >= 0:
             return var, epsilon
@@ -51,13 +52,13 @@ def _std_parts(rw: Rewriter, std: Value) -> tuple[Value, float] | None:
 
 def _divisor(rw: Rewriter, node: Node) -> tuple[Value, Value] | None:
     """(d, std) for Div(d, std) or Mul(d, Reciprocal(std)) in either order."""
-    a, b = node.inputs
+    a, b = node.input(0), node.input(1)
     if node.op == "Div":
         return a, b
     for d, r in ((a, b), (b, a)):
         reciprocal = producer(r, "Reciprocal")
         if reciprocal is not None and rw.has_one_use(r):
-            return d, reciprocal.inputs[0]
+            return d, reciprocal.input(0)
     return None
 
 
@@ -70,19 +71,19 @@ def recognize_layernorm(rw: Rewriter, node: Node) -> Value | None:
     sub = producer(d, "Sub")
     if sub is None:
         return None
-    x, mean = sub.inputs
+    x, mean = sub.input(0), sub.input(1)
     mean_node = producer(mean, "ReduceMean")
     axis = _trailing_mean_axis(mean_node)
-    if axis is None or mean_node.inputs[0] is not x or not rw.has_one_use(mean):
+    if mean_node is None or axis is None or mean_node.inputs[0] is not x or not rw.has_one_use(mean):
         return None
     std_parts = _std_parts(rw, std)
     if std_parts is None:
         return None
     var, epsilon = std_parts
     var_node = producer(var, "ReduceMean")
-    if _trailing_mean_axis(var_node) != axis or not rw.has_one_use(var):
+    if var_node is None or _trailing_mean_axis(var_node) != axis or not rw.has_one_use(var):
         return None
-    square = _squares_of(rw, var_node.inputs[0], d)
+    square = _squares_of(rw, var_node.input(0), d)
     if square is None or not rw.only_used_by(d, [square, node]) or node.outputs[0].type != x.type:
         return None
     ones = np.ones(x.type.shape[axis:], x.type.dtype.numpy)
@@ -93,7 +94,7 @@ def recognize_layernorm(rw: Rewriter, node: Node) -> Value | None:
 def _trailing_constant(value: Value, layernorm: Node) -> np.ndarray | None:
     """A constant that varies only along the normalized axes, trimmed to those axes."""
     data = constant_data(value)
-    x = layernorm.inputs[0]
+    x = layernorm.input(0)
     axis = layernorm.attrs.axis % x.type.rank
     if data is None or data.ndim > x.type.rank:
         return None
@@ -107,16 +108,18 @@ def _trailing_constant(value: Value, layernorm: Node) -> np.ndarray | None:
 @pattern("Mul", "Add")
 def fold_affine_into_layernorm(rw: Rewriter, node: Node) -> Value | None:
     """LN(x, s, b) * c -> LN(x, s*c, b*c) and LN(x, s, b) + c -> LN(x, s, b+c)."""
-    for value, other in (node.inputs, node.inputs[::-1]):
+    lhs, rhs = node.input(0), node.input(1)
+    for value, other in ((lhs, rhs), (rhs, lhs)):
         layernorm = producer(value, "LayerNormalization")
         if layernorm is None or not rw.has_one_use(value) or node.outputs[0].type != value.type:
             continue
         c = _trailing_constant(other, layernorm)
-        x, scale, bias = layernorm.inputs
+        x, scale, bias = layernorm.input(0), layernorm.input(1), layernorm.inputs[2]
         s, b = constant_data(scale), constant_data(bias)
         if c is None or s is None or (bias is not None and b is None):
             continue
         dtype = s.dtype
+        new_scale: Value
         if node.op == "Mul":
             new_scale = rw.constant((s.astype(np.float64) * c).astype(dtype), f"{layernorm.name}.scale")
             new_bias = None if b is None else rw.constant((b.astype(np.float64) * c).astype(dtype),

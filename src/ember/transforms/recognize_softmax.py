@@ -12,7 +12,7 @@ def _single_axis(node: Node) -> int | None:
     attrs = node.attrs
     if not attrs.keepdims or len(attrs.axes) != 1:
         return None
-    return attrs.axes[0] % node.inputs[0].type.rank
+    return attrs.axes[0] % node.input(0).type.rank
 
 
 def _unshifted(rw: Rewriter, value: Value, axis: int) -> Value:
@@ -21,7 +21,7 @@ def _unshifted(rw: Rewriter, value: Value, axis: int) -> Value:
     sub = producer(value, "Sub")
     if sub is None or not rw.has_one_use(value):
         return value
-    x, peak = sub.inputs
+    x, peak = sub.input(0), sub.input(1)
     reduce_max = producer(peak, "ReduceMax")
     if reduce_max is None or reduce_max.inputs[0] is not x or not rw.has_one_use(peak):
         return value
@@ -32,7 +32,7 @@ def _unshifted(rw: Rewriter, value: Value, axis: int) -> Value:
 
 @pattern("Div")
 def recognize_softmax(rw: Rewriter, node: Node) -> Value | None:
-    numerator, denominator = node.inputs
+    numerator, denominator = node.input(0), node.input(1)
     exp = producer(numerator, "Exp")
     total = producer(denominator, "ReduceSum")
     if exp is None or total is None or total.inputs[0] is not numerator:
@@ -43,7 +43,7 @@ def recognize_softmax(rw: Rewriter, node: Node) -> Value | None:
     # The exponentials feed only this sum and this division.
     if not rw.only_used_by(numerator, [node, total]) or node.outputs[0].type != numerator.type:
         return None
-    x = _unshifted(rw, exp.inputs[0], axis)
+    x = _unshifted(rw, exp.input(0), axis)
     return rw.add("Softmax", x, attrs=SoftmaxAttrs(axis))
 
 

@@ -16,19 +16,19 @@ def _gate_input(rw: Rewriter, gate: Value, coefficient: float) -> tuple[str, Val
     if node is None or not rw.has_one_use(gate):
         return None
     if node.op == "Sigmoid" and close_to(coefficient, 1.0):
-        return "Silu", node.inputs[0]
+        return "Silu", node.input(0)
     if node.op == "HardSigmoid" and close_to(coefficient, 1.0):
         if close_to(node.attrs.alpha, HARD_SWISH_ALPHA) and close_to(node.attrs.beta, HARD_SWISH_BETA):
-            return "HardSwish", node.inputs[0]
+            return "HardSwish", node.input(0)
         return None
     if node.op == "Clip" and close_to(coefficient, 1 / 6):
         if node.attrs.min != 0 or node.attrs.max is None or not close_to(node.attrs.max, 6.0):
             return None
-        shifted = node.inputs[0]
+        shifted = node.input(0)
         add = producer(shifted, "Add")
         if add is None or not rw.has_one_use(shifted):
             return None
-        a, b = add.inputs
+        a, b = add.input(0), add.input(1)
         if close_to(scalar_value(b), 3.0):
             return "HardSwish", a
         if close_to(scalar_value(a), 3.0):

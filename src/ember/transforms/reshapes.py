@@ -12,7 +12,7 @@ def merge_reshapes(rw: Rewriter, node: Node) -> Value | None:
     inner = producer(node.inputs[0], "Reshape")
     if inner is None:
         return None
-    x = inner.inputs[0]
+    x = inner.input(0)
     shape = node.outputs[0].type.shape
     if x.type.shape == shape:
         return x

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ember.graph import Node, Value
+from ember.ops.tensor import ReshapeAttrs, TransposeAttrs
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import broadcasts_into, constant_data, producer
-from ember.ops.tensor import ReshapeAttrs, TransposeAttrs
 
 
 def _compose(inner: tuple[int, ...], outer: tuple[int, ...]) -> tuple[int, ...]:
@@ -39,7 +39,7 @@ def merge_transposes(rw: Rewriter, node: Node) -> Value | None:
 
 @pattern("Transpose")
 def transpose_to_reshape(rw: Rewriter, node: Node) -> Value | None:
-    x = node.inputs[0]
+    x = node.input(0)
     perm = tuple(node.attrs.perm)
     moved = [axis for axis in perm if x.type.shape[axis] != 1]
     if moved != sorted(moved):
@@ -67,7 +67,7 @@ def _is_elementwise(node: Node, arity: int) -> bool:
 def sink_through_unary(rw: Rewriter, node: Node) -> Value | None:
     if not _is_elementwise(node, 1):
         return None
-    transpose = _sinkable_transpose(rw, node.inputs[0], node)
+    transpose = _sinkable_transpose(rw, node.input(0), node)
     if transpose is None:
         return None
     (y,) = rw.add_node(node.op, [transpose.inputs[0]], node.attrs)
@@ -92,14 +92,14 @@ def sink_through_binary(rw: Rewriter, node: Node) -> Value | None:
     """op(T(x), T(y)) -> T(op(x, y)) and op(T(x), c) -> T(op(x, T^-1(c))) for elementwise op."""
     if not _is_elementwise(node, 2):
         return None
-    a, b = node.inputs
+    a, b = node.input(0), node.input(1)
     result = node.outputs[0].type
     for first, second in ((a, b), (b, a)):
         transpose = _sinkable_transpose(rw, first, node)
         if transpose is None:
             continue
         perm = tuple(transpose.attrs.perm)
-        x = transpose.inputs[0]
+        x = transpose.input(0)
         # Broadcasting must not grow the result, or the operands would need their own transposes.
         if first.type.shape != result.shape or not broadcasts_into(second.type.shape, result.shape):
             return None

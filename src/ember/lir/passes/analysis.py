@@ -11,8 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ember.lir.ir import (ALLOC, DEALLOC, MARKERS, VIEW, Buffer, BufferKind, Instr, Program,
-                          footprint)
+from ember.lir.ir import ALLOC, DEALLOC, MARKERS, VIEW, Buffer, BufferKind, Instr, Program, footprint
+
+
+def operand(instr: Instr, index: int) -> Buffer:
+    """Operand `index` of `instr`, one its definition requires: only optional operands are
+    None, and the verifier rejects a missing required one. A marker's buffer is operand 0."""
+    buffer = instr.operands[index]
+    if buffer is None:
+        raise ValueError(f"{instr.name}: operand {index} is absent")
+    return buffer
 
 
 @dataclass(frozen=True)
@@ -45,7 +53,7 @@ class UseIndex:
         for index, instr in enumerate(program.instrs):
             if instr.name not in MARKERS:
                 self.ordinal[id(instr)] = index
-                for buffer, kind in zip(instr.operands, instr.kinds()):
+                for buffer, kind in zip(instr.operands, instr.kinds(), strict=True):
                     if buffer is not None:
                         self._add(index, buffer, kind.reads, kind.writes)
 

@@ -32,7 +32,7 @@ class DeadStoreElimination(LirPass):
             if instr.name in MARKERS:
                 kept.append(instr)
                 continue
-            operands = [(footprint(b), k) for b, k in zip(instr.operands, instr.kinds()) if b is not None]
+            operands = [(footprint(b), k) for b, k in zip(instr.operands, instr.kinds(), strict=True) if b is not None]
             writes = [f for f, k in operands if k.writes]
             if writes and not any(_overlaps(demanded.get(id(root), []), lo, hi) for root, lo, hi in writes):
                 continue

@@ -7,7 +7,7 @@ Imports lir/ir and the pass analysis."""
 from __future__ import annotations
 
 from ember.lir.ir import ALLOC, DEALLOC, MARKERS, VIEW, Buffer, Instr, Program
-from ember.lir.passes.analysis import users_by_position, view_depth
+from ember.lir.passes.analysis import operand, users_by_position, view_depth
 from ember.lir.passes.registry import LirPass, register_lir_pass
 
 
@@ -17,7 +17,7 @@ def _declared(program: Program) -> list[tuple[int, Instr]]:
 
 def _deepest_first(program: Program) -> list[Buffer]:
     """Declared buffers, every view before its base (so a base can fold in its views)."""
-    buffers = [i.operands[0] for _, i in _declared(program)]
+    buffers = [operand(i, 0) for _, i in _declared(program)]
     return sorted(buffers, key=view_depth, reverse=True)
 
 
@@ -45,7 +45,7 @@ class HoistDealloc(LirPass):
                 last[base] = max(last.get(base, -1), last[id(buffer)])
         after: dict[int, list[Instr]] = {}
         deallocs = [(n, i) for n, i in enumerate(program.instrs) if i.name == DEALLOC]
-        for index, instr in sorted(deallocs, key=lambda p: -view_depth(p[1].operands[0])):
+        for index, instr in sorted(deallocs, key=lambda p: -view_depth(operand(p[1], 0))):
             after.setdefault(last.get(id(instr.operands[0]), index), []).append(instr)
         rebuilt: list[Instr] = []
         for index, instr in enumerate(program.instrs):
@@ -80,7 +80,7 @@ class SinkAlloc(LirPass):
                 base = id(buffer.view_of)
                 first[base] = min(first[base], first[id(buffer)])
         before: dict[int, list[Instr]] = {}
-        for _, instr in sorted(_declared(program), key=lambda p: view_depth(p[1].operands[0])):
+        for _, instr in sorted(_declared(program), key=lambda p: view_depth(operand(p[1], 0))):
             before.setdefault(first[id(instr.operands[0])], []).append(instr)
         rebuilt: list[Instr] = []
         for index, instr in enumerate(program.instrs):
@@ -117,6 +117,6 @@ class DeleteDeadAllocs(LirPass):
 
 
 def _replace(program: Program, instrs: list[Instr]) -> bool:
-    changed = len(instrs) != len(program.instrs) or any(a is not b for a, b in zip(instrs, program.instrs))
+    changed = len(instrs) != len(program.instrs) or any(a is not b for a, b in zip(instrs, program.instrs, strict=True))
     program.instrs = instrs
     return changed

@@ -5,8 +5,17 @@ Imports lir/ir and the pass analysis."""
 from __future__ import annotations
 
 from ember.lir.ir import Buffer, BufferKind, Instr, OperandKind, Program, footprint
-from ember.lir.passes.analysis import (Move, UseIndex, can_view_src, cover_with_bases, deallocations,
-                                       declarations, is_storage_owner, make_view, replace_buffer)
+from ember.lir.passes.analysis import (
+    Move,
+    UseIndex,
+    can_view_src,
+    cover_with_bases,
+    deallocations,
+    declarations,
+    is_storage_owner,
+    make_view,
+    replace_buffer,
+)
 from ember.lir.passes.registry import LirPass, register_lir_pass
 
 
@@ -42,8 +51,8 @@ class ShareBuffers(LirPass):
 
     def _try(self, program: Program, uses: UseIndex, index: int, instr: Instr) -> bool:
         kinds = instr.kinds()
-        for out in [b for b, k in zip(instr.operands, kinds) if k is OperandKind.OUT]:
-            for x in [b for b, k in zip(instr.operands, kinds) if k is OperandKind.IN and b is not None]:
+        for out in [b for b, k in zip(instr.operands, kinds, strict=True) if k is OperandKind.OUT and b is not None]:
+            for x in [b for b, k in zip(instr.operands, kinds, strict=True) if k is OperandKind.IN and b is not None]:
                 if x.type != out.type or not _dies_here(uses, index, x) or not _alone(instr, out, x):
                     continue
                 if _mergeable(uses, index, out, x):
@@ -71,7 +80,7 @@ def _alone(instr: Instr, out: Buffer, x: Buffer) -> bool:
         if b is None or b is out or b is x:
             continue
         root, lo, hi = footprint(b)
-        if any(root is r and lo < h and l < hi for r, l, h in shared):
+        if any(root is r and lo < r_hi and r_lo < hi for r, r_lo, r_hi in shared):
             return False
     return True
 

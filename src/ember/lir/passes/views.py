@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ember.lir.ir import COPY, DEALLOC, VIEW, Buffer, BufferKind, Instr, Program, footprint
-from ember.lir.passes.analysis import Move, UseIndex, can_view_dst, can_view_src, make_view
+from ember.lir.passes.analysis import Move, UseIndex, can_view_dst, can_view_src, make_view, operand
 from ember.lir.passes.registry import LirPass, register_lir_pass
 from ember.support.names import UniqueNamer
 
@@ -74,10 +74,10 @@ class CopyElimination(ViewPass):
     name = "copy-elimination"
 
     def moves(self, instr: Instr) -> list[Move] | None:
-        return [Move.whole(instr.operands[1], instr.operands[0])] if instr.name == COPY else None
+        return [Move.whole(operand(instr, 1), operand(instr, 0))] if instr.name == COPY else None
 
     def rewrite(self, program: Program, uses: UseIndex, instr: Instr, moves: list[Move]) -> bool:
-        dst, src = instr.operands
+        dst, src = operand(instr, 0), operand(instr, 1)
         if footprint(dst) == footprint(src):
             _remove(program, uses, instr)
             return True
@@ -96,7 +96,7 @@ class ReshapeViews(ViewPass):
     name = "reshape-views"
 
     def moves(self, instr: Instr) -> list[Move] | None:
-        return [Move.whole(instr.operands[1], instr.operands[0])] if instr.name == "Reshape" else None
+        return [Move.whole(operand(instr, 1), operand(instr, 0))] if instr.name == "Reshape" else None
 
 
 @register_lir_pass
@@ -117,7 +117,7 @@ class SliceViews(ViewPass):
         if instr.name != "Slice":
             return None
         offset = _contiguous_slice_offset(instr)
-        out, x = instr.operands
+        out, x = operand(instr, 0), operand(instr, 1)
         return None if offset is None else [Move(x, out, out.type.nbytes, src_offset=offset)]
 
 
@@ -140,14 +140,15 @@ class ConcatInPlace(ViewPass):
     def moves(self, instr: Instr) -> list[Move] | None:
         if instr.name != "Concat":
             return None
-        out = instr.operands[0]
+        out = operand(instr, 0)
         axis = instr.attrs.axis % out.type.rank
         if math.prod(out.type.shape[:axis]) != 1:
             return None
         moves, offset = [], 0
-        for operand in instr.operands[1:]:
-            moves.append(Move(operand, out, operand.type.nbytes, dst_offset=offset))
-            offset += operand.type.nbytes
+        for index in range(1, len(instr.operands)):
+            x = operand(instr, index)
+            moves.append(Move(x, out, x.type.nbytes, dst_offset=offset))
+            offset += x.type.nbytes
         return moves
 
     def rewrite(self, program: Program, uses: UseIndex, instr: Instr, moves: list[Move]) -> bool:
@@ -180,11 +181,11 @@ class ConcatInPlace(ViewPass):
 def _contiguous_slice_offset(instr: Instr) -> int | None:
     """Byte offset of the kept run in the input, or None when the kept elements are not
     one contiguous run."""
-    out, x = instr.operands
+    out, x = operand(instr, 0), operand(instr, 1)
     attrs = instr.attrs
     starts = [0] * x.type.rank
     steps = [1] * x.type.rank
-    for axis, start, step in zip(attrs.axes, attrs.starts, attrs.steps):
+    for axis, start, step in zip(attrs.axes, attrs.starts, attrs.steps, strict=True):
         starts[axis], steps[axis] = start, step
     shape, kept = x.type.shape, out.type.shape
     outer = next((a for a, n in enumerate(kept) if n != 1), len(kept))
@@ -194,4 +195,4 @@ def _contiguous_slice_offset(instr: Instr) -> int | None:
     if outer < len(shape) and kept[outer] > 1 and steps[outer] != 1:
         return None
     strides = [math.prod(shape[a + 1:]) for a in range(len(shape))]
-    return sum(s * st for s, st in zip(starts, strides)) * x.type.dtype.itemsize
+    return sum(s * st for s, st in zip(starts, strides, strict=True)) * x.type.dtype.itemsize
