@@ -301,13 +301,18 @@ def test_instrumentation_sees_lir_passes_and_prints_them_as_lir():
 def test_dump_print_after_all_and_time_passes_cover_lir_passes(capsys):
     from ember.lir.passes import DEFAULT_LIR_PIPELINE
 
+    from ember.backends.cpu import CpuBackend
+
     assert cli_main(["dump", str(REPO / "examples" / "lenet.onnx"), "--stage", "lir",
                      "--print-after-all", "--time-passes"]) == 0
     captured = capsys.readouterr()
     headers = re.findall(r"^// after ([\w-]+)$", captured.out, re.MULTILINE)
-    assert headers[-len(DEFAULT_LIR_PIPELINE):] == DEFAULT_LIR_PIPELINE
+    # dump shows the cpu backend's pipeline: the default LIR passes, then its own.
+    pipeline = CpuBackend(num_threads=1).lir_pipeline()
+    assert pipeline[:len(DEFAULT_LIR_PIPELINE)] == DEFAULT_LIR_PIPELINE
+    assert headers[-len(pipeline):] == pipeline
     last = captured.out.rsplit("// after", 1)[1]
-    filecheck(last, 'CHECK: delete-dead-allocs\nCHECK-NEXT: program "lenet" {')
+    filecheck(last, 'CHECK: select-kernels\nCHECK-NEXT: program "lenet" {\nCHECK: kernel fully_connected_gemm(')
     assert re.search(r"^share-buffers\s.*\slir$", captured.err, re.MULTILINE), captured.err
     assert re.search(r"^fuse-activations\s.*\sgraph$", captured.err, re.MULTILINE), captured.err
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from ember.backends import Backend, get_backend
 from ember.graph import Graph, verify_graph
-from ember.lir.irgen import generate_program
 from ember.lir.ir import BufferKind, Program
+from ember.lir.irgen import generate_program
 from ember.lir.passes import run_lir_pipeline
 from ember.lir.schedule import schedule_graph
 from ember.lir.verify import verify_program

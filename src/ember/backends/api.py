@@ -1,7 +1,8 @@
 """The backend protocol: the narrow interface every target implements.
 
 A backend names itself, says which ops it executes natively (`supports`) and which high-level
-ops it wants lowered (`should_lower`), picks its graph and LIR pipelines (lists of pass names) and compiles a verified low-level program into an Executable."""
+ops it wants lowered (`should_lower`), picks its graph and LIR pipelines (lists of pass names)
+and compiles a verified low-level program into an Executable."""
 from __future__ import annotations
 
 from collections.abc import Sequence

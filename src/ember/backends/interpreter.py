@@ -41,20 +41,20 @@ class InterpretedProgram:
         if any(b.offset is None for b in program.activations()):
             plan_memory(program)
         self.program = program
-        self.arena_bytes = max((b.offset + b.type.nbytes for b in program.activations()), default=0)
+        self.arena_bytes = max((_offset(b) + b.type.nbytes for b in program.activations()), default=0)
         self.views = program.views()
         self.steps: list[Step] = [_step(instr) for instr in program.instrs if instr.name not in MARKERS]
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arena = np.full(self.arena_bytes, 0xFF, dtype=np.uint8)
-        env: Env = {id(w): w.data for w in self.program.weights}
+        env: Env = {id(w): w.constant() for w in self.program.weights}
         for buffer, array in zip(self.program.inputs, inputs, strict=True):
             env[id(buffer)] = array if array.flags.c_contiguous else np.array(array, order="C")  # keeps 0-d arrays 0-d
         outputs = [np.empty(b.type.shape, dtype=b.type.dtype.numpy) for b in self.program.outputs]
-        for buffer, array in zip(self.program.outputs, outputs):
+        for buffer, array in zip(self.program.outputs, outputs, strict=True):
             env[id(buffer)] = array
         for buffer in self.program.activations():
-            env[id(buffer)] = _typed(arena, buffer.offset, buffer)
+            env[id(buffer)] = _typed(arena, _offset(buffer), buffer)
         for view in self.views:
             root, offset = resolve_address(view)
             env[id(view)] = _typed(env[id(root)].reshape(-1).view(np.uint8), offset, view)
@@ -62,6 +62,11 @@ class InterpretedProgram:
             for step in self.steps:
                 step(env)
         return outputs
+
+
+def _offset(buffer: Buffer) -> int:
+    assert buffer.offset is not None, "the program is planned before it runs"
+    return buffer.offset
 
 
 def _typed(raw: np.ndarray, offset: int, buffer: Buffer) -> np.ndarray:
@@ -86,8 +91,10 @@ def _step(instr: Instr) -> Step:
 
         return chain
     op = instr.idef.op
+    if op is None:
+        raise EmberError(f"the interpreter cannot run instruction {instr.name} (node '{instr.source}')")
     results = len(op.results)
-    outs = instr.base_operands[:results]
+    outs = [instr.operand(i) for i in range(results)]
     ins = instr.base_operands[results:]
     attrs = instr.attrs
 

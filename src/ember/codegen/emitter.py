@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -110,7 +110,7 @@ class Emitter:
             raise EmberError(f"C generation needs a memory plan; activations without an offset: {unplanned[:5]}")
         self.program = program
         self.blob = WeightBlob(stored_weights(program))
-        self.arena_bytes = max([ALIGN] + [_align(b.offset + b.type.nbytes) for b in program.activations()])
+        self.arena_bytes = max([ALIGN] + [_align((b.offset or 0) + b.type.nbytes) for b in program.activations()])
         self.errors: dict[int, str] = {}
         self.instr_index = 0
         self._input_index = {id(b): i for i, b in enumerate(program.inputs)}
@@ -141,7 +141,7 @@ class Emitter:
 
     @staticmethod
     def _extras(instr: Instr) -> list[tuple[Buffer, OperandKind]]:
-        pairs = list(zip(instr.operands, instr.kinds()))[instr.base_count:]
+        pairs = list(zip(instr.operands, instr.kinds(), strict=True))[instr.base_count:]
         return [(b, k) for b, k in pairs if b is not None]
 
     def packed(self, instr: Instr, index: int = 0) -> str:
@@ -164,7 +164,7 @@ class Emitter:
         return f"return {self.instr_index + 1};"
 
 
-def param(instr: Instr, name: str, default: object = None) -> object:
+def param(instr: Instr, name: str, default: Any = None) -> Any:
     """A decision select-kernels recorded for this instruction."""
     if instr.kernel is None:
         raise EmberError(f"instruction {instr.name} (node '{instr.source}') has no kernel selected")

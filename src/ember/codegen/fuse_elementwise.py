@@ -28,7 +28,7 @@ def _fusable(instr: Instr) -> bool:
 def _joinable(a: Instr, b: Instr, deallocs: list[Instr]) -> bool:
     if not (_fusable(a) and _fusable(b)):
         return False
-    result, out = a.operands[0], b.operands[0]
+    result, out = a.operand(0), b.operand(0)
     if result.kind is not BufferKind.ACTIVATION or result.is_view or result.type.shape != out.type.shape:
         return False
     if not any(op is result for op in b.operands[1:]):
@@ -38,12 +38,12 @@ def _joinable(a: Instr, b: Instr, deallocs: list[Instr]) -> bool:
 
 
 def _safe_output(members: list[Instr]) -> bool:
-    out = members[-1].operands[0]
-    results = {id(m.operands[0]) for m in members[:-1]}
+    out = members[-1].operand(0)
+    results = {id(m.operand(0)) for m in members[:-1]}
     region, start, end = footprint(out)
     for member in members:
-        for source in member.operands[1:]:
-            if source is None or id(source) in results:
+        for source in member.required()[1:]:
+            if id(source) in results:
                 continue
             other, s0, s1 = footprint(source)
             if other is not region or s1 <= start or end <= s0:
@@ -81,7 +81,7 @@ def build_chain(members: list[Instr]) -> Instr:
     steps = []
     for k, member in enumerate(members):
         args = []
-        for buffer in member.operands[1:]:
+        for buffer in member.required()[1:]:
             if id(buffer) in written:
                 args.append(f"v{written[id(buffer)]}")
                 continue
@@ -89,9 +89,9 @@ def build_chain(members: list[Instr]) -> Instr:
                 sources.append(buffer)
             args.append(f"x{sources.index(buffer)}")
         steps.append(Step(member.name, tuple(args), member.attrs).text())
-        written[id(member.operands[0])] = k
+        written[id(member.operand(0))] = k
     source = "+".join(m.source for m in members if m.source)
-    return Instr(ELEMENTWISE_CHAIN, [members[-1].operands[0], *sources], ChainAttrs(tuple(steps)), source=source)
+    return Instr(ELEMENTWISE_CHAIN, [members[-1].operand(0), *sources], ChainAttrs(tuple(steps)), source=source)
 
 
 @register_lir_pass

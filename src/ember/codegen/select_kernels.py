@@ -78,7 +78,7 @@ class SelectKernels(LirPass):
                 instrs.append(Instr(ALLOC, [scratch], source=instr.source))
                 extras.append(scratch)
                 kinds.append(OperandKind.SCRATCH)
-            instr.operands = instr.operands + extras
+            instr.operands = [*instr.operands, *extras]
             instr.kernel = KernelUse(kernel.name, dict(plan.params), tuple(kinds))
             instrs.append(instr)
             if scratch is not None:

@@ -6,7 +6,8 @@ qualified @in (read), @out (written) or @inout (read and written); the qualifier
 memory optimizations are legal. There is no SSA and no control flow.
 
 The instruction table INSTRS is derived from the op table: every op is one instruction
-(backends lower the ops they do not run natively before irgen) whose results come first as @out operands (Glow's convention), followed by its
+(backends lower the ops they do not run natively before irgen) whose results come first as
+@out operands (Glow's convention), followed by its
 operands as @in. Imports ops/, types and support/."""
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ember.ops import OPS, NoAttrs, OpDef
+from ember.support.errors import VerificationError
 from ember.types import TensorType
 
 
@@ -62,6 +64,12 @@ class Buffer:
     view_of: Buffer | None = None
     view_offset: int = 0
     packing: Packing | None = None
+
+    def constant(self) -> np.ndarray:
+        """A weight's data (raises for a buffer without any)."""
+        if self.data is None:
+            raise VerificationError(f"buffer '{self.name}' has no constant data")
+        return self.data
 
     @property
     def sigil(self) -> str:
@@ -185,6 +193,18 @@ class Instr:
     def base_operands(self) -> list[Buffer | None]:
         return self.operands[:self.base_count]
 
+    def operand(self, index: int) -> Buffer:
+        """Operand `index`, which must be present (not an absent optional operand)."""
+        buffer = self.operands[index]
+        if buffer is None:
+            raise VerificationError(f"{self.name} (node '{self.source}'): operand {index} is absent")
+        return buffer
+
+    def required(self) -> list[Buffer]:
+        """The instruction's own operands, every one present (ops without optional operands)."""
+        base = self.base_operands
+        return [self.operand(i) for i in range(len(base))]
+
     @property
     def kernel_operands(self) -> list[Buffer]:
         return [b for b in self.operands[self.base_count:] if b is not None]
@@ -194,10 +214,10 @@ class Instr:
         return base + list(self.kernel.operand_kinds if self.kernel else ())
 
     def outputs(self) -> list[Buffer]:
-        return [b for b, k in zip(self.operands, self.kinds()) if b is not None and k.writes]
+        return [b for b, k in zip(self.operands, self.kinds(), strict=True) if b is not None and k.writes]
 
     def inputs(self) -> list[Buffer]:
-        return [b for b, k in zip(self.operands, self.kinds()) if b is not None and k.reads]
+        return [b for b, k in zip(self.operands, self.kinds(), strict=True) if b is not None and k.reads]
 
 
 @dataclass
@@ -212,10 +232,10 @@ class Program:
 
     def activations(self) -> list[Buffer]:
         """Activations with storage of their own (the ones the memory planner places)."""
-        return [i.operands[0] for i in self.instrs if i.name == ALLOC]
+        return [i.operand(0) for i in self.instrs if i.name == ALLOC]
 
     def views(self) -> list[Buffer]:
-        return [i.operands[0] for i in self.instrs if i.name == VIEW]
+        return [i.operand(0) for i in self.instrs if i.name == VIEW]
 
     def buffers(self) -> list[Buffer]:
         return self.weights + self.inputs + self.outputs + self.activations() + self.views()

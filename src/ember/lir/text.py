@@ -54,7 +54,7 @@ def print_program(program: Program) -> str:
             if weight.packing.source is not None:
                 text += f" of {_ref(weight.packing.source)}"
         if weight.type.size <= INLINE_LIMIT:
-            text += f" = {format_constant_data(weight.data)}"
+            text += f" = {format_constant_data(weight.constant())}"
         lines.append(text)
     for buffer in program.inputs + program.outputs:
         lines.append(f"  {buffer.kind.value} {_ref(buffer)}: {buffer.type} {json.dumps(buffer.external_name)}")
@@ -66,17 +66,17 @@ def print_program(program: Program) -> str:
 
 def format_instr(instr: Instr) -> str:
     if instr.name == ALLOC:
-        buffer = instr.operands[0]
+        buffer = instr.operand(0)
         text = f"alloc {_ref(buffer)}: {buffer.type}"
         if buffer.offset is not None:
             text += f" at {buffer.offset}"
         return text
     if instr.name == VIEW:
-        view = instr.operands[0]
+        view = instr.operand(0)
         return f"view {_ref(view)}: {view.type} of {_ref(view.view_of)} at {view.view_offset}"
     if instr.name == DEALLOC:
         return f"dealloc {_ref(instr.operands[0])}"
-    pairs = list(zip(instr.operands, instr.kinds()))
+    pairs = list(zip(instr.operands, instr.kinds(), strict=True))
     operands = ", ".join(f"{k.value} {_ref(b)}" for b, k in pairs[:instr.base_count])
     text = f"{instr.name} {operands}"
     attrs = format_attrs(instr.attrs)

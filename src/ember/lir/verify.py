@@ -46,7 +46,7 @@ def verify_program(program: Program) -> None:
         if instr.name not in INSTRS:
             raise VerificationError(f"{where}: unknown instruction")
         if instr.name in (ALLOC, VIEW):
-            buffer = instr.operands[0]
+            buffer = instr.operand(0)
             if buffer.kind is not BufferKind.ACTIVATION or id(buffer) in ever:
                 raise VerificationError(f"{where}: '{buffer.name}' is not a fresh activation")
             if (instr.name == VIEW) != buffer.is_view:
@@ -64,20 +64,20 @@ def verify_program(program: Program) -> None:
                 f"{where}: takes at most {len(idef.operand_kinds)} operands, got {instr.base_count}"
             )
         if instr.base_count < 0:
-            raise VerificationError(f"{where}: kernel '{instr.kernel.name}' declares more operands than it has")
-        for buffer, kind in zip(instr.operands, instr.kinds()):
-            if buffer is None:
+            raise VerificationError(f"{where}: its kernel declares more operands than it has")
+        for operand, kind in zip(instr.operands, instr.kinds(), strict=True):
+            if operand is None:
                 continue
-            if id(buffer) not in static and id(buffer) not in live:
-                raise VerificationError(f"{where}: '{buffer.name}' is used outside its lifetime")
-            root = resolve_address(buffer)[0]
+            if id(operand) not in static and id(operand) not in live:
+                raise VerificationError(f"{where}: '{operand.name}' is used outside its lifetime")
+            root = resolve_address(operand)[0]
             if kind.writes and root.kind in (BufferKind.WEIGHT, BufferKind.INPUT):
-                via = "" if root is buffer else f" through view '{buffer.name}'"
+                via = "" if root is operand else f" through view '{operand.name}'"
                 raise VerificationError(f"{where}: writes {root.kind.value} '{root.name}'{via}")
-            if kind is OperandKind.SCRATCH and (buffer.kind is not BufferKind.ACTIVATION or buffer.is_view):
-                raise VerificationError(f"{where}: scratch '{buffer.name}' is not an activation of its own")
+            if kind is OperandKind.SCRATCH and (operand.kind is not BufferKind.ACTIVATION or operand.is_view):
+                raise VerificationError(f"{where}: scratch '{operand.name}' is not an activation of its own")
         if instr.name == DEALLOC:
-            dead = instr.operands[0]
+            dead = instr.operand(0)
             live.discard(id(dead))
             views = [b.name for b in views_of.get(id(dead), ()) if id(b) in live]
             if views:
@@ -88,6 +88,7 @@ def verify_program(program: Program) -> None:
 
 def _check_view(view: Buffer, where: str, base_live: bool) -> None:
     base = view.view_of
+    assert base is not None, "only views are checked here"
     if not base_live:
         raise VerificationError(f"{where}: view '{view.name}' of '{base.name}', which is not live")
     end = view.view_offset + view.type.nbytes
@@ -108,29 +109,32 @@ def _declare(names: set[str], buffer: Buffer) -> None:
 def _check_types(instr: Instr, where: str) -> None:
     idef = instr.idef
     if instr.name == COPY:
-        dest, src = instr.base_operands
+        dest, src = instr.required()
         if dest.type.shape != src.type.shape or dest.type.dtype != src.type.dtype:
             raise VerificationError(f"{where}: copies {src.type} into {dest.type}")
         return
     if instr.name == ELEMENTWISE_CHAIN:
-        out, *sources = instr.base_operands
+        out, *sources = instr.required()
         try:
             final = infer_chain(instr.attrs, [b.type for b in sources])[-1]
         except (OpError, IndexError, EmberError) as err:
             raise VerificationError(f"{where}: {err}") from None
-        if out is None or out.type != final:
-            raise VerificationError(f"{where}: result is {out and out.type}, the steps give {final}")
+        if out.type != final:
+            raise VerificationError(f"{where}: result is {out.type}, the steps give {final}")
         return
     op = idef.op
+    if op is None:
+        raise VerificationError(f"{where}: the instruction has no op to check its types against")
     results = len(op.results)
     base = instr.base_operands
-    outs, ins = base[:results], base[results:]
-    if any(b is None for b in outs):
+    ins = base[results:]
+    if any(b is None for b in base[:results]):
         raise VerificationError(f"{where}: missing result buffer")
+    outs = [instr.operand(i) for i in range(results)]
     try:
         expected = op.infer_types(instr.attrs, [None if b is None else b.type for b in ins])
     except OpError as err:
         raise VerificationError(f"{where}: {err}") from None
-    for buffer, type_ in zip(outs, expected):
+    for buffer, type_ in zip(outs, expected, strict=False):
         if buffer.type != type_:
             raise VerificationError(f"{where}: result '{buffer.name}' is {buffer.type}, op gives {type_}")

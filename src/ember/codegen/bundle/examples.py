@@ -28,7 +28,8 @@ def _tables(p: str, layout: Layout) -> list[str]:
 
 
 def _regions(p: str, weights: bool) -> list[str]:
-    lines = [f"static uint8_t weights[{p}_CONSTANT_MEM_SIZE] __attribute__((aligned({p}_MEM_ALIGN)));"] if weights else []
+    weights_array = f"static uint8_t weights[{p}_CONSTANT_MEM_SIZE] __attribute__((aligned({p}_MEM_ALIGN)));"
+    lines = [weights_array] if weights else []
     return lines + [
         f"static uint8_t io[{p}_MUTABLE_MEM_SIZE] __attribute__((aligned({p}_MEM_ALIGN)));",
         f"static uint8_t activations[{p}_ACTIVATIONS_MEM_SIZE] __attribute__((aligned({p}_MEM_ALIGN)));",
@@ -86,7 +87,8 @@ def hosted_main(prefix: str, layout: Layout) -> str:
         "    }",
         f"    int status = {prefix}_run(weights, io, activations);",
         "    if (status) {",
-        f'        fprintf(stderr, "bundle_main: {prefix}_run failed (%d): %s\\n", status, {prefix}_status_message(status));',
+        f'        fprintf(stderr, "bundle_main: {prefix}_run failed (%d): %s\\n", status, '
+        f'{prefix}_status_message(status));',
         "        return 3;",
         "    }",
         f"    for (int i = 0; i < {p}_NUM_OUTPUTS; i++) {{",
@@ -136,7 +138,8 @@ def bare_metal_main(prefix: str, layout: Layout) -> str:
         "",
         "static int transfer(const char *path, uint8_t *data, uint32_t size, int write)",
         "{",
-        "    uint32_t open_args[3] = { (uint32_t)(uintptr_t)path, write ? 5u : 1u, (uint32_t)strlen(path) }; /* wb : rb */",
+        "    uint32_t open_args[3] = { (uint32_t)(uintptr_t)path, write ? 5u : 1u, (uint32_t)strlen(path) };"
+        " /* wb : rb */",
         "    int handle = semihost(SYS_OPEN, open_args);",
         '    if (handle < 0) { say("bundle_main: cannot open "); say(path); say("\\n"); return 1; }',
         "    uint32_t io_args[3] = { (uint32_t)handle, (uint32_t)(uintptr_t)data, size };",

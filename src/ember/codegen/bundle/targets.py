@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import platform
 from dataclasses import dataclass
+from typing import Any
 
 from ember.support.errors import EmberError
 
@@ -122,7 +123,7 @@ def _mps2(machine: str) -> Board:
     return Board("startup_cortexm.c", ARMV7M_STARTUP, MPS2_MEMORY, ("-nostartfiles", "--specs=nosys.specs"), emulator)
 
 
-_ARM_M = dict(cc="arm-none-eabi-gcc", bare_metal=True, opt="-O2", tool_prefix="arm-none-eabi-")
+_ARM_M: dict[str, Any] = dict(cc="arm-none-eabi-gcc", bare_metal=True, opt="-O2", tool_prefix="arm-none-eabi-")
 
 
 def _host() -> Target:

@@ -44,7 +44,7 @@ CONV_OPS = ("Conv", "FusedConv")
 def accepts_conv(view: OpView) -> str | None:
     """The convolution kernels read the weights as the GEMM's A operand: they need them
     constant; and they cover 2-D float32 convolutions."""
-    if view.operands[0].rank != 4 or view.results[0].dtype is not DType.FLOAT32 or not view.constant[1]:
+    if view.operand(0).rank != 4 or view.results[0].dtype is not DType.FLOAT32 or not view.constant[1]:
         return "only 2-D (NCHW) float32 convolutions with constant weights have C kernels"
     return None
 
@@ -54,7 +54,8 @@ class ConvShape:
 
     def __init__(self, instr: Instr) -> None:
         base = instr.base_operands
-        self.out, self.x, self.w, self.b = base[:4]
+        self.out, self.x, self.w = instr.operand(0), instr.operand(1), instr.operand(2)
+        self.b = base[3] if len(base) > 3 else None
         self.residual = base[4] if len(base) > 4 else None
         attrs = instr.attrs
         if isinstance(attrs, FusedConvAttrs):
@@ -143,7 +144,7 @@ def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
     layout = WinogradLayout(s.cg, s.mg, (s.oh, s.ow))
     threads = s.gemm_threads(options)
-    return KernelPlan({"threads": threads}, packed=[(s.w, "winograd_f2x3", layout.transformed_weights(s.w.data))],
+    return KernelPlan({"threads": threads}, packed=[(s.w, "winograd_f2x3", layout.transformed_weights(s.w.constant()))],
                       scratch_bytes=layout.scratch_bytes(threads))
 
 
@@ -201,7 +202,7 @@ def _pointwise_t_applies(instr: Instr, options: KernelOptions) -> bool:
 
 def _pointwise_t_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
-    packed = pack_panels(s.w.data.reshape(s.mg, s.k).T.astype(np.float32))
+    packed = pack_panels(s.w.constant().reshape(s.mg, s.k).T.astype(np.float32))
     return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pointwise_t_panels32", packed)])
 
 
@@ -217,7 +218,8 @@ def emit_conv_pointwise_t(em: Emitter, instr: Instr) -> str:
     epilogue = s.epilogue(bias="bias", residual=f"res ? res + nb * {m * s.pixels} : NULL", ld_residual=s.pixels,
                           transposed=True)
     call = gemm_call(m=s.pixels, n=m, k=s.k, a=f"x + nb * {image}", a_layout=(1, s.pixels, MR),
-                     b_packed=em.packed(instr), ldb=0, c=f"y + nb * {m * s.pixels}", ldc=s.pixels, threads=int(param(instr, "threads", 1)))
+                     b_packed=em.packed(instr), ldb=0, c=f"y + nb * {m * s.pixels}", ldc=s.pixels,
+                     threads=int(param(instr, "threads", 1)))
     w = s.writer(em)
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
         w.line(epilogue.c_init(), call)
@@ -238,12 +240,12 @@ def _gemm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 def emit_conv_gemm(em: Emitter, instr: Instr) -> str:
     s = ConvShape(instr)
     direct = param(instr, "b") == "direct"
-    b_source = {"b_direct": "xg"} if direct else {"packer": "ember_pack_im2col", "pack_ctx": "&pk"}
     epilogue = s.epilogue(bias=f"bias ? bias + gi * {s.mg} : NULL", bias_per_row=True,
                           residual="res ? res + base : NULL", ld_residual=s.pixels)
     call = gemm_call(m=s.mg, n=s.pixels, k=s.k, a=f"{em.pointer(s.w, const=True)} + gi * {s.mg * s.k}",
                      a_layout=(s.k, 1, MR * s.k), c="y + base", scratch=em.scratch(instr),
-                     threads=int(param(instr, "threads", 1)), **b_source)
+                     threads=int(param(instr, "threads", 1)), b_direct="xg" if direct else "NULL",
+                     packer="NULL" if direct else "ember_pack_im2col", pack_ctx="NULL" if direct else "&pk")
     w = s.writer(em)
     w.line(f"for (long nb = 0; nb < {s.n_batch}; nb++)")
     with w.block(f"for (long gi = 0; gi < {s.groups}; gi++)"):
@@ -259,11 +261,11 @@ def emit_conv_gemm(em: Emitter, instr: Instr) -> str:
 
 
 def accepts_pool(view: OpView) -> str | None:
-    return None if view.operands[0].rank == 4 else "only 2-D (NCHW) pooling has C kernels"
+    return None if view.operand(0).rank == 4 else "only 2-D (NCHW) pooling has C kernels"
 
 
 def _pool_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
-    out, x = instr.base_operands
+    out, x = instr.required()
     attrs = instr.attrs
     n_batch, channels = x.type.shape[:2]
     oh, ow = out.type.shape[2:]
@@ -273,7 +275,7 @@ def _pool_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 
 def _pool_loops(em, instr: Instr, init: str, accumulate: str, finish) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     attrs = instr.attrs
     n_batch, channels, height, width = x.type.shape
     oh, ow = out.type.shape[2:]
@@ -309,7 +311,7 @@ def _pool_loops(em, instr: Instr, init: str, accumulate: str, finish) -> str:
 
 @C_KERNELS.kernel("maxpool_loops", "MaxPool", accepts=accepts_pool, plan=_pool_plan)
 def emit_maxpool(em, instr: Instr) -> str:
-    t = instr.base_operands[1].type.dtype
+    t = instr.operand(1).type.dtype
     nan = "val != val || " if t.is_float else ""
     return _pool_loops(em, instr, f"{c_type(t)} acc = {lowest(t)};", f"if ({nan}val > acc) acc = val;",
                        lambda out: "acc")
@@ -318,12 +320,12 @@ def emit_maxpool(em, instr: Instr) -> str:
 @C_KERNELS.kernel("avgpool_loops", "AveragePool", accepts=accepts_pool, plan=_pool_plan)
 def emit_avgpool(em, instr: Instr) -> str:
     attrs = instr.attrs
-    out = instr.base_operands[0]
+    out = instr.operand(0)
     t = out.type.dtype
     if attrs.count_include_pad:
         # Cells inside input + explicit pads count; ceil-mode overhang beyond the pads does not.
         (kh, kw), (sh, sw), (dh, dw) = attrs.kernel, attrs.strides, attrs.dilations
-        height, width = instr.base_operands[1].type.shape[2:]
+        height, width = instr.operand(1).type.shape[2:]
         pt, pl, pb, pr = attrs.pads
         counts = (
             f"(double)(({{ long n_ = 0; for (long u = 0; u < {kh}; u++) {{ long ih = i * {sh} - {pt} + u * {dh}; "
@@ -338,7 +340,7 @@ def emit_avgpool(em, instr: Instr) -> str:
 
 @C_KERNELS.kernel("arg_reduce_loops", "ArgMax", "ArgMin")
 def emit_arg_reduce(em, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     attrs = instr.attrs
     shape = x.type.shape
     axis = attrs.axis % len(shape)

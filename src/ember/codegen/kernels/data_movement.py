@@ -14,7 +14,7 @@ from ember.ops.shape_util import normalize_axis
 
 @C_KERNELS.kernel("copy_bytes", "copy", "Reshape")
 def emit_copy(em: Emitter, instr: Instr) -> str:
-    out, src = instr.base_operands[:2]
+    out, src = instr.required()[:2]
     dst_addr, src_addr = em.address(out), em.address(src)
     if dst_addr == src_addr:
         return "/* in place: source and destination coincide */"
@@ -22,14 +22,14 @@ def emit_copy(em: Emitter, instr: Instr) -> str:
 
 
 def _typed(em: Emitter, instr: Instr) -> list[str]:
-    out, x = instr.base_operands[:2]
+    out, x = instr.required()[:2]
     t = c_type(out.type.dtype)
     return [f"{t} *restrict y = {em.pointer(out)};", f"const {t} *x = {em.pointer(x, const=True)};"]
 
 
 @C_KERNELS.kernel("transpose_loops", "Transpose")
 def emit_transpose(em: Emitter, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     perm = instr.attrs.perm
     in_strides = contiguous_strides(x.type.shape)
     strides = [contiguous_strides(out.type.shape), [in_strides[p] for p in perm]]
@@ -43,15 +43,15 @@ def emit_transpose(em: Emitter, instr: Instr) -> str:
 
 @C_KERNELS.kernel("slice_loops", "Slice")
 def emit_slice(em: Emitter, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     attrs = instr.attrs
     in_strides = contiguous_strides(x.type.shape)
     starts = [0] * x.type.rank
     steps = [1] * x.type.rank
-    for axis, start, step in zip(attrs.axes, attrs.starts, attrs.steps):
+    for axis, start, step in zip(attrs.axes, attrs.starts, attrs.steps, strict=True):
         starts[axis], steps[axis] = start, step
-    base = sum(s * st for s, st in zip(starts, in_strides))
-    strides = [contiguous_strides(out.type.shape), [st * step for st, step in zip(in_strides, steps)]]
+    base = sum(s * st for s, st in zip(starts, in_strides, strict=True))
+    strides = [contiguous_strides(out.type.shape), [st * step for st, step in zip(in_strides, steps, strict=True)]]
     if out.type.size == 0:
         return "/* empty slice */"
     dims, strides = collapse(out.type.shape, strides)
@@ -65,7 +65,7 @@ def emit_slice(em: Emitter, instr: Instr) -> str:
 
 @C_KERNELS.kernel("concat_rows", "Concat")
 def emit_concat(em: Emitter, instr: Instr) -> str:
-    out, *ins = instr.base_operands
+    out, *ins = instr.required()
     axis = normalize_axis(instr.attrs.axis, out.type.rank)
     outer = math.prod(out.type.shape[:axis])
     inner = math.prod(out.type.shape[axis + 1:])
@@ -85,7 +85,7 @@ def emit_concat(em: Emitter, instr: Instr) -> str:
 
 @C_KERNELS.kernel("gather_rows", "Gather")
 def emit_gather(em: Emitter, instr: Instr) -> str:
-    out, data, indices = instr.base_operands
+    out, data, indices = instr.required()
     axis = normalize_axis(instr.attrs.axis, data.type.rank)
     outer = math.prod(data.type.shape[:axis])
     n = data.type.shape[axis]
@@ -123,7 +123,7 @@ def _index_map(mode: str, size: int, i: str) -> str:
 
 @C_KERNELS.kernel("pad_loops", "Pad")
 def emit_pad(em: Emitter, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     attrs = instr.attrs
     rank = x.type.rank
     begins = attrs.pads[:rank]
@@ -151,7 +151,7 @@ def emit_pad(em: Emitter, instr: Instr) -> str:
 
 @C_KERNELS.kernel("tile_loops", "Tile")
 def emit_tile(em: Emitter, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     in_shape = x.type.shape
     in_strides = contiguous_strides(in_shape)
     rank = len(in_shape)

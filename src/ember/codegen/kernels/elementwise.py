@@ -5,6 +5,7 @@ expression over its operands `a`, `b`, `c`; a chain's intermediate values live i
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from ember.codegen.c_types import c_literal, c_type, libm
 from ember.codegen.emitter import Emitter
@@ -14,7 +15,7 @@ from ember.lir.chain import ELEMENTWISE_CHAIN, Step, chain_steps, infer_steps
 from ember.lir.ir import Buffer, Instr
 from ember.types import DType
 
-Expr = Callable[[list[str], DType, object], str]
+Expr = Callable[[list[str], DType, Any], str]
 
 
 # float32 versions that vectorize (runtime/ember_math.h); other widths use libm.
@@ -49,7 +50,8 @@ def _gelu(a, t, attrs):
     if attrs.approximate == "tanh":
         inner = f"{c_literal(0.7978845608028654, t)} * ({x} + {c_literal(0.044715, t)} * {x} * {x} * {x})"
         return f"({c_literal(0.5, t)} * {x} * ({_one(t)} + {_float_unary('tanh')([inner], t, attrs)}))"
-    return f"({c_literal(0.5, t)} * {x} * ({_one(t)} + {_float_unary('erf')([f'{x} * {c_literal(0.7071067811865476, t)}'], t, attrs)}))"
+    erf = _float_unary("erf")([f"{x} * {c_literal(0.7071067811865476, t)}"], t, attrs)
+    return f"({c_literal(0.5, t)} * {x} * ({_one(t)} + {erf}))"
 
 
 def _hard_swish(a, t, attrs):
@@ -182,7 +184,7 @@ def traps(op: str, operand_types: list[DType]) -> bool:
 def _single_step(instr: Instr) -> tuple[list[Buffer], list[Step]]:
     sources: list[Buffer] = []
     args = []
-    for buffer in instr.base_operands[1:]:
+    for buffer in instr.required()[1:]:
         if buffer not in sources:
             sources.append(buffer)
         args.append(f"x{sources.index(buffer)}")
@@ -193,10 +195,10 @@ def emit_loop(em: Emitter, instr: Instr) -> str:
     """One loop nest computing the instruction's steps; every source is read from memory once
     per element, every intermediate value stays in a register."""
     if instr.name == ELEMENTWISE_CHAIN:
-        out, *sources = instr.base_operands
+        out, *sources = instr.required()
         steps = chain_steps(instr.attrs)
     else:
-        out = instr.base_operands[0]
+        out = instr.operand(0)
         sources, steps = _single_step(instr)
     value_types = [t.dtype for t in infer_steps(steps, [b.type for b in sources])]
     shape = out.type.shape

@@ -82,7 +82,7 @@ def _batch_offsets(shape: tuple[int, ...], batch_shape: tuple[int, ...], matrix:
 
 
 def _matmul_dims(instr: Instr) -> tuple[tuple[int, ...], tuple[int, ...], int, int, int]:
-    _, a, b = instr.base_operands
+    _, a, b = instr.required()
     a_shape = (1,) + a.type.shape if a.type.rank == 1 else a.type.shape
     b_shape = b.type.shape + (1,) if b.type.rank == 1 else b.type.shape
     m, k = a_shape[-2:]
@@ -94,14 +94,14 @@ def _float32(view: OpView) -> str | None:
 
 
 def _plan_matmul(instr: Instr, options: KernelOptions) -> KernelPlan:
-    _, a, b = instr.base_operands
+    _, a, b = instr.required()
     a_shape, b_shape, m, k, n = _matmul_dims(instr)
     if len(b_shape) == 2:
         rows = math.prod(a_shape[:-1])
         threads = threads_for(options.num_threads, rows * n * k)
         if is_whole_weight(b):
             return KernelPlan({"b": "packed", "threads": threads},
-                              packed=[(b, "panels32", pack_panels(b.data.reshape(k, n).astype(np.float32)))])
+                              packed=[(b, "panels32", pack_panels(b.constant().reshape(k, n).astype(np.float32)))])
         return KernelPlan({"b": "direct", "threads": threads}, scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
     threads = threads_for(options.num_threads, m * n * k)
     return KernelPlan({"b": "direct", "batched": True, "threads": threads},
@@ -110,18 +110,16 @@ def _plan_matmul(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 def _emit_single(em: Emitter, instr: Instr, out, a, b, m: int, n: int, k: int, epilogue: Epilogue) -> str:
     threads = int(param(instr, "threads", 1))
-    common = dict(m=m, n=n, k=k, a=em.pointer(a, const=True), a_layout=(k, 1, MR * k), c=em.pointer(out),
-                  threads=threads, scratch=em.scratch(instr))
-    if param(instr, "b") == "packed":
-        call = gemm_call(b_packed=em.packed(instr), **common)
-    else:
-        call = gemm_call(b_direct=em.pointer(b, const=True), **common)
+    packed = param(instr, "b") == "packed"
+    call = gemm_call(m=m, n=n, k=k, a=em.pointer(a, const=True), a_layout=(k, 1, MR * k), c=em.pointer(out),
+                     threads=threads, scratch=em.scratch(instr), b_packed=em.packed(instr) if packed else "NULL",
+                     b_direct="NULL" if packed else em.pointer(b, const=True))
     return "\n".join([epilogue.c_init(), call])
 
 
 @C_KERNELS.kernel("matmul_gemm", "MatMul", accepts=_float32, plan=_plan_matmul)
 def emit_matmul(em: Emitter, instr: Instr) -> str:
-    out, a, b = instr.base_operands
+    out, a, b = instr.required()
     a_shape, b_shape, m, k, n = _matmul_dims(instr)
     if not param(instr, "batched", False):
         # A 2-D right operand is shared by every batch: A's batch folds into the rows.
@@ -146,7 +144,7 @@ def emit_matmul(em: Emitter, instr: Instr) -> str:
 @C_KERNELS.kernel("matmul_loops", "MatMul")
 def emit_matmul_loops(em: Emitter, instr: Instr) -> str:
     """Any element type: a plain triple loop per batch (integer and double matmuls are rare)."""
-    out, a, b = instr.base_operands
+    out, a, b = instr.required()
     a_shape, b_shape, m, k, n = _matmul_dims(instr)
     batch_shape = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     t = c_type(out.type.dtype)
@@ -168,19 +166,20 @@ def emit_matmul_loops(em: Emitter, instr: Instr) -> str:
 
 
 def _plan_fully_connected(instr: Instr, options: KernelOptions) -> KernelPlan:
-    _, x, w = instr.base_operands[:3]
+    x, w = instr.operand(1), instr.operand(2)
     k, n = w.type.shape
     m = math.prod(x.type.shape[:-1])
     threads = threads_for(options.num_threads, m * n * k)
     if is_whole_weight(w):
         return KernelPlan({"b": "packed", "threads": threads},
-                          packed=[(w, "panels32", pack_panels(w.data.reshape(k, n).astype(np.float32)))])
+                          packed=[(w, "panels32", pack_panels(w.constant().reshape(k, n).astype(np.float32)))])
     return KernelPlan({"b": "direct", "threads": threads}, scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
 
 
 @C_KERNELS.kernel("fully_connected_gemm", "FullyConnected", accepts=_float32, plan=_plan_fully_connected)
 def emit_fully_connected(em: Emitter, instr: Instr) -> str:
-    out, x, w, bias, residual = (instr.base_operands + [None] * 5)[:5]
+    out, x, w = instr.operand(0), instr.operand(1), instr.operand(2)
+    bias, residual = (instr.base_operands[3:] + [None] * 2)[:2]
     k, n = w.type.shape
     attrs = instr.attrs
     epilogue = Epilogue(

@@ -19,12 +19,13 @@ from ember.types import DType
 def accepts(view: OpView) -> str | None:
     """float32 rows; LayerNormalization's scale and bias either cover the normalized axes or
     are constants (broadcast at compile time)."""
-    x = view.operands[0]
+    x = view.operand(0)
     if x.dtype is not DType.FLOAT32:
         return "the normalization kernels run float32 (other types are lowered)"
     if view.op == "LayerNormalization":
         size = math.prod(x.shape[normalize_axis(view.attrs.axis, x.rank):])
-        if not all(t is None or constant or t.size == size for t, constant in zip(view.operands[1:], view.constant[1:])):
+        params = zip(view.operands[1:], view.constant[1:], strict=True)
+        if not all(t is None or constant or t.size == size for t, constant in params):
             return "LayerNormalization with broadcast, non-constant scale or bias is lowered"
     return None
 
@@ -38,17 +39,19 @@ def _threads(options: KernelOptions, work: int) -> int:
 
 
 def _parallel(instr: Instr) -> str:
-    return f"#pragma omp parallel for {threads_pragma(instr)} schedule(static)" if param(instr, "threads", 1) > 1 else ""
+    if param(instr, "threads", 1) == 1:
+        return ""
+    return f"#pragma omp parallel for {threads_pragma(instr)} schedule(static)"
 
 
 def _softmax_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
-    x = instr.base_operands[1]
+    x = instr.operand(1)
     return KernelPlan({"threads": _threads(options, x.type.size * 8)})
 
 
 @C_KERNELS.kernel("softmax_rows", "Softmax", "LogSoftmax", accepts=accepts, plan=_softmax_plan)
 def emit_softmax(em: Emitter, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     outer, n, inner = _rows(x.type.shape, axis)
     log = instr.name == "LogSoftmax"
@@ -77,20 +80,21 @@ def emit_softmax(em: Emitter, instr: Instr) -> str:
 def _layer_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     """Scale and bias that broadcast over the normalized axes are expanded at compile time
     into packed copies ("broadcast" layout), so the row loop reads them contiguously."""
-    out, x, *params = instr.base_operands
+    x, params = instr.operand(1), instr.base_operands[2:]
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     tail = x.type.shape[axis:]
     packed = []
     for value in params:
         if value is not None and value.type.size != math.prod(tail) and is_whole_weight(value):
-            full = np.ascontiguousarray(np.broadcast_to(value.data, tail).astype(np.float32))
+            full = np.ascontiguousarray(np.broadcast_to(value.constant(), tail).astype(np.float32))
             packed.append((value, "broadcast", full))
     return KernelPlan({"threads": _threads(options, x.type.size * 4)}, packed=packed)
 
 
 @C_KERNELS.kernel("layer_norm_rows", "LayerNormalization", accepts=accepts, plan=_layer_norm_plan)
 def emit_layer_norm(em: Emitter, instr: Instr) -> str:
-    out, x, scale, bias = (instr.base_operands + [None] * 4)[:4]
+    out, x = instr.operand(0), instr.operand(1)
+    scale, bias = (instr.base_operands[2:] + [None] * 2)[:2]
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     tail = x.type.shape[axis:]
     rows, size = math.prod(x.type.shape[:axis]), math.prod(tail)

@@ -39,7 +39,7 @@ def _spec(name: str, dtype: DType) -> tuple[str, str]:
 
 @C_KERNELS.kernel("reduce_loops", "ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin")
 def emit_reduce(em: Emitter, instr: Instr) -> str:
-    out, x = instr.base_operands
+    out, x = instr.required()
     dtype = x.type.dtype
     t = c_type(dtype)
     shape = x.type.shape

@@ -38,6 +38,13 @@ class OpView:
     source: str = ""
     data: tuple[np.ndarray | None, ...] = ()  # constant operands' data where known
 
+    def operand(self, index: int) -> TensorType:
+        """The type of operand `index`, which must be present."""
+        t = self.operands[index]
+        if t is None:
+            raise EmberError(f"node '{self.source}' ({self.op}): operand {index} is absent")
+        return t
+
     @classmethod
     def of_node(cls, node: Any) -> OpView:
         from ember.graph import Constant
@@ -55,7 +62,7 @@ class OpView:
         return cls(instr.name, instr.attrs, tuple(b.type for b in base[:results] if b is not None),
                    tuple(None if b is None else b.type for b in ins),
                    tuple(is_whole_weight(b) for b in ins), instr.source,
-                   tuple(b.data if is_whole_weight(b) else None for b in ins))
+                   tuple(b.data if b is not None and is_whole_weight(b) else None for b in ins))
 
 
 def is_whole_weight(buffer: Buffer | None) -> bool:
@@ -212,7 +219,7 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> list
     strides = contiguous_strides(in_shape)
     pad = len(out_shape) - len(in_shape)
     out = [0] * pad
-    for dim, stride in zip(in_shape, strides):
+    for dim, stride in zip(in_shape, strides, strict=True):
         out.append(0 if dim == 1 else stride)
     return out
 
@@ -228,13 +235,13 @@ def collapse(shape: Sequence[int], strides_list: Sequence[Sequence[int]]) -> tup
     out_dims: list[int] = []
     out_strides: list[list[int]] = [[] for _ in strides]
     for axis, dim in enumerate(dims):
-        if out_dims and all(s[axis] * dim == o[-1] for s, o in zip(strides, out_strides)):
+        if out_dims and all(s[axis] * dim == o[-1] for s, o in zip(strides, out_strides, strict=True)):
             out_dims[-1] *= dim
-            for s, o in zip(strides, out_strides):
+            for s, o in zip(strides, out_strides, strict=True):
                 o[-1] = s[axis]
             continue
         out_dims.append(dim)
-        for s, o in zip(strides, out_strides):
+        for s, o in zip(strides, out_strides, strict=True):
             o.append(s[axis])
     return out_dims, out_strides
 
@@ -247,7 +254,7 @@ def loop_nest(dims: Sequence[int], strides_list: Sequence[Sequence[int]], names:
     for axis, dim in enumerate(dims):
         lines.append("    " * axis + f"for (long {var}{axis} = 0; {var}{axis} < {dim}; {var}{axis}++) {{")
     offsets = []
-    for strides, _name in zip(strides_list, names):
+    for strides, _name in zip(strides_list, names, strict=True):
         terms = [f"{var}{axis} * {s}" if s != 1 else f"{var}{axis}" for axis, s in enumerate(strides) if s != 0]
         offsets.append(" + ".join(terms) if terms else "0")
     lines.append("    " * depth + body(offsets))
