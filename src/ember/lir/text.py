@@ -36,7 +36,7 @@ from ember.lir.ir import (
     Program,
 )
 from ember.lir.verify import verify_program
-from ember.ops.text import format_attrs, format_value, parse_attrs, parse_type, parse_value
+from ember.ops.text import format_attrs, format_value, parse_attr_dict, parse_attrs, parse_type, parse_value
 from ember.support.errors import ParseError, VerificationError
 from ember.support.lexer import TokenStream, quote_name
 
@@ -217,16 +217,7 @@ def _parse_kernel(stream: TokenStream, buffers: Mapping[str, Buffer], instr: Ins
         if not stream.accept(","):
             stream.expect(")")
             break
-    params: dict = {}
-    if stream.accept("{"):
-        while not stream.accept("}"):
-            key = stream.expect_kind("ident", "a kernel parameter name").text
-            stream.expect("=")
-            params[key] = parse_value(stream)
-            if not stream.accept(","):
-                stream.expect("}")
-                break
-    return KernelUse(name, params, tuple(kinds))
+    return KernelUse(name, parse_attr_dict(stream, "a kernel parameter name"), tuple(kinds))
 
 
 def _buffer_ref(stream: TokenStream, buffers: Mapping[str, Buffer]) -> Buffer:

@@ -72,18 +72,24 @@ def parse_value(stream: TokenStream) -> Any:
     raise ParseError(f"expected an attribute value, found '{token.text}'", token.line)
 
 
-def parse_attrs(stream: TokenStream, attrs_class: type) -> Any:
-    """Parses an optional '{k=v, ...}' into `attrs_class`."""
+def parse_attr_dict(stream: TokenStream, what: str = "an attribute name") -> dict[str, Any]:
+    """Parses an optional '{k=v, ...}' into a dict (empty when there is no '{')."""
     values: dict[str, Any] = {}
-    line = stream.peek.line
     if stream.accept("{"):
         while not stream.accept("}"):
-            key = stream.expect_kind("ident", "an attribute name").text
+            key = stream.expect_kind("ident", what).text
             stream.expect("=")
             values[key] = parse_value(stream)
             if not stream.accept(","):
                 stream.expect("}")
                 break
+    return values
+
+
+def parse_attrs(stream: TokenStream, attrs_class: type) -> Any:
+    """Parses an optional '{k=v, ...}' into `attrs_class`."""
+    line = stream.peek.line
+    values = parse_attr_dict(stream)
     known = {f.name: f for f in dataclasses.fields(attrs_class)}
     unknown = set(values) - set(known)
     if unknown:
