@@ -21,8 +21,9 @@ from ember.ops.elementwise import (
 )
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs
 from ember.ops.nn import BatchNormAttrs, ConvAttrs, GemmAttrs, PoolAttrs
-from ember.ops.reduce import ArgReduceAttrs, LayerNormAttrs, ReduceAttrs, SoftmaxAttrs
-from ember.ops.rnn import GRUAttrs
+from ember.ops.normalization import LayerNormAttrs, SoftmaxAttrs
+from ember.ops.recurrent import GRUAttrs
+from ember.ops.reduce import ArgReduceAttrs, ReduceAttrs
 from ember.ops.tensor import AxisAttrs, PadAttrs, ReshapeAttrs, ShapeAttrs, SliceAttrs, TileAttrs, TransposeAttrs
 from ember.types import DType, TensorType
 

@@ -59,7 +59,7 @@ def _pool_attrs():
 def dense() -> Graph:
     """MatMul with a constant (packed) and a computed (in place) right operand, layer norm,
     a Gelu-Add-Tanh elementwise chain and softmax."""
-    from ember.ops.reduce import LayerNormAttrs, SoftmaxAttrs
+    from ember.ops.normalization import LayerNormAttrs, SoftmaxAttrs
 
     g = Graph("dense")
     x = g.add_input("x", TensorType(DType.FLOAT32, (4, 48)))

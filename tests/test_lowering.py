@@ -11,8 +11,9 @@ from ember.lir.ir import INSTRS
 from ember.lowering import LOWERINGS, lower_graph
 from ember.ops import OPS
 from ember.ops.nn import BatchNormAttrs, GemmAttrs
-from ember.ops.reduce import LayerNormAttrs, ReduceAttrs, SoftmaxAttrs
-from ember.ops.rnn import GRUAttrs
+from ember.ops.normalization import LayerNormAttrs, SoftmaxAttrs
+from ember.ops.recurrent import GRUAttrs
+from ember.ops.reduce import ReduceAttrs
 from ember.ops.tensor import ReshapeAttrs
 from ember.types import DType, TensorType
 from tests.helpers import evaluate_graph, random_inputs, relative_error

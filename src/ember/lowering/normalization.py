@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ember.graph import Graph, Node, Value
 from ember.lowering.engine import lowering, scalar
-from ember.ops.reduce import LayerNormAttrs, ReduceAttrs, SoftmaxAttrs
+from ember.ops.normalization import LayerNormAttrs, SoftmaxAttrs
+from ember.ops.reduce import ReduceAttrs
 from ember.ops.shape_util import normalize_axis
 
 

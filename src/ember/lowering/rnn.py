@@ -7,7 +7,7 @@ import numpy as np
 
 from ember.graph import Graph, Node, Value
 from ember.lowering.engine import lowering
-from ember.ops.rnn import GRUAttrs
+from ember.ops.recurrent import GRUAttrs
 from ember.ops.tensor import AxisAttrs, ReshapeAttrs, SliceAttrs, TransposeAttrs
 
 

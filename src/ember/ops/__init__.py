@@ -16,7 +16,6 @@ from ember.ops import (  # noqa: F401  (registration)
     recurrent,
     reduce,
     resize,
-    rnn,
     sampling,
     spectral,
     tensor,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.ops.reduce import SoftmaxAttrs, _log_softmax
+from ember.ops.normalization import SoftmaxAttrs, _log_softmax
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float
 from ember.types import DType, TensorType

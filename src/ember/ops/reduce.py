@@ -1,7 +1,5 @@
-"""Reductions and the normalizations built on them (Softmax, LayerNormalization).
-
-ReduceSum/Max/Min/Prod are primitives; the others are defined here for import and
-constant folding, and lowered to primitives (see lowering/)."""
+"""Reductions: ReduceSum/Max/Min/Prod (primitives; the other ONNX reductions are lowered onto
+them at import) and ArgMax/ArgMin."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -115,72 +113,3 @@ def _arg_reference(fn):
 
 define_op(OpDef("ArgMax", ("x",), ("y",), _arg_infer, _arg_reference(np.argmax), attrs=ArgReduceAttrs))
 define_op(OpDef("ArgMin", ("x",), ("y",), _arg_infer, _arg_reference(np.argmin), attrs=ArgReduceAttrs))
-
-
-@dataclass(frozen=True)
-class SoftmaxAttrs:
-    axis: int = -1
-
-
-def _softmax_infer(name):
-    def infer(attrs: SoftmaxAttrs, types):
-        (t,) = types
-        require_float(t, name)
-        normalize_axis(attrs.axis, t.rank)
-        return (t,)
-
-    return infer
-
-
-def _softmax(attrs: SoftmaxAttrs, arrays):
-    (x,) = arrays
-    xf = x.astype(np.float64)
-    e = np.exp(xf - np.max(xf, axis=attrs.axis, keepdims=True))
-    return ((e / np.sum(e, axis=attrs.axis, keepdims=True)).astype(x.dtype),)
-
-
-def _log_softmax(attrs: SoftmaxAttrs, arrays):
-    (x,) = arrays
-    xf = x.astype(np.float64)
-    shifted = xf - np.max(xf, axis=attrs.axis, keepdims=True)
-    return ((shifted - np.log(np.sum(np.exp(shifted), axis=attrs.axis, keepdims=True))).astype(x.dtype),)
-
-
-define_op(OpDef("Softmax", ("x",), ("y",), _softmax_infer("Softmax"), _softmax, attrs=SoftmaxAttrs,
-                primitive=False))
-define_op(OpDef("LogSoftmax", ("x",), ("y",), _softmax_infer("LogSoftmax"), _log_softmax,
-                attrs=SoftmaxAttrs, primitive=False))
-
-
-@dataclass(frozen=True)
-class LayerNormAttrs:
-    """Normalizes over axes [axis, rank); scale and bias broadcast over those axes."""
-
-    axis: int = -1
-    epsilon: float = 1e-5
-
-
-def _layernorm_infer(attrs: LayerNormAttrs, types):
-    x, scale, bias = types
-    require_float(x, "LayerNormalization")
-    axis = normalize_axis(attrs.axis, x.rank)
-    for operand, t in (("scale", scale), ("bias", bias)):
-        if t is not None and (t.dtype != x.dtype or t.rank > x.rank - axis):
-            raise OpError(f"LayerNormalization {operand} {t} does not fit input {x} at axis {axis}")
-    return (x,)
-
-
-def _layernorm(attrs: LayerNormAttrs, arrays):
-    x, scale, bias = arrays
-    axes = tuple(range(normalize_axis(attrs.axis, x.ndim), x.ndim))
-    xf = x.astype(np.float64)
-    mean = xf.mean(axis=axes, keepdims=True)
-    var = np.square(xf - mean).mean(axis=axes, keepdims=True)
-    y = (xf - mean) / np.sqrt(var + attrs.epsilon) * scale
-    if bias is not None:
-        y = y + bias
-    return (y.astype(x.dtype),)
-
-
-define_op(OpDef("LayerNormalization", ("x", "scale", "bias?"), ("y",), _layernorm_infer, _layernorm,
-                attrs=LayerNormAttrs, primitive=False))

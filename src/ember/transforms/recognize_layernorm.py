@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.graph import Node, Value
-from ember.ops.reduce import LayerNormAttrs
+from ember.ops.normalization import LayerNormAttrs
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import constant_data, producer, scalar_value
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ember.graph import Node, Value
-from ember.ops.reduce import SoftmaxAttrs
+from ember.ops.normalization import SoftmaxAttrs
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import producer
 

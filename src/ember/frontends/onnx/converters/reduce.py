@@ -13,7 +13,8 @@ from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.elementwise import CastAttrs
-from ember.ops.reduce import ArgReduceAttrs, LayerNormAttrs, ReduceAttrs, SoftmaxAttrs
+from ember.ops.normalization import LayerNormAttrs, SoftmaxAttrs
+from ember.ops.reduce import ArgReduceAttrs, ReduceAttrs
 from ember.types import DType
 
 _REDUCTIONS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

@@ -9,8 +9,7 @@ import numpy as np
 from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
-from ember.ops.recurrent import RecurrentAttrs
-from ember.ops.rnn import GRUAttrs
+from ember.ops.recurrent import GRUAttrs, RecurrentAttrs
 from ember.ops.tensor import TransposeAttrs
 from ember.support.errors import ModelImportError, UnsupportedError
 
