@@ -26,12 +26,15 @@ from ember.ops.fused import ACTIVATION_TABLE, ACTIVATIONS, apply_activation, epi
 
 # The Python mirrors of the C formulas, wherever they live now.
 try:
-    from ember.backends.cpu.layouts import (DirectLayout, WinogradLayout, depthwise_scratch_bytes,
-                                            gemm_scratch_bytes)
+    from ember.backends.cpu.layouts import DirectLayout, WinogradLayout, depthwise_scratch_bytes, gemm_scratch_bytes
 except ImportError:
     try:
-        from ember.codegen.kernels.layouts import (DirectLayout, WinogradLayout, depthwise_scratch_bytes,
-                                                   gemm_scratch_bytes)
+        from ember.codegen.kernels.layouts import (
+            DirectLayout,
+            WinogradLayout,
+            depthwise_scratch_bytes,
+            gemm_scratch_bytes,
+        )
     except ImportError:
         from ember.codegen.kernels.gemm import gemm_scratch_bytes
         from ember.codegen.kernels.nn import DirectLayout, WinogradLayout, depthwise_scratch_bytes

@@ -9,10 +9,10 @@ from onnx import TensorProto, helper
 
 import ember
 from ember.backends.cpu import CpuBackend
-from ember.support.paths import cache_dir
 from ember.driver import compile_graph, compile_model
 from ember.graph import Graph
 from ember.support.errors import EmberError
+from ember.support.paths import cache_dir
 from ember.types import DType, TensorType
 from tests.conftest import EXAMPLES, require_shared_models, shared_model_names
 from tests.helpers import relative_error

@@ -11,7 +11,7 @@ from onnx.backend.base import Backend, BackendRep
 
 import ember.onnx_backend as backend
 from ember.frontends.onnx import ConstantRequired
-from ember.support.errors import ModelImportError, InputError
+from ember.support.errors import InputError, ModelImportError
 
 
 def _model(nodes, inputs, outputs, opset=17) -> onnx.ModelProto:

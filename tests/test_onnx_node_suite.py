@@ -11,7 +11,6 @@ whole suite takes about 20 s on two cores (generating the data the first time, ~
 from __future__ import annotations
 
 import pytest
-
 from onnx import numpy_helper
 
 from bench.onnx_node_data import generate, load_index, read_case

@@ -299,9 +299,8 @@ def test_instrumentation_sees_lir_passes_and_prints_them_as_lir():
 
 
 def test_dump_print_after_all_and_time_passes_cover_lir_passes(capsys):
-    from ember.lir.passes import DEFAULT_LIR_PIPELINE
-
     from ember.backends.cpu import CpuBackend
+    from ember.lir.passes import DEFAULT_LIR_PIPELINE
 
     assert cli_main(["dump", str(REPO / "examples" / "lenet.onnx"), "--stage", "lir",
                      "--print-after-all", "--time-passes"]) == 0

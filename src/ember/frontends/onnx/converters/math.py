@@ -12,8 +12,8 @@ from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
 from ember.ops.activations import GELU_APPROXIMATIONS, GeluAttrs
 from ember.ops.linalg import EinsumAttrs
-from ember.ops.spectral import DFTAttrs, STFTAttrs
 from ember.ops.math import BitCastAttrs, BitShiftAttrs, CeluAttrs, IsInfAttrs, SeluAttrs, ShrinkAttrs, ThresholdAttrs
+from ember.ops.spectral import DFTAttrs, STFTAttrs
 from ember.support.errors import ModelImportError, UnsupportedError
 
 _UNARY = ("Acos", "Asin", "Atan", "Sinh", "Cosh", "Tan", "Asinh", "Acosh", "Atanh", "Mish", "IsNaN",
