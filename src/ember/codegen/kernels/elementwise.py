@@ -4,8 +4,11 @@ collapsed so same-shaped operands run one flat (vectorizable) loop. Each op is o
 expression over its operands `a`, `b`, `c`; a chain's intermediate values live in registers."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ember.codegen.c_types import c_literal, c_type, libm
 from ember.codegen.emitter import Emitter
@@ -115,6 +118,103 @@ def _cast(a, t, attrs):
     return f"(({c_type(target)}){a[0]})"
 
 
+# ---- ops whose references compute in float64 and round once (src/ember/ops/math.py) ----
+# float32 (and, for Shrink, integer) inputs compute in double and convert once, exactly as
+# the references do: the same libm, the same comparisons against float64 attributes.
+
+
+def _double_unary(fn: str) -> Expr:
+    def expr(a, t, attrs):
+        if t is DType.FLOAT64:
+            return f"{fn}({a[0]})"
+        return f"(({c_type(t)}){fn}((double){a[0]}))"
+
+    return expr
+
+
+def _in_double(body: Callable[[str, Any], str]) -> Expr:
+    """`body(d, attrs)` is a double expression over the double `d`; the result converts to
+    the op's type once (for integers: truncation toward zero, like NumPy's astype)."""
+
+    def expr(a, t, attrs):
+        return f"({{ double d_ = (double){a[0]}; ({c_type(t)})({body('d_', attrs)}); }})"
+
+    return expr
+
+
+def _d(value: float) -> str:
+    return c_literal(value, DType.FLOAT64)
+
+
+def _mish(d, attrs):
+    # x * tanh(logaddexp(0, x)); logaddexp(0, x) = max(x, 0) + log1p(exp(-|x|)), NaN-propagating.
+    return f"{d} * tanh(({d} > 0.0 ? {d} : 0.0) + log1p(exp(-fabs({d}))))"
+
+
+def _selu(d, attrs):
+    # gamma * where(x > 0, x, alpha * expm1(min(x, 0))): a NaN takes the second branch and stays NaN.
+    return f"{_d(attrs.gamma)} * ({d} > 0.0 ? {d} : {_d(attrs.alpha)} * expm1({d}))"
+
+
+def _celu(d, attrs):
+    # max(x, 0) + min(0, alpha * expm1(min(x, 0) / alpha)), with np.maximum/np.minimum's NaN rules.
+    alpha = _d(attrs.alpha)
+    low = f"(({d} != {d} || {d} < 0.0) ? {d} : 0.0)"
+    return (f"(({d} != {d} || {d} > 0.0) ? {d} : 0.0) + "
+            f"({{ double c_ = {alpha} * expm1({low} / {alpha}); (c_ != c_ || c_ < 0.0) ? c_ : 0.0; }})")
+
+
+def _shrink(d, attrs):
+    lambd, bias = _d(attrs.lambd), _d(attrs.bias)
+    return f"({d} < -{lambd} ? {d} + {bias} : ({d} > {lambd} ? {d} - {bias} : 0.0))"
+
+
+def _is_inf(a, t, attrs):
+    x, inf = a[0], c_literal(math.inf, t)
+    tests = []
+    if attrs.detect_positive:
+        tests.append(f"{x} == {inf}")
+    if attrs.detect_negative:
+        tests.append(f"{x} == -{inf}")
+    return f"({' || '.join(tests)})" if tests else "0"
+
+
+def _signed(t: DType) -> bool:
+    return np.dtype(t.numpy).kind == "i"
+
+
+def _unsigned(t: DType) -> str:
+    return f"uint{t.itemsize * 8}_t"
+
+
+def _bitwise(operator: str) -> Expr:
+    return lambda a, t, attrs: f"(({c_type(t)})({a[0]} {operator} {a[1]}))"
+
+
+def _bit_shift(a, t, attrs):
+    """Like the reference: a shift by a negative amount or by the width or more leaves the
+    sign fill (-1 for a right shift of a negative value, else 0); left shifts run unsigned."""
+    x, y, bits = a[0], a[1], t.itemsize * 8
+    out_of_range = f"{y} >= {bits}" + (f" || {y} < 0" if _signed(t) else "")
+    if attrs.direction == "LEFT":
+        shifted = f"(({c_type(t)})((uint64_t)({_unsigned(t)}){x} << {y}))"
+        fill = _zero(t)
+    else:
+        shifted = f"(({c_type(t)})({x} >> {y}))"
+        fill = f"({x} < 0 ? {c_literal(-1, t)} : {_zero(t)})" if _signed(t) else _zero(t)
+    return f"(({out_of_range}) ? {fill} : {shifted})"
+
+
+def _prelu(a, t, attrs):
+    x, slope = a
+    if t.is_int:
+        # NumPy's integer product wraps; signed overflow in C does not, so multiply unsigned.
+        product = f"(({c_type(t)})((uint64_t){x} * (uint64_t){slope}))"
+    else:
+        product = f"{x} * {slope}"
+    return f"({x} < {_zero(t)} ? {product} : {x})"
+
+
 UNARY: dict[str, Expr] = {
     "Relu": lambda a, t, attrs: f"({a[0]} > {_zero(t)} ? {a[0]} : {_zero(t)})",
     "Sigmoid": _sigmoid,
@@ -146,6 +246,17 @@ UNARY: dict[str, Expr] = {
     "HardSigmoid": lambda a, t, attrs: (
         f"({{ {c_type(t)} h_ = {a[0]} * {c_literal(attrs.alpha, t)} + {c_literal(attrs.beta, t)}; "
         f"h_ < {_zero(t)} ? {_zero(t)} : (h_ > {_one(t)} ? {_one(t)} : h_); }})"),
+    **{op: _double_unary(fn) for op, fn in {
+        "Acos": "acos", "Asin": "asin", "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Tan": "tan",
+        "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh"}.items()},
+    "Mish": _in_double(_mish),
+    "Selu": _in_double(_selu),
+    "Celu": _in_double(_celu),
+    "ThresholdedRelu": _in_double(lambda d, attrs: f"({d} > {_d(attrs.alpha)} ? {d} : 0.0)"),
+    "Shrink": _in_double(_shrink),
+    "IsNaN": lambda a, t, attrs: f"({a[0]} != {a[0]})",
+    "IsInf": _is_inf,
+    "BitwiseNot": lambda a, t, attrs: f"(({c_type(t)})~{a[0]})",
 }
 BINARY: dict[str, Expr] = {
     "Add": lambda a, t, attrs: f"({a[0]} + {a[1]})",
@@ -165,6 +276,11 @@ BINARY: dict[str, Expr] = {
     "Or": lambda a, t, attrs: f"({a[0]} || {a[1]})",
     "Xor": lambda a, t, attrs: f"(!{a[0]} != !{a[1]})",
     "Where": lambda a, t, attrs: f"({a[0]} ? {a[1]} : {a[2]})",
+    "PRelu": _prelu,
+    "BitwiseAnd": _bitwise("&"),
+    "BitwiseOr": _bitwise("|"),
+    "BitwiseXor": _bitwise("^"),
+    "BitShift": _bit_shift,
 }
 # Integer division and remainder trap on zero: check the divisor first.
 INT_DIVISORS = {"Div", "Mod"}
