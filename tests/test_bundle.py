@@ -153,7 +153,7 @@ def reference(model_name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 def check_outputs(actual: list[np.ndarray], expected: list[np.ndarray]) -> None:
     assert len(actual) == len(expected)
-    for index, (a, e) in enumerate(zip(actual, expected)):
+    for index, (a, e) in enumerate(zip(actual, expected, strict=True)):
         error = relative_error(a, e)
         assert error <= TOLERANCE, f"output {index}: relative error {error:.3g}"
 
@@ -178,7 +178,8 @@ def test_bundle_is_deterministic_and_self_contained(tmp_path):
     assert first.files == second.files
     for name in first.files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
-    assert {"model.c", "model.h", "model.weights.bin", "model_weights.c", "Makefile", "bundle_main.c"} <= set(first.files)
+    expected = {"model.c", "model.h", "model.weights.bin", "model_weights.c", "Makefile", "bundle_main.c"}
+    assert expected <= set(first.files)
     layout = first.layout
     assert (tmp_path / "a" / "model.weights.bin").stat().st_size == layout.constant_bytes
     # The model and library sources include no header beyond stdint/string/math (OpenMP only
@@ -349,7 +350,8 @@ def test_two_bundles_link_into_one_program(build, tmp_path):
 #include "beta.h"
 static uint8_t wa[ALPHA_CONSTANT_MEM_SIZE], ioa[ALPHA_MUTABLE_MEM_SIZE], aa[ALPHA_ACTIVATIONS_MEM_SIZE];
 static uint8_t wb[BETA_CONSTANT_MEM_SIZE], iob[BETA_MUTABLE_MEM_SIZE], ab[BETA_ACTIVATIONS_MEM_SIZE];
-static void load(const char *path, uint8_t *dst, size_t n) { FILE *f = fopen(path, "rb"); fread(dst, 1, n, f); fclose(f); }
+static void load(const char *path, uint8_t *dst, size_t n)
+{ FILE *f = fopen(path, "rb"); fread(dst, 1, n, f); fclose(f); }
 int main(int argc, char **argv) {
     (void)argc;
     load(argv[1], wa, sizeof wa);
@@ -358,7 +360,8 @@ int main(int argc, char **argv) {
     memset(ALPHA_INPUT_1(ioa), 0, ALPHA_INPUT_1_SIZE);
     memset(BETA_INPUT_1(iob), 0, BETA_INPUT_1_SIZE);
     if (alpha_run(wa, ioa, aa) || beta_run(wb, iob, ab)) return 1;
-    for (int i = 0; i < ALPHA_OUTPUT_0_COUNT; i++) printf("%.6f %.6f\\n", ALPHA_OUTPUT_0(ioa)[i], BETA_OUTPUT_0(iob)[i]);
+    for (int i = 0; i < ALPHA_OUTPUT_0_COUNT; i++)
+        printf("%.6f %.6f\\n", ALPHA_OUTPUT_0(ioa)[i], BETA_OUTPUT_0(iob)[i]);
     return 0;
 }
 """)

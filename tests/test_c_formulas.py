@@ -85,8 +85,8 @@ void ember_test_activate(int act, float alpha, float beta, const float *x, long 
 class ConvGeom(ctypes.Structure):
     """ember_conv_geom (ember_gemm.h)."""
 
-    _fields_ = [("x", ctypes.c_void_p)] + [(name, ctypes.c_long) for name in
-                                             ("C", "H", "W", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "OH", "OW")]
+    _fields_ = [("x", ctypes.c_void_p)] + [
+        (name, ctypes.c_long) for name in ("C", "H", "W", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "OH", "OW")]
 
 
 def _compiler() -> str:
@@ -123,8 +123,8 @@ def lib(tmp_path_factory):
     lib.ember_winograd_scratch_bytes.restype = ctypes.c_long
     lib.ember_depthwise_scratch_bytes.argtypes = [geom, ctypes.c_int]
     lib.ember_depthwise_scratch_bytes.restype = ctypes.c_long
-    lib.ember_test_activate.argtypes = [ctypes.c_int, ctypes.c_float, ctypes.c_float] + [ctypes.c_void_p, ctypes.c_long] \
-        + [ctypes.c_void_p] * 4
+    lib.ember_test_activate.argtypes = [ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p, ctypes.c_long,
+                                        *[ctypes.c_void_p] * 4]
     lib.ember_test_activate.restype = None
     return lib
 

@@ -125,7 +125,11 @@ def _winograd_graph(channels, out_channels, hw, pads, activation, residual) -> G
     return _conv_graph(channels, out_channels, hw, (3, 3), 1, pads, activation, residual)
 
 
-@pytest.mark.parametrize("case", WINOGRAD, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}p{''.join(map(str, c[3]))}")
+def _winograd_id(c) -> str:
+    return f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}p{''.join(map(str, c[3]))}"
+
+
+@pytest.mark.parametrize("case", WINOGRAD, ids=_winograd_id)
 def test_winograd_convolution_matches_interpreter(case):
     _check_case(lambda: _winograd_graph(*case), seed=13)
 

@@ -96,8 +96,8 @@ def test_library_kernel_replaces_matmul_and_links(mylib):
     source = compiled.executable.source
     assert source.count("mylib_sgemm(") == 3  # the declaration and two calls
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((5, 7)).astype(np.float32), "y": rng.standard_normal((7, 3)).astype(np.float32),
-             "z": rng.standard_normal((2, 3, 4)).astype(np.float32), "w": rng.standard_normal((3, 4)).astype(np.float32)}
+    shapes = {"x": (5, 7), "y": (7, 3), "z": (2, 3, 4), "w": (3, 4)}
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
     expected = compile_graph(_graph(), "interpreter").run(feeds)
     actual = compiled.run(feeds)
     for name in expected:
@@ -122,5 +122,6 @@ def test_library_kernel_refuses_what_it_cannot_run_and_the_next_variant_runs_it(
     compiled = compile_graph(g, backend, observer=lambda stage, art: captured.setdefault(stage, art))
     assert "kernel matmul_gemm(" in print_program(captured["lir"])
     rng = np.random.default_rng(1)
-    feeds = {"a": rng.standard_normal((2, 3, 4)).astype(np.float32), "b": rng.standard_normal((2, 4, 5)).astype(np.float32)}
+    shapes = {"a": (2, 3, 4), "b": (2, 4, 5)}
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in shapes.items()}
     np.testing.assert_allclose(compiled.run(feeds)["c"], feeds["a"] @ feeds["b"], rtol=1e-5, atol=1e-5)

@@ -123,7 +123,7 @@ def test_select_kernels_records_choice_packed_weight_and_scratch():
     compiled = CompiledModel(backend.compile(program), [TensorSpec(b.external_name, b.type) for b in program.inputs],
                              [TensorSpec(b.external_name, b.type) for b in program.outputs], {}, "cpu")
     rng = np.random.default_rng(1)
-    feeds = {"x": rng.standard_normal((3, 16)).astype(np.float32), "k": rng.standard_normal((16, 40)).astype(np.float32)}
+    feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in (("x", (3, 16)), ("k", (16, 40)))}
     out = compiled.run(feeds)
     np.testing.assert_allclose(out["y"], feeds["x"] @ weights["w"], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(out["z"], feeds["x"] @ feeds["k"], rtol=1e-5, atol=1e-5)

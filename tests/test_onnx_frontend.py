@@ -36,7 +36,7 @@ def evaluate(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     env.update({c: c.data for c in graph.constants.values()})
     for node in graph.nodes:
         results = node.opdef.evaluate(node.attrs, [None if v is None else env[v] for v in node.inputs])
-        env.update(zip(node.outputs, results))
+        env.update(zip(node.outputs, results, strict=False))
     return [env[o.value] for o in graph.outputs]
 
 
@@ -61,7 +61,7 @@ def assert_matches_ort(model, feeds, rtol=1e-5, input_shapes=None) -> Graph:
     expected = run_ort(model, feeds)
     actual = evaluate(graph, feeds)
     assert len(actual) == len(expected)
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual, expected, strict=True):
         assert a.shape == e.shape, (a.shape, e.shape)
         assert a.dtype == e.dtype, (a.dtype, e.dtype)
         if e.dtype.kind in "biu":
@@ -92,8 +92,8 @@ def check_op(op, inputs, attrs=None, *, consts=(), opset=17, out_types=None, n_o
     out_types = out_types or [_ONNX_TYPE[first.dtype]] * n_outputs
     out_names = [f"out{i}" for i in range(n_outputs)]
     node = helper.make_node(op, names, out_names, name=f"the_{op.lower()}", **(attrs or {}))
-    model = make_model([node], graph_inputs, [tensor_info(n, t, None) for n, t in zip(out_names, out_types)],
-                       inits, opset)
+    outputs = [tensor_info(n, t, None) for n, t in zip(out_names, out_types, strict=True)]
+    model = make_model([node], graph_inputs, outputs, inits, opset)
     return assert_matches_ort(model, feeds, rtol=rtol)
 
 

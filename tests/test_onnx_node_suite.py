@@ -62,6 +62,6 @@ def test_data_dependent_case_folds_when_its_inputs_are_constant(name):
     is constant (the inputs become initializers): the op folds at import."""
     model, inputs, expected = read_case(next(c for c in CASES if c.name == name))
     graph = model.graph
-    graph.initializer.extend(numpy_helper.from_array(a, vi.name) for vi, a in zip(graph.input, inputs))
+    graph.initializer.extend(numpy_helper.from_array(a, vi.name) for vi, a in zip(graph.input, inputs, strict=False))
     del graph.input[:]
     compare(expected, prepare(model, backend=BACKEND).run([]))

@@ -37,7 +37,7 @@ def refusal_reasons(detail: str) -> list[str] | None:
     text = detail.split(marker, 1)[1]
     starts = [m.end() for m in _ENTRY.finditer(text)]
     ends = [m.start() for m in _ENTRY.finditer(text)][1:] + [len(text)]
-    return [text[s:e].rstrip("; ").strip() for s, e in zip(starts, ends)]
+    return [text[s:e].rstrip("; ").strip() for s, e in zip(starts, ends, strict=True)]
 
 
 @pytest.mark.parametrize("name", NAMES)

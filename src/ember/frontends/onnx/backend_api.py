@@ -35,7 +35,7 @@ def node_model(node: NodeProto, inputs: Sequence[np.ndarray], opset: int | None 
         raise ModelImportError(f"node '{node.name or node.op_type}' ({node.op_type}) has {len(present)} inputs, "
                                f"run_node got {len(inputs)} arrays")
     graph_inputs = []
-    for name, array in zip(present, inputs):
+    for name, array in zip(present, inputs, strict=True):
         array = np.asarray(array)
         elem = helper.np_dtype_to_tensor_dtype(array.dtype)
         graph_inputs.append(helper.make_tensor_value_info(name, elem, array.shape))

@@ -5,7 +5,7 @@ nodes whose inputs are all constants are folded at import time."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto, helper
@@ -36,7 +36,7 @@ def graph_inputs(value: Value) -> list[str]:
     """The graph inputs (placeholders) that `value` is computed from."""
     seen: set[int] = set()
     found: list[str] = []
-    stack = [value]
+    stack: list[Value | None] = [value]
     while stack:
         v = stack.pop()
         if v is None or id(v) in seen:
@@ -48,7 +48,7 @@ def graph_inputs(value: Value) -> list[str]:
             stack.extend(v.producer.inputs)
     return sorted(found)
 
-_ATTR_TYPE_NAMES = {
+_ATTR_TYPE_NAMES: dict[int, str] = {
     AttributeProto.INT: "an int",
     AttributeProto.FLOAT: "a float",
     AttributeProto.INTS: "a list of ints",
@@ -141,19 +141,40 @@ class NodeContext:
                 raise ModelImportError(f"required attribute '{name}' is missing")
             return default
         if attr.type != kind:
-            raise ModelImportError(f"attribute '{name}' must be {_ATTR_TYPE_NAMES.get(kind, kind)}, "
+            raise ModelImportError(f"attribute '{name}' must be {_ATTR_TYPE_NAMES.get(kind, str(kind))}, "
                                    f"got {AttributeProto.AttributeType.Name(attr.type).lower()}")
         return helper.get_attribute_value(attr)
 
-    def attr_int(self, name: str, default: Any = _REQUIRED) -> int:
+    @overload
+    def attr_int(self, name: str) -> int: ...
+    @overload
+    def attr_int(self, name: str, default: int) -> int: ...
+    @overload
+    def attr_int(self, name: str, default: None) -> int | None: ...
+
+    def attr_int(self, name: str, default: Any = _REQUIRED) -> int | None:
         value = self._attr(name, AttributeProto.INT, default)
         return value if value is None else int(value)
 
-    def attr_float(self, name: str, default: Any = _REQUIRED) -> float:
+    @overload
+    def attr_float(self, name: str) -> float: ...
+    @overload
+    def attr_float(self, name: str, default: float) -> float: ...
+    @overload
+    def attr_float(self, name: str, default: None) -> float | None: ...
+
+    def attr_float(self, name: str, default: Any = _REQUIRED) -> float | None:
         attr = self._attrs.get(name)
         kind = AttributeProto.INT if attr is not None and attr.type == AttributeProto.INT else AttributeProto.FLOAT
         value = self._attr(name, kind, default)  # an int where a float belongs is harmless
         return value if value is None else float(value)
+
+    @overload
+    def attr_ints(self, name: str) -> tuple[int, ...]: ...
+    @overload
+    def attr_ints(self, name: str, default: Sequence[int]) -> tuple[int, ...]: ...
+    @overload
+    def attr_ints(self, name: str, default: None) -> tuple[int, ...] | None: ...
 
     def attr_ints(self, name: str, default: Any = _REQUIRED) -> tuple[int, ...] | None:
         value = self._attr(name, AttributeProto.INTS, default)
@@ -170,6 +191,11 @@ class NodeContext:
     def attr_strs(self, name: str, default: Any = _REQUIRED) -> tuple[str, ...] | None:
         value = self._attr(name, AttributeProto.STRINGS, default)
         return value if value is None else tuple(v.decode("utf-8") if isinstance(v, bytes) else v for v in value)
+
+    @overload
+    def attr_tensor(self, name: str) -> np.ndarray: ...
+    @overload
+    def attr_tensor(self, name: str, default: None) -> np.ndarray | None: ...
 
     def attr_tensor(self, name: str, default: Any = _REQUIRED) -> np.ndarray | None:
         attr = self._attrs.get(name)
@@ -241,9 +267,9 @@ class NodeContext:
         present = [v for v in inputs if v is not None]
         try:
             if present and all(isinstance(v, Constant) for v in present):
-                arrays = [None if v is None else v.data for v in inputs]
+                arrays = [v.data if isinstance(v, Constant) else None for v in inputs]
                 results = opdef.evaluate(attrs, arrays)
-                return [self.graph.add_constant(array, name) for array, name in zip(results, names)]
+                return [self.graph.add_constant(array, name) for array, name in zip(results, names, strict=True)]
             opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
         except OpError as err:
             message = str(err)

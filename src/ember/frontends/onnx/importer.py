@@ -68,7 +68,7 @@ def check_supported(graph: GraphProto, names: Sequence[str], opset: int) -> None
     """Raises one UnsupportedOpError listing every node Ember cannot convert, by op type."""
     bad: dict[str, list[str]] = {}
     notes: dict[str, str] = {}
-    for node, name in zip(graph.node, names):
+    for node, name in zip(graph.node, names, strict=True):
         if node.domain not in DEFAULT_DOMAINS:
             key = f"{node.domain}.{node.op_type}"
             notes[key] = f"domain '{node.domain}' is not supported"
@@ -145,7 +145,7 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
             if len(declared) != len(shape):
                 raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} has rank {len(shape)}, "
                                        f"but the model declares rank {len(declared)}")
-            for i, (dim, d) in enumerate(zip(declared, shape)):
+            for i, (dim, d) in enumerate(zip(declared, shape, strict=True)):
                 if dim.WhichOneof("value") == "dim_value" and dim.dim_value != d:
                     raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} sets dimension {i} to {d}, "
                                            f"but the model fixes it to {dim.dim_value}")
@@ -153,17 +153,17 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
     if declared is None:
         raise ModelImportError(f"{what} has no declared shape; Ember compiles static shapes: "
                                f"pass input_shapes={{'{vi.name}': [...]}} to load_onnx")
-    shape = []
+    dims: list[int] = []
     for i, dim in enumerate(declared):
         if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0:
-            shape.append(int(dim.dim_value))
+            dims.append(int(dim.dim_value))
             continue
         label = f"symbolic dimension '{dim.dim_param}'" if dim.dim_param else "an unknown dimension"
         example = ", ".join(str(d.dim_value) if d.WhichOneof("value") == "dim_value" else (d.dim_param or "?")
                             for d in declared)
         raise ModelImportError(f"{what} has {label} at dimension {i}; Ember compiles static shapes: "
                                f"pass input_shapes={{'{vi.name}': [{example}]}} with every dimension set")
-    return TensorType(dtype, tuple(shape))
+    return TensorType(dtype, tuple(dims))
 
 
 def _topological_order(nodes: Sequence[NodeProto], names: Sequence[str], available: set[str]) -> list[int]:

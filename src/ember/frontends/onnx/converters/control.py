@@ -56,7 +56,7 @@ def _empty_scan_output(ctx: NodeContext, body: GraphProto, index: int) -> Value:
         raise UnsupportedError(f"the loop runs no iteration, and the shape of scan output '{vi.name}' is not "
                                "declared, so Ember cannot give it a static shape")
     dtype = to_dtype(tensor_type.elem_type, f"scan output '{vi.name}'")
-    return ctx.constant_result(np.zeros([0] + dims, dtype=dtype.numpy), index)
+    return ctx.constant_result(np.zeros([0, *(int(d) for d in dims if d is not None)], dtype=dtype.numpy), index)
 
 
 @converter("Loop")
@@ -82,7 +82,7 @@ def loop(ctx: NodeContext) -> list[Value]:
                                    "import and refuses longer ones")
         bindings = {body.input[0].name: _scalar_constant(ctx, body, 0, k),
                     body.input[1].name: _scalar_constant(ctx, body, 1, cond)}
-        bindings.update({vi.name: v for vi, v in zip(body.input[2:], carried)})
+        bindings.update({vi.name: v for vi, v in zip(body.input[2:], carried, strict=False)})
         outputs = ctx.inline(body, bindings, f"iter{k}")
         cond_out = outputs[0]
         if not isinstance(cond_out, Constant):
@@ -90,7 +90,7 @@ def loop(ctx: NodeContext) -> list[Value]:
                                    "unrolls loops at import, so the condition must fold to a constant")
         cond = bool(cond_out.data.reshape(-1)[0])
         carried = outputs[1:1 + n_carried]
-        for parts, value in zip(scans, outputs[1 + n_carried:]):
+        for parts, value in zip(scans, outputs[1 + n_carried:], strict=False):
             parts.append(value)
         k += 1
     results = list(carried)
@@ -120,8 +120,8 @@ def scan(ctx: NodeContext) -> list[Value]:
     n_out = len(body.output) - n_state
     out_axes = ctx.attr_ints("scan_output_axes", None) or (0,) * n_out
     out_dirs = ctx.attr_ints("scan_output_directions", None) or (0,) * n_out
-    axes = [normalize_axis(a, s.type.rank) for a, s in zip(in_axes, sequences)]
-    lengths = {s.type.shape[a] for s, a in zip(sequences, axes)}
+    axes = [normalize_axis(a, s.type.rank) for a, s in zip(in_axes, sequences, strict=False)]
+    lengths = {s.type.shape[a] for s, a in zip(sequences, axes, strict=False)}
     if len(lengths) != 1:
         raise ModelImportError(f"scan inputs have different sequence lengths {sorted(lengths)}")
     length = lengths.pop()
@@ -130,12 +130,12 @@ def scan(ctx: NodeContext) -> list[Value]:
                                f"more than {MAX_UNROLL}")
     outs: list[list[Value]] = [[] for _ in range(n_out)]
     for t in range(length):
-        bindings = {vi.name: v for vi, v in zip(body.input, states)}
-        for vi, seq, axis, direction in zip(body.input[n_state:], sequences, axes, in_dirs):
+        bindings = {vi.name: v for vi, v in zip(body.input, states, strict=False)}
+        for vi, seq, axis, direction in zip(body.input[n_state:], sequences, axes, in_dirs, strict=False):
             bindings[vi.name] = _take(ctx, seq, axis, length - 1 - t if direction else t)
         outputs = ctx.inline(body, bindings, f"iter{t}")
         states = outputs[:n_state]
-        for parts, value in zip(outs, outputs[n_state:]):
+        for parts, value in zip(outs, outputs[n_state:], strict=False):
             parts.append(value)
     results = list(states)
     for j, parts in enumerate(outs):

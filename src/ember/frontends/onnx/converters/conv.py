@@ -44,8 +44,7 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
             begins = [t // 2 for t in total]
         else:
             begins = [t - t // 2 for t in total]
-        ends = [t - bgn for t, bgn in zip(total, begins)]
-        pads = tuple(begins + ends)
+        pads = tuple(begins + [t - bgn for t, bgn in zip(total, begins, strict=True)])
     elif auto_pad in ("NOTSET", "VALID"):
         pads = tuple(ctx.attr_ints("pads", None) or (0,) * (2 * n)) if auto_pad == "NOTSET" else (0,) * (2 * n)
         if len(pads) != 2 * n:
@@ -53,8 +52,8 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
     else:
         raise ModelImportError(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     # output_padding is folded into the end pads: both only move where the output ends.
-    ends = tuple(pads[n + i] - output_padding[i] for i in range(n))
-    attrs = ConvTransposeAttrs(strides, pads[:n] + ends, dilations, ctx.attr_int("group", 1))
+    end_pads = tuple(pads[n + i] - output_padding[i] for i in range(n))
+    attrs = ConvTransposeAttrs(strides, pads[:n] + end_pads, dilations, ctx.attr_int("group", 1))
     return ctx.result("ConvTranspose", [x, w, b], attrs)
 
 

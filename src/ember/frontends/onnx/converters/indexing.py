@@ -173,12 +173,14 @@ def center_crop_pad(ctx: NodeContext) -> Value:
     x = ctx.require(0)
     rank = x.type.rank
     shape = ctx.constant_ints(1, "shape")
-    axes = ctx.attr_ints("axes", None)
-    axes = tuple(range(rank)) if axes is None else normalize_axes(axes, rank)
+    if shape is None:
+        raise ModelImportError("required input 1 (shape) is missing")
+    given_axes = ctx.attr_ints("axes", None)
+    axes = tuple(range(rank)) if given_axes is None else normalize_axes(given_axes, rank)
     if len(shape) != len(axes):
         raise ModelImportError(f"shape {list(shape)} needs one value per axis {list(axes)}")
     y, pads = x, [0] * (2 * rank)
-    for axis, size in zip(axes, shape):
+    for axis, size in zip(axes, shape, strict=True):
         dim = x.type.shape[axis]
         if size < dim:  # crop, the odd element off the end
             begin = (dim - size) // 2
@@ -274,11 +276,11 @@ def non_max_suppression(ctx: NodeContext) -> Value:
     threshold. Otherwise the number of kept boxes (the output shape) is run-time data."""
     boxes = data_dependent(ctx, 0, "boxes").astype(np.float64)
     scores = data_dependent(ctx, 1, "scores").astype(np.float64)
-    limit = ctx.constant_ints(2, "max_output_boxes_per_class") if ctx.input(2) is not None else None
-    iou = ctx.optional_constant(3, "iou_threshold")
+    limits = ctx.constant_ints(2, "max_output_boxes_per_class") if ctx.input(2) is not None else None
+    iou_given = ctx.optional_constant(3, "iou_threshold")
     threshold = ctx.optional_constant(4, "score_threshold")
-    limit = limit[0] if limit else 0
-    iou = float(iou.reshape(-1)[0]) if iou is not None and iou.size else 0.0
+    limit = limits[0] if limits else 0
+    iou = float(iou_given.reshape(-1)[0]) if iou_given is not None and iou_given.size else 0.0
     corners = _corners(boxes, ctx.attr_int("center_point_box", 0))
     selected = []
     for b in range(scores.shape[0]):

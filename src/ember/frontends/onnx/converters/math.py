@@ -146,6 +146,8 @@ def dft(ctx: NodeContext) -> list[Value]:
 def stft(ctx: NodeContext) -> list[Value]:
     signal, window = ctx.require(0, "signal"), ctx.input(2)
     step = ctx.constant_ints(1, "frame_step")
+    if not step:
+        raise ModelImportError("frame_step is required")
     lengths = ctx.constant_ints(3, "frame_length") if ctx.input(3) is not None else None
     if lengths:
         length = lengths[0]

@@ -35,7 +35,7 @@ def same_pads(sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int
     ceil(size / stride) elements; an odd total pad puts the extra one at the end (UPPER) or
     the beginning (LOWER)."""
     begins, ends = [], []
-    for size, k, s, d in zip(sizes, kernel, strides, dilations):
+    for size, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
         out = math.ceil(size / s)
         total = max((out - 1) * s + (k - 1) * d + 1 - size, 0)
         small, large = total // 2, total - total // 2
@@ -131,7 +131,8 @@ def batch_norm(ctx: NodeContext) -> list[Value | None]:
         return _batch_norm_training(ctx, inputs, attrs)
     for i, what in ((1, "running mean"), (2, "running variance"), (3, "saved mean"), (4, "saved variance")):
         ctx.check_unused(i, f"the training-only {what} output")
-    return ctx.result("BatchNormalization", inputs, attrs)
+    results: list[Value | None] = list(ctx.result("BatchNormalization", inputs, attrs))
+    return results
 
 
 def _batch_norm_training(ctx: NodeContext, inputs: list[Value], attrs: BatchNormAttrs) -> list[Value | None]:

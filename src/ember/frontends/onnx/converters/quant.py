@@ -80,5 +80,5 @@ def conv_integer(ctx: NodeContext) -> list[Value]:
 
 @converter("QLinearConv", min_opset=10)
 def qlinear_conv(ctx: NodeContext) -> list[Value]:
-    inputs = [ctx.require(i) for i in range(8)] + [ctx.input(8)]
-    return ctx.result("QLinearConv", inputs, _conv_attrs(ctx, inputs[0], inputs[3]))
+    required = [ctx.require(i) for i in range(8)]
+    return ctx.result("QLinearConv", [*required, ctx.input(8)], _conv_attrs(ctx, required[0], required[3]))

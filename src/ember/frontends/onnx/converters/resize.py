@@ -52,14 +52,14 @@ def resize(ctx: NodeContext) -> list[Value]:
         raise ModelImportError(f"mode '{mode}' is not one of {', '.join(MODES)}")
     if ctx.opset < 11:
         scales = _floats(ctx.constant(1, "scales"))
-        sizes, scales = resolve_sizes(x.type.shape, range(rank), scales, None, "stretch")
-        attrs = ResizeAttrs(sizes, scales, mode, "asymmetric", "floor")
+        out_sizes, scales = resolve_sizes(x.type.shape, range(rank), scales, None, "stretch")
+        attrs = ResizeAttrs(out_sizes, scales, mode, "asymmetric", "floor")
         return ctx.result("Resize", [x], attrs)
-    axes = ctx.attr_ints("axes", None)
-    axes = tuple(range(rank)) if axes is None else normalize_axes(axes, rank)
+    given_axes = ctx.attr_ints("axes", None)
+    axes = tuple(range(rank)) if given_axes is None else normalize_axes(given_axes, rank)
     roi = _floats(ctx.optional_constant(1, "roi"))
     scales = _floats(ctx.optional_constant(2, "scales"))
-    sizes = ctx.constant_ints(3, "sizes") if ctx.input(3) is not None else None
+    sizes: tuple[int, ...] | None = ctx.constant_ints(3, "sizes") if ctx.input(3) is not None else None
     if sizes is not None and not sizes:
         sizes = None
     for what, values in (("scales", scales), ("sizes", sizes)):

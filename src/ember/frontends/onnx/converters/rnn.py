@@ -32,11 +32,11 @@ def _transpose(ctx: NodeContext, v: Value | None, perm: tuple[int, ...], name: s
     return ctx.emit1("Transpose", [v], TransposeAttrs(perm))
 
 
-def _recurrent(ctx: NodeContext, op: str, attrs, inputs: list[Value | None], states: list[int]) -> list[Value]:
+def _recurrent(ctx: NodeContext, op: str, attrs, inputs: list[Value | None], states: list[int]) -> list[Value | None]:
     """Emits `op`; with layout=1, transposes X and the initial states in and Y and the final
     states out (inputs[i] for i in `states` are initial states [dirs, batch, hidden])."""
     if not ctx.attr_int("layout", 0):
-        return ctx.result(op, inputs, attrs)
+        return list(ctx.result(op, inputs, attrs))
     inputs = list(inputs)
     inputs[0] = _transpose(ctx, inputs[0], (1, 0, 2))
     for i in states:
@@ -65,7 +65,7 @@ def _activations(ctx: NodeContext, op: str, directions: int) -> tuple[tuple[str,
 
 
 @converter("RNN", "LSTM")
-def rnn(ctx: NodeContext) -> list[Value]:
+def rnn(ctx: NodeContext) -> list[Value | None]:
     op = ctx.op_type
     x, w, r = ctx.require(0, "X"), ctx.require(1, "W"), ctx.require(2, "R")
     direction = _direction(ctx)
@@ -80,7 +80,7 @@ def rnn(ctx: NodeContext) -> list[Value]:
 
 
 @converter("GRU")
-def gru(ctx: NodeContext) -> list[Value]:
+def gru(ctx: NodeContext) -> list[Value | None]:
     x, w, r = ctx.require(0, "X"), ctx.require(1, "W"), ctx.require(2, "R")
     b, seq_lens, h0 = ctx.input(3), ctx.input(4), ctx.input(5)
     direction = _direction(ctx)

@@ -103,20 +103,20 @@ def range_(ctx: NodeContext) -> Value:
             raise ModelImportError(f"{what} must be a scalar, got shape {list(data.shape)}")
     dtype = start.dtype
     if dtype.kind in "iu":
-        s, l, d = int(start.reshape(-1)[0]), int(limit.reshape(-1)[0]), int(delta.reshape(-1)[0])
-        if d == 0:
+        first, end, step = int(start.reshape(-1)[0]), int(limit.reshape(-1)[0]), int(delta.reshape(-1)[0])
+        if step == 0:
             raise ModelImportError("delta must not be zero")
-        count = max(-((s - l) // d), 0)
-        data = (s + np.arange(count, dtype=np.int64) * d).astype(dtype)
+        count = max(-((first - end) // step), 0)
+        data = (first + np.arange(count, dtype=np.int64) * step).astype(dtype)
     elif dtype.kind == "f" or dtype == DType.BFLOAT16.numpy:
-        s, l, d = float(start.reshape(-1)[0]), float(limit.reshape(-1)[0]), float(delta.reshape(-1)[0])
-        if d == 0:
+        origin, step_f = float(start.reshape(-1)[0]), float(delta.reshape(-1)[0])
+        if step_f == 0:
             raise ModelImportError("delta must not be zero")
-        count = max(math.ceil((float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / d), 0)
+        count = max(math.ceil((float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / step_f), 0)
         # Accumulate in the element type (value += delta), as ONNX Runtime does.
-        steps = np.full(count, d, dtype=dtype)
+        steps = np.full(count, step_f, dtype=dtype)
         if count:
-            steps[0] = s
+            steps[0] = origin
         data = np.add.accumulate(steps, dtype=dtype)
     else:
         raise ModelImportError(f"Range does not take {dtype} inputs")

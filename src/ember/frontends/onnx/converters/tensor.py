@@ -83,13 +83,16 @@ def flatten(ctx: NodeContext) -> Value:
     return ctx.reshape(x, (math.prod(dims[:axis]), math.prod(dims[axis:])), final=True)
 
 
-def _axes(ctx: NodeContext, required: bool) -> tuple[int, ...] | None:
+def _axes(ctx: NodeContext) -> tuple[int, ...] | None:
     """Squeeze/Unsqueeze axes: an attribute before opset 13, input 1 from 13."""
     if ctx.opset < 13:
-        axes = ctx.attr_ints("axes", None)
-    else:
-        axes = ctx.constant_ints(1, "axes")
-    if axes is None and required:
+        return ctx.attr_ints("axes", None)
+    return ctx.constant_ints(1, "axes")
+
+
+def _required_axes(ctx: NodeContext) -> tuple[int, ...]:
+    axes = _axes(ctx)
+    if axes is None:
         raise ModelImportError("axes are required")
     return axes
 
@@ -98,7 +101,7 @@ def _axes(ctx: NodeContext, required: bool) -> tuple[int, ...] | None:
 def squeeze(ctx: NodeContext) -> Value:
     x = ctx.require(0)
     dims = x.type.shape
-    axes = _axes(ctx, required=False)
+    axes = _axes(ctx)
     if axes is None:
         keep = [d for d in dims if d != 1]
     else:
@@ -113,7 +116,7 @@ def squeeze(ctx: NodeContext) -> Value:
 @converter("Unsqueeze")
 def unsqueeze(ctx: NodeContext) -> Value:
     x = ctx.require(0)
-    axes = _axes(ctx, required=True)
+    axes = _required_axes(ctx)
     out_rank = x.type.rank + len(axes)
     axes = normalize_axes(axes, out_rank)
     rest = iter(x.type.shape)
@@ -166,21 +169,23 @@ def slice_(ctx: NodeContext) -> Value:
     x = ctx.require(0)
     rank = x.type.rank
     if ctx.opset < 10:
-        starts, ends = ctx.attr_ints("starts"), ctx.attr_ints("ends")
-        axes, steps = ctx.attr_ints("axes", None), None
+        given_starts: tuple[int, ...] | None = ctx.attr_ints("starts")
+        given_ends: tuple[int, ...] | None = ctx.attr_ints("ends")
+        given_axes, given_steps = ctx.attr_ints("axes", None), None
     else:
-        starts, ends = ctx.constant_ints(1, "starts"), ctx.constant_ints(2, "ends")
-        if starts is None or ends is None:
-            raise ModelImportError("inputs starts and ends are required")
-        axes, steps = ctx.constant_ints(3, "axes"), ctx.constant_ints(4, "steps")
-    axes = tuple(range(len(starts))) if axes is None else axes
-    steps = (1,) * len(starts) if steps is None else steps
+        given_starts, given_ends = ctx.constant_ints(1, "starts"), ctx.constant_ints(2, "ends")
+        given_axes, given_steps = ctx.constant_ints(3, "axes"), ctx.constant_ints(4, "steps")
+    if given_starts is None or given_ends is None:
+        raise ModelImportError("inputs starts and ends are required")
+    starts, ends = given_starts, given_ends
+    axes = tuple(range(len(starts))) if given_axes is None else given_axes
+    steps = (1,) * len(starts) if given_steps is None else given_steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ModelImportError(f"starts {list(starts)}, ends {list(ends)}, axes {list(axes)} and steps "
                                f"{list(steps)} differ in length")
     axes = normalize_axes(axes, rank)
-    bounds = [clamp_slice(x.type.shape[a], s, e, st) for a, s, e, st in zip(axes, starts, ends, steps)]
-    if all(b == (0, x.type.shape[a]) and st == 1 for a, b, st in zip(axes, bounds, steps)):
+    bounds = [clamp_slice(x.type.shape[a], s, e, st) for a, s, e, st in zip(axes, starts, ends, steps, strict=True)]
+    if all(b == (0, x.type.shape[a]) and st == 1 for a, b, st in zip(axes, bounds, steps, strict=True)):
         return x
     attrs = SliceAttrs(axes, tuple(b[0] for b in bounds), tuple(b[1] for b in bounds), tuple(steps))
     return ctx.result("Slice", [x], attrs)[0]
@@ -209,13 +214,14 @@ def pad(ctx: NodeContext) -> Value:
     if mode not in ("constant", "reflect", "edge", "wrap"):
         raise ModelImportError(f"mode '{mode}' is not one of constant, reflect, edge, wrap")
     if ctx.opset < 11:
-        pads = ctx.attr_ints("pads")
+        pads: tuple[int, ...] = ctx.attr_ints("pads")
         value = ctx.attr_float("value", 0.0)
         axes = None
     else:
-        pads = ctx.constant_ints(1, "pads")
-        if pads is None:
+        given = ctx.constant_ints(1, "pads")
+        if given is None:
             raise ModelImportError("required input 1 (pads) is missing")
+        pads = given
         fill = ctx.optional_constant(2, "constant_value")
         if fill is not None and fill.size > 1:
             raise ModelImportError(f"constant_value must be a scalar, got shape {list(fill.shape)}")
