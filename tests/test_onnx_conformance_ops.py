@@ -21,7 +21,7 @@ def test_recurrent_batch_major(op, gates):
     attrs = {"hidden_size": hidden, "direction": "bidirectional"}
 
     def model(layout, x_shape):
-        inits = [numpy_helper.from_array(w, n) for w, n in zip(weights, "wrb", strict=False)]
+        inits = [numpy_helper.from_array(w, n) for w, n in zip(weights, "wrb", strict=True)]
         node = helper.make_node(op, ["x", "w", "r", "b"], ["y", "h"], layout=layout, **attrs)
         return make_model([node], [tensor_info("x", TensorProto.FLOAT, list(x_shape))],
                           [tensor_info("y", TensorProto.FLOAT, None), tensor_info("h", TensorProto.FLOAT, None)], inits)

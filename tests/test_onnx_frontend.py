@@ -36,7 +36,7 @@ def evaluate(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     env.update({c: c.data for c in graph.constants.values()})
     for node in graph.nodes:
         results = node.opdef.evaluate(node.attrs, [None if v is None else env[v] for v in node.inputs])
-        env.update(zip(node.outputs, results, strict=False))
+        env.update(zip(node.outputs, results, strict=True))
     return [env[o.value] for o in graph.outputs]
 
 

@@ -137,7 +137,7 @@ class Rewriter:
         if replacements is not None and len(replacements) != len(node.outputs):
             raise EmberError(f"pattern '{pat.name}' gave {len(replacements)} values for {node.location}, "
                              f"which has {len(node.outputs)} results")
-        if replacements is None or all(new is old for new, old in zip(replacements, node.outputs, strict=False)):
+        if replacements is None or all(new is old for new, old in zip(replacements, node.outputs, strict=True)):
             self._roll_back_constants(const_mark)
             return False
         index = graph.nodes.index(node)

@@ -82,7 +82,7 @@ def loop(ctx: NodeContext) -> list[Value]:
                                    "import and refuses longer ones")
         bindings = {body.input[0].name: _scalar_constant(ctx, body, 0, k),
                     body.input[1].name: _scalar_constant(ctx, body, 1, cond)}
-        bindings.update({vi.name: v for vi, v in zip(body.input[2:], carried, strict=False)})
+        bindings.update({vi.name: v for vi, v in zip(body.input[2:], carried, strict=True)})
         outputs = ctx.inline(body, bindings, f"iter{k}")
         cond_out = outputs[0]
         if not isinstance(cond_out, Constant):
@@ -90,7 +90,7 @@ def loop(ctx: NodeContext) -> list[Value]:
                                    "unrolls loops at import, so the condition must fold to a constant")
         cond = bool(cond_out.data.reshape(-1)[0])
         carried = outputs[1:1 + n_carried]
-        for parts, value in zip(scans, outputs[1 + n_carried:], strict=False):
+        for parts, value in zip(scans, outputs[1 + n_carried:], strict=True):
             parts.append(value)
         k += 1
     results = list(carried)
@@ -120,8 +120,14 @@ def scan(ctx: NodeContext) -> list[Value]:
     n_out = len(body.output) - n_state
     out_axes = ctx.attr_ints("scan_output_axes", None) or (0,) * n_out
     out_dirs = ctx.attr_ints("scan_output_directions", None) or (0,) * n_out
-    axes = [normalize_axis(a, s.type.rank) for a, s in zip(in_axes, sequences, strict=False)]
-    lengths = {s.type.shape[a] for s, a in zip(sequences, axes, strict=False)}
+    if not 0 <= n_scan <= len(inputs) or len(body.input) != len(inputs):
+        raise ModelImportError(f"the body takes {len(body.input)} inputs, which does not fit the node's "
+                               f"{len(inputs)} inputs of which num_scan_inputs = {n_scan} are scanned")
+    for what, values in (("scan_input_axes", in_axes), ("scan_input_directions", in_dirs)):
+        if len(values) != n_scan:
+            raise ModelImportError(f"{what} {list(values)} must have one value per scan input ({n_scan})")
+    axes = [normalize_axis(a, s.type.rank) for a, s in zip(in_axes, sequences, strict=True)]
+    lengths = {s.type.shape[a] for s, a in zip(sequences, axes, strict=True)}
     if len(lengths) != 1:
         raise ModelImportError(f"scan inputs have different sequence lengths {sorted(lengths)}")
     length = lengths.pop()
@@ -130,12 +136,12 @@ def scan(ctx: NodeContext) -> list[Value]:
                                f"more than {MAX_UNROLL}")
     outs: list[list[Value]] = [[] for _ in range(n_out)]
     for t in range(length):
-        bindings = {vi.name: v for vi, v in zip(body.input, states, strict=False)}
-        for vi, seq, axis, direction in zip(body.input[n_state:], sequences, axes, in_dirs, strict=False):
+        bindings = {vi.name: v for vi, v in zip(body.input[:n_state], states, strict=True)}
+        for vi, seq, axis, direction in zip(body.input[n_state:], sequences, axes, in_dirs, strict=True):
             bindings[vi.name] = _take(ctx, seq, axis, length - 1 - t if direction else t)
         outputs = ctx.inline(body, bindings, f"iter{t}")
         states = outputs[:n_state]
-        for parts, value in zip(outs, outputs[n_state:], strict=False):
+        for parts, value in zip(outs, outputs[n_state:], strict=True):
             parts.append(value)
     results = list(states)
     for j, parts in enumerate(outs):
