@@ -18,7 +18,7 @@ TIMEOUT_S = 300.0
 EXEMPT_REASONS = ("no C kernel for ", "quantized tensor types have no C kernels", "only 2-D (NCHW) ",
                   "the GEMM kernels run float32", "the normalization kernels run float32",
                   "LayerNormalization with broadcast")
-_TYPE_REASON = re.compile(r"\w+: no C kernels for this element type yet")
+_TYPE_REASON = re.compile(r"\w+: no C kernels for this element type yet|the \w+ kernel runs float32 and float64, not ")
 # One refusal entry: "Op (nodes: a, b): reason"; entries are joined by "; ".
 _ENTRY = re.compile(r"(\w+) \(nodes: [^)]*\): ")
 

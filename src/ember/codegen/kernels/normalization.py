@@ -1,19 +1,34 @@
 """Softmax, LogSoftmax and LayerNormalization as single kernels: each row is read twice or
 three times from L1 instead of once per lowered op, and exp runs through the vectorizable
-ember_expf. Rows are split across threads when there is enough work."""
+ember_expf. The primitive normalizations (InstanceNormalization, GroupNormalization,
+MeanVarianceNormalization, LpNormalization, RMSNormalization, LRN, Hardmax) run float32 and
+float64 with their statistics in double, as the NumPy references do. Rows are split across
+threads when there is enough work."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
+from ember.codegen.c_types import c_type
 from ember.codegen.emitter import Emitter, param, threads_pragma
 from ember.codegen.kernels.layouts import PARALLEL_MIN_MACS
-from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
+from ember.codegen.kernels.registry import (
+    KernelOptions,
+    KernelPlan,
+    OpView,
+    broadcast_strides,
+    collapse,
+    contiguous_strides,
+    is_whole_weight,
+    loop_nest,
+)
 from ember.codegen.kernels.table import C_KERNELS
-from ember.lir.ir import Instr
-from ember.ops.shape_util import normalize_axis
-from ember.types import DType
+from ember.lir.ir import Buffer, Instr
+from ember.ops.normalization import MVN_EPSILON
+from ember.ops.shape_util import normalize_axes, normalize_axis
+from ember.types import DType, TensorType
 
 
 def accepts(view: OpView) -> str | None:
@@ -125,3 +140,324 @@ def emit_layer_norm(em: Emitter, instr: Instr) -> str:
         + (" + bias[j];" if bias_ptr else ";"),
         "}",
     ] if line)
+
+
+# The primitive normalizations (ops/normalization.py): InstanceNormalization,
+# GroupNormalization, MeanVarianceNormalization, LpNormalization, RMSNormalization, LRN and
+# Hardmax, in float32 and float64. Like the NumPy references, statistics accumulate in double
+# and each result is rounded once to the element type.
+
+_FLOATS = (DType.FLOAT32, DType.FLOAT64)
+
+
+def float_rows_accepts(view: OpView) -> str | None:
+    """Every operand and result float32 or float64 (mixed widths are fine: all arithmetic
+    runs in double)."""
+    for t in view.results + tuple(t for t in view.operands if t is not None):
+        if t.dtype not in _FLOATS:
+            return f"the {view.op} kernel runs float32 and float64, not {t.dtype}"
+    return None
+
+
+def _row_threads(options: KernelOptions, rows: int, work: int) -> int:
+    """Rows split across threads when there are at least two and enough work."""
+    return min(_threads(options, work), max(rows, 1))
+
+
+def _double(value: float) -> str:
+    return float(value).hex()
+
+
+def _empty(out: Buffer) -> str | None:
+    return "/* empty result */" if out.type.size == 0 else None
+
+
+def _lines(*lines: str) -> str:
+    return "\n".join(line for line in lines if line)
+
+
+def _index_offset(index: str, dims: Sequence[int], strides: Sequence[int]) -> str:
+    """The element offset of row-major position `index` over `dims`, each axis walked with
+    its stride (0 for a broadcast axis)."""
+    terms = []
+    for axis, (dim, stride) in enumerate(zip(dims, strides, strict=True)):
+        if stride == 0:
+            continue
+        below = math.prod(dims[axis + 1:])
+        position = f"({index} / {below})" if below > 1 else index
+        if axis > 0:
+            position = f"({position} % {dim})"
+        terms.append(position if stride == 1 else f"{position} * {stride}")
+    return " + ".join(terms) or "0"
+
+
+# InstanceNormalization, GroupNormalization ------------------------------------------------
+
+
+def _channel_groups(instr: Instr) -> int:
+    x = instr.operand(1)
+    return x.type.shape[1] if instr.name == "InstanceNormalization" else instr.attrs.num_groups
+
+
+def _channel_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    x = instr.operand(1)
+    rows = x.type.shape[0] * _channel_groups(instr)
+    return KernelPlan({"threads": _row_threads(options, rows, x.type.size * 4)})
+
+
+def _emit_channel_norm(em: Emitter, instr: Instr) -> str:
+    """Rows of (channels / groups) * spatial elements: mean and variance in double, then
+    (x - mean) / sqrt(var + epsilon) * scale[c] + bias[c] with scale and bias per channel."""
+    out, x, scale, bias = instr.required()
+    empty = _empty(out)
+    if empty:
+        return empty
+    n, channels = x.type.shape[:2]
+    groups = _channel_groups(instr)
+    spatial = math.prod(x.type.shape[2:])
+    per_group = channels // groups
+    size = per_group * spatial
+    t = c_type(out.type.dtype)
+    return _lines(
+        f"const {t} *x = {em.pointer(x, const=True)};",
+        f"{t} *y = {em.pointer(out)};",
+        f"const {c_type(scale.type.dtype)} *scale = {em.pointer(scale, const=True)};",
+        f"const {c_type(bias.type.dtype)} *bias = {em.pointer(bias, const=True)};",
+        _parallel(instr),
+        f"for (long r = 0; r < {n * groups}; r++) {{",
+        f"    const {t} *xr = x + r * {size};",
+        f"    {t} *yr = y + r * {size};",
+        "    double sum = 0.0, var = 0.0;",
+        f"    for (long j = 0; j < {size}; j++) sum += (double)xr[j];",
+        f"    const double mean = sum / {size}.0;",
+        f"    for (long j = 0; j < {size}; j++) {{ double d = (double)xr[j] - mean; var += d * d; }}",
+        f"    const double std = sqrt(var / {size}.0 + {_double(instr.attrs.epsilon)});",
+        f"    for (long k = 0; k < {per_group}; k++) {{",
+        f"        const long c = (r % {groups}) * {per_group} + k;",
+        "        const double s = (double)scale[c], b = (double)bias[c];",
+        f"        for (long j = k * {spatial}; j < (k + 1) * {spatial}; j++)",
+        f"            yr[j] = ({t})(((double)xr[j] - mean) / std * s + b);",
+        "    }",
+        "}",
+    )
+
+
+C_KERNELS.kernel("instance_norm_rows", "InstanceNormalization", accepts=float_rows_accepts,
+                 plan=_channel_norm_plan)(_emit_channel_norm)
+C_KERNELS.kernel("group_norm_rows", "GroupNormalization", accepts=float_rows_accepts,
+                 plan=_channel_norm_plan)(_emit_channel_norm)
+
+
+# MeanVarianceNormalization ----------------------------------------------------------------
+
+
+def _mvn_split(x: TensorType, axes: Sequence[int]) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Kept and reduced axes, each collapsed: (kept dims, kept strides, reduced dims, reduced strides)."""
+    strides = contiguous_strides(x.shape)
+    reduced = set(normalize_axes(axes, x.rank))
+    kept_axes = [a for a in range(x.rank) if a not in reduced]
+    red_axes = [a for a in range(x.rank) if a in reduced]
+    kept_dims, (kept_strides,) = collapse([x.shape[a] for a in kept_axes], [[strides[a] for a in kept_axes]])
+    red_dims, (red_strides,) = collapse([x.shape[a] for a in red_axes], [[strides[a] for a in red_axes]])
+    return kept_dims, kept_strides, red_dims or [1], red_strides or [0]
+
+
+def _mvn_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    x = instr.operand(1)
+    kept_dims = _mvn_split(x.type, instr.attrs.axes)[0]
+    return KernelPlan({"threads": _row_threads(options, math.prod(kept_dims), x.type.size * 4)})
+
+
+@C_KERNELS.kernel("mvn_rows", "MeanVarianceNormalization", accepts=float_rows_accepts, plan=_mvn_plan)
+def emit_mvn(em: Emitter, instr: Instr) -> str:
+    """Per kept position, mean and mean of squares over the reduced axes (in double), then
+    (x - mean) / (sqrt(max(E[x^2] - mean^2, 0)) + 1e-9)."""
+    out, x = instr.required()
+    empty = _empty(out)
+    if empty:
+        return empty
+    t = c_type(out.type.dtype)
+    kept_dims, kept_strides, red_dims, red_strides = _mvn_split(x.type, instr.attrs.axes)
+    count = math.prod(red_dims)
+    accumulate = loop_nest(red_dims, [red_strides], ["x"],
+                           lambda o: f"{{ double v = (double)xr[{o[0]}]; sum += v; squares += v * v; }}", var="j")
+    write = loop_nest(red_dims, [red_strides], ["x"],
+                      lambda o: f"yr[{o[0]}] = ({t})(((double)xr[{o[0]}] - mean) / std);", var="j")
+    return _lines(
+        f"const {t} *x = {em.pointer(x, const=True)};",
+        f"{t} *y = {em.pointer(out)};",
+        _parallel(instr),
+        f"for (long r = 0; r < {math.prod(kept_dims)}; r++) {{",
+        f"    const long base = {_index_offset('r', kept_dims, kept_strides)};",
+        f"    const {t} *xr = x + base;",
+        f"    {t} *yr = y + base;",
+        "    double sum = 0.0, squares = 0.0;",
+        accumulate,
+        f"    const double mean = sum / {count}.0, spread = squares / {count}.0 - mean * mean;",
+        f"    const double std = sqrt(spread > 0.0 ? spread : 0.0) + {_double(MVN_EPSILON)};",
+        write,
+        "}",
+    )
+
+
+# LpNormalization, Hardmax: rows along one axis --------------------------------------------
+
+
+def _axis_rows(instr: Instr) -> tuple[int, int, int]:
+    x = instr.operand(1)
+    return _rows(x.type.shape, normalize_axis(instr.attrs.axis, x.type.rank))
+
+
+def _axis_rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    outer, n, inner = _axis_rows(instr)
+    return KernelPlan({"threads": _row_threads(options, outer * inner, outer * n * inner * 4)})
+
+
+def _axis_rows_loop(em: Emitter, instr: Instr, body: Sequence[str]) -> str:
+    """A loop over the rows along the instruction's axis; `body` sees xr and yr, the row's
+    first elements, n_ (its length) and st (its stride)."""
+    out, x = instr.required()
+    outer, n, inner = _axis_rows(instr)
+    t = c_type(out.type.dtype)
+    return _lines(
+        f"const {t} *x = {em.pointer(x, const=True)};",
+        f"{t} *y = {em.pointer(out)};",
+        f"const long n_ = {n}, st = {inner};",
+        _parallel(instr),
+        f"for (long row = 0; row < {outer * inner}; row++) {{",
+        f"    const {t} *xr = x + (row / {inner}) * {n * inner} + row % {inner};",
+        f"    {t} *yr = y + (row / {inner}) * {n * inner} + row % {inner};",
+        *("    " + line for line in body),
+        "}",
+    )
+
+
+@C_KERNELS.kernel("lp_norm_rows", "LpNormalization", accepts=float_rows_accepts, plan=_axis_rows_plan)
+def emit_lp_norm(em: Emitter, instr: Instr) -> str:
+    """x / (sum |x|^p)^(1/p) for p = 1 or 2, the norm in double; a zero row stays zero."""
+    out = instr.operand(0)
+    empty = _empty(out)
+    if empty:
+        return empty
+    t = c_type(out.type.dtype)
+    term = "fabs(v)" if instr.attrs.p == 1 else "v * v"
+    norm = "sum" if instr.attrs.p == 1 else "sqrt(sum)"
+    return _axis_rows_loop(em, instr, [
+        "double sum = 0.0;",
+        f"for (long j = 0; j < n_; j++) {{ double v = (double)xr[j * st]; sum += {term}; }}",
+        f"const double norm = {norm};",
+        f"for (long j = 0; j < n_; j++) yr[j * st] = norm == 0.0 ? ({t})0 : ({t})((double)xr[j * st] / norm);",
+    ])
+
+
+@C_KERNELS.kernel("hardmax_rows", "Hardmax", accepts=float_rows_accepts, plan=_axis_rows_plan)
+def emit_hardmax(em: Emitter, instr: Instr) -> str:
+    """1 at the first maximum of each row, 0 elsewhere; a NaN counts as the maximum (the
+    first NaN wins), as in np.argmax."""
+    out = instr.operand(0)
+    empty = _empty(out)
+    if empty:
+        return empty
+    t = c_type(out.type.dtype)
+    return _axis_rows_loop(em, instr, [
+        "long best = 0;",
+        "for (long j = 1; j < n_ && xr[best * st] == xr[best * st]; j++) {",
+        "    const double v = (double)xr[j * st];",
+        "    if (v != v || v > (double)xr[best * st]) best = j;",
+        "}",
+        f"for (long j = 0; j < n_; j++) yr[j * st] = ({t})(j == best);",
+    ])
+
+
+# RMSNormalization ---------------------------------------------------------------------------
+
+
+def _rms_layout(instr: Instr) -> tuple[int, int, list[int], list[int], list[int], list[list[int]]]:
+    """(rows, row size, outer dims and scale strides (collapsed), tail dims and [x, scale]
+    strides (collapsed)) with the scale broadcast to the input's shape."""
+    x, scale = instr.operand(1), instr.operand(2)
+    shape = x.type.shape
+    axis = normalize_axis(instr.attrs.axis, x.type.rank)
+    scale_strides = broadcast_strides(scale.type.shape, shape)
+    outer_dims, (outer_strides,) = collapse(shape[:axis], [scale_strides[:axis]])
+    tail = shape[axis:]
+    tail_dims, tail_strides = collapse(tail, [contiguous_strides(tail), scale_strides[axis:]])
+    if not tail_dims:
+        tail_dims, tail_strides = [1], [[0], [0]]
+    return math.prod(shape[:axis]), math.prod(tail), outer_dims, outer_strides, tail_dims, tail_strides
+
+
+def _rms_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    rows, size = _rms_layout(instr)[:2]
+    return KernelPlan({"threads": _row_threads(options, rows, rows * size * 4)})
+
+
+@C_KERNELS.kernel("rms_norm_rows", "RMSNormalization", accepts=float_rows_accepts, plan=_rms_plan)
+def emit_rms_norm(em: Emitter, instr: Instr) -> str:
+    """x / sqrt(mean(x^2) + epsilon) * scale over axes [axis, rank), in double; the scale
+    broadcasts to the input (its offsets follow from its strides, 0 along broadcast axes)."""
+    out, x, scale = instr.required()
+    empty = _empty(out)
+    if empty:
+        return empty
+    t = c_type(out.type.dtype)
+    rows, size, outer_dims, outer_strides, tail_dims, tail_strides = _rms_layout(instr)
+    write = loop_nest(tail_dims, tail_strides, ["x", "scale"],
+                      lambda o: f"yr[{o[0]}] = ({t})((double)xr[{o[0]}] / rms * (double)sr[{o[1]}]);", var="j")
+    return _lines(
+        f"const {t} *x = {em.pointer(x, const=True)};",
+        f"{t} *y = {em.pointer(out)};",
+        f"const {c_type(scale.type.dtype)} *scale = {em.pointer(scale, const=True)};",
+        _parallel(instr),
+        f"for (long r = 0; r < {rows}; r++) {{",
+        f"    const {t} *xr = x + r * {size};",
+        f"    {t} *yr = y + r * {size};",
+        f"    const {c_type(scale.type.dtype)} *sr = scale + {_index_offset('r', outer_dims, outer_strides)};",
+        "    double squares = 0.0;",
+        f"    for (long j = 0; j < {size}; j++) {{ double v = (double)xr[j]; squares += v * v; }}",
+        f"    const double rms = sqrt(squares / {size}.0 + {_double(instr.attrs.epsilon)});",
+        write,
+        "}",
+    )
+
+
+# LRN ----------------------------------------------------------------------------------------
+
+
+def _lrn_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    x = instr.operand(1)
+    rows = x.type.shape[0] * x.type.shape[1]
+    return KernelPlan({"threads": _row_threads(options, rows, x.type.size * (instr.attrs.size + 4))})
+
+
+@C_KERNELS.kernel("lrn_rows", "LRN", accepts=float_rows_accepts, plan=_lrn_plan)
+def emit_lrn(em: Emitter, instr: Instr) -> str:
+    """x / (bias + alpha / size * sum of squares over channels [c - (size-1)//2, c + size//2])^beta,
+    one row per (batch, channel), the window clipped at the edges and summed in double."""
+    out, x = instr.required()
+    empty = _empty(out)
+    if empty:
+        return empty
+    a = instr.attrs
+    n, channels = x.type.shape[:2]
+    spatial = math.prod(x.type.shape[2:])
+    before, after = (a.size - 1) // 2, a.size // 2
+    t = c_type(out.type.dtype)
+    return _lines(
+        f"const {t} *x = {em.pointer(x, const=True)};",
+        f"{t} *y = {em.pointer(out)};",
+        _parallel(instr),
+        f"for (long r = 0; r < {n * channels}; r++) {{",
+        f"    const long c = r % {channels};",
+        f"    const long lo = c - {before} < 0 ? 0 : c - {before};",
+        f"    const long hi = c + {after} >= {channels} ? {channels - 1} : c + {after};",
+        f"    const {t} *xb = x + (r - c) * {spatial};",
+        f"    {t} *yr = y + r * {spatial};",
+        f"    for (long j = 0; j < {spatial}; j++) {{",
+        "        double sum = 0.0;",
+        f"        for (long k = lo; k <= hi; k++) {{ double v = (double)xb[k * {spatial} + j]; sum += v * v; }}",
+        f"        const double d = pow({_double(a.bias)} + {_double(a.alpha / a.size)} * sum, {_double(a.beta)});",
+        f"        yr[j] = ({t})((double)xb[c * {spatial} + j] / d);",
+        "    }",
+        "}",
+    )
