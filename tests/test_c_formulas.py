@@ -20,24 +20,10 @@ import numpy as np
 import pytest
 
 from ember.codegen import c_constants
+from ember.codegen.kernels.layouts import DirectLayout, WinogradLayout, depthwise_scratch_bytes, gemm_scratch_bytes
 from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 from ember.ops import get_op
 from ember.ops.fused import ACTIVATION_TABLE, ACTIVATIONS, apply_activation, epilogue_of, get_activation
-
-# The Python mirrors of the C formulas, wherever they live now.
-try:
-    from ember.backends.cpu.layouts import DirectLayout, WinogradLayout, depthwise_scratch_bytes, gemm_scratch_bytes
-except ImportError:
-    try:
-        from ember.codegen.kernels.layouts import (
-            DirectLayout,
-            WinogradLayout,
-            depthwise_scratch_bytes,
-            gemm_scratch_bytes,
-        )
-    except ImportError:
-        from ember.codegen.kernels.gemm import gemm_scratch_bytes
-        from ember.codegen.kernels.nn import DirectLayout, WinogradLayout, depthwise_scratch_bytes
 
 # Identifiers the harness reports the compiled value of (name -> the Python value).
 CONSTANTS = {

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ember.backends.api import Backend
-from ember.lir.chain import ELEMENTWISE_CHAIN, run_chain
+from ember.lir.chain import ELEMENTWISE_CHAIN, chain_steps, run_steps
 from ember.lir.ir import COPY, MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
 from ember.memory import plan_memory
 from ember.ops import OpError
@@ -84,10 +84,11 @@ def _step(instr: Instr) -> Step:
 
         return copy
     if instr.name == ELEMENTWISE_CHAIN:
-        out, *sources = instr.base_operands
+        out, *sources = instr.required()
+        steps = chain_steps(instr.attrs)  # parsed once, not per run
 
         def chain(env: Env) -> None:
-            env[id(out)][...] = run_chain(instr.attrs, [env[id(b)] for b in sources])
+            env[id(out)][...] = run_steps(steps, [env[id(b)] for b in sources])
 
         return chain
     op = instr.idef.op

@@ -56,7 +56,6 @@ class CProgram:
     arena_bytes: int
     entry: str = "ember_run"
     errors: dict[int, str] = field(default_factory=dict)
-    kernels: list[str] = field(default_factory=list)  # kernel names used, in first-use order
 
     @property
     def digest(self) -> str:
@@ -206,7 +205,7 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
                 w.line(code.strip("\n"))
         w.line("return 0;")
     source = w.text() + "\n"
-    return CProgram(source, emitter.blob.data, emitter.arena_bytes, opts.entry, emitter.errors, used)
+    return CProgram(source, emitter.blob.data, emitter.arena_bytes, opts.entry, emitter.errors)
 
 
 def _library() -> str:

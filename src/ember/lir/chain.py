@@ -10,6 +10,7 @@ backend's `fuse-elementwise`); the interpreter runs it step by step with the op 
 Imports ops/, types, support/ and lir.ir."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,9 @@ class Step:
         return f"{self.op}({', '.join(self.args)})" + (f" {attrs}" if attrs else "")
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_step(text: str) -> Step:
+    """The step a text stands for (cached: verification re-reads every chain after each pass)."""
     stream = TokenStream(text)
     op = stream.expect_kind("ident", "an op name").text
     if op not in OPS:
@@ -88,10 +91,10 @@ def infer_steps(steps: Sequence[Step], sources: Sequence[TensorType]) -> list[Te
     return types
 
 
-def run_chain(attrs: ChainAttrs, sources: Sequence[np.ndarray]) -> np.ndarray:
+def run_steps(steps: Sequence[Step], sources: Sequence[np.ndarray]) -> np.ndarray:
     """The reference semantics: the steps' op references one after another."""
     values: list[np.ndarray] = []
-    for number, step in enumerate(chain_steps(attrs)):
+    for number, step in enumerate(steps):
         arrays = [_pick(a, sources, values, f"step {number}") for a in step.args]
         values.append(OPS[step.op].reference(step.attrs, arrays)[0])
     return values[-1]

@@ -61,9 +61,6 @@ class CpuBackend(Backend):
         without a kernel is lowered instead, so this is the reason only for primitives."""
         return self.kernels.refusal(OpView.of_node(node))
 
-    def should_lower(self, node: Node) -> bool:
-        return not self.supports(node)
-
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and
         # activation ops: fold them back into FullyConnected epilogues.

@@ -271,7 +271,7 @@ def _pool_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     oh, ow = out.type.shape[2:]
     (kh, kw) = attrs.kernel
     work = n_batch * channels * oh * ow * kh * kw
-    return KernelPlan({"threads": options.num_threads if options.num_threads > 1 and work >= PARALLEL_MIN_MACS else 1})
+    return KernelPlan({"threads": threads_for(options.num_threads, work)})
 
 
 def _pool_loops(em, instr: Instr, init: str, accumulate: str, finish) -> str:

@@ -8,17 +8,32 @@ from ember.codegen.c_types import c_literal, c_type
 from ember.codegen.emitter import Emitter
 from ember.codegen.kernels.registry import collapse, contiguous_strides, loop_nest
 from ember.codegen.kernels.table import C_KERNELS
-from ember.lir.ir import Instr
+from ember.lir.ir import Buffer, Instr
 from ember.ops.shape_util import normalize_axis
+
+
+def copy_bytes(em: Emitter, dst: Buffer, src: Buffer) -> str:
+    """dst = src, byte for byte; nothing when the two coincide."""
+    dst_addr, src_addr = em.address(dst), em.address(src)
+    if dst_addr == src_addr or dst.type.nbytes == 0:
+        return "/* in place: source and destination coincide */"
+    return f"memmove({dst_addr}, {src_addr}, {dst.type.nbytes});"
+
+
+def index_check(var: str, size: int, fail: str) -> str:
+    """Fails unless -size <= var < size (var an int64_t index read at run time)."""
+    return f"if ({var} < -{size} || {var} >= {size}) {{ {fail} }}"
+
+
+def normalized_index(var: str, expr: str, size: int) -> str:
+    """`int64_t var` = the index `expr`, a negative one counted from the end of `size`."""
+    return f"int64_t {var} = (int64_t)({expr}); if ({var} < 0) {var} += {size};"
 
 
 @C_KERNELS.kernel("copy_bytes", "copy", "Reshape")
 def emit_copy(em: Emitter, instr: Instr) -> str:
     out, src = instr.required()[:2]
-    dst_addr, src_addr = em.address(out), em.address(src)
-    if dst_addr == src_addr:
-        return "/* in place: source and destination coincide */"
-    return f"memmove({dst_addr}, {src_addr}, {out.type.nbytes});"
+    return copy_bytes(em, out, src)
 
 
 def _typed(em: Emitter, instr: Instr) -> list[str]:
@@ -97,10 +112,10 @@ def emit_gather(em: Emitter, instr: Instr) -> str:
         f"uint8_t *y = {em.address(out)};",
         f"const uint8_t *x = {em.address(data)};",
         f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};",
-        f"for (long j = 0; j < {count}; j++) {{ if (idx[j] < -{n} || idx[j] >= {n}) {fail} }}",
+        f"for (long j = 0; j < {count}; j++) {{ int64_t k = (int64_t)idx[j]; {index_check('k', n, fail)} }}",
         f"for (long o = 0; o < {outer}; o++)",
         f"    for (long j = 0; j < {count}; j++) {{",
-        f"        long k = (long)idx[j] < 0 ? (long)idx[j] + {n} : (long)idx[j];",
+        f"        {normalized_index('k', 'idx[j]', n)}",
         f"        memcpy(y + (o * {count} + j) * {inner * itemsize}, x + (o * {n} + k) * {inner * itemsize}, "
         f"{inner * itemsize});",
         "    }",

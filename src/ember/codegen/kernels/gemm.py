@@ -15,7 +15,7 @@ from ember.codegen.c_constants import c_activation
 from ember.codegen.c_types import c_type
 from ember.codegen.c_writer import call, init
 from ember.codegen.emitter import Emitter, param
-from ember.codegen.kernels.layouts import MR, NR, gemm_scratch_bytes, pack_panels, threads_for  # noqa: F401
+from ember.codegen.kernels.layouts import MR, NR, gemm_scratch_bytes, pack_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, broadcast_strides, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr

@@ -12,30 +12,30 @@ from collections.abc import Sequence
 
 from ember.codegen.c_types import c_literal, c_type
 from ember.codegen.emitter import Emitter
+from ember.codegen.kernels.data_movement import copy_bytes, index_check, normalized_index
 from ember.codegen.kernels.registry import collapse, contiguous_strides, loop_nest
 from ember.codegen.kernels.table import C_KERNELS
-from ember.lir.ir import Buffer, Instr
+from ember.lir.ir import Instr
 from ember.ops.shape_util import normalize_axis
 from ember.types import DType
 
 # helpers ----------------------------------------------------------------------------------
 
 
-def _copy_into(em: Emitter, out: Buffer, data: Buffer) -> str:
-    """out = data (a scatter's starting point); nothing when the two coincide."""
-    dst, src = em.address(out), em.address(data)
-    if dst == src or out.type.nbytes == 0:
-        return "/* in place: source and destination coincide */"
-    return f"memmove({dst}, {src}, {out.type.nbytes});"
-
-
-def _range_check(var: str, size: int, fail: str) -> str:
-    """Fails unless -size <= var < size (var is an int64_t)."""
-    return f"if ({var} < -{size} || {var} >= {size}) {{ {fail} }}"
-
-
-def _normalized(var: str, expr: str, size: int) -> str:
-    return f"int64_t {var} = (int64_t)({expr}); if ({var} < 0) {var} += {size};"
+def _index_tuples(em: Emitter, instr: Instr, sizes: Sequence[int], strides: Sequence[int], count: int,
+                  row: str) -> tuple[str, str]:
+    """GatherND/ScatterND: (a loop checking all `count` index tuples of len(sizes) components,
+    each in range of its axis; the statements adding tuple `row`'s element offset to `off`)."""
+    depth = len(sizes)
+    op = instr.name
+    ranges = ", ".join(f"[-{s}, {s})" for s in sizes)
+    fail = em.fail_check(f"node {instr.source!r} ({op}): index out of range ({ranges} per index component)")
+    checks = " ".join(f"{{ int64_t k = (int64_t)idx[j * {depth} + {d}]; {index_check('k', s, fail)} }}"
+                      for d, s in enumerate(sizes))
+    check = f"for (long j = 0; j < {count}; j++) {{ {checks} }}" if depth else ""
+    offset = " ".join(f"{{ {normalized_index('k', f'idx[{row} * {depth} + {d}]', s)} off += k * {st}; }}"
+                      for d, (s, st) in enumerate(zip(sizes, strides, strict=True)))
+    return check, offset
 
 
 def _permute_copy(em: Emitter, instr: Instr, shape: Sequence[int], perm: Sequence[int]) -> str:
@@ -115,13 +115,13 @@ def emit_gather_elements(em: Emitter, instr: Instr) -> str:
     t = c_type(out.type.dtype)
 
     def body(o: list[str]) -> str:
-        return f"{{ {_normalized('k', f'idx[{o[0]}]', size)} y[{o[0]}] = x[{o[1]} + k * {axis_stride}]; }}"
+        return f"{{ {normalized_index('k', f'idx[{o[0]}]', size)} y[{o[0]}] = x[{o[1]} + k * {axis_stride}]; }}"
 
     return "\n".join([
         f"{t} *restrict y = {em.pointer(out)};",
         f"const {t} *x = {em.pointer(data, const=True)};",
         f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};",
-        f"for (long j = 0; j < {count}; j++) {{ int64_t k = (int64_t)idx[j]; {_range_check('k', size, fail)} }}",
+        f"for (long j = 0; j < {count}; j++) {{ int64_t k = (int64_t)idx[j]; {index_check('k', size, fail)} }}",
         loop_nest(list(shape) or [1], [contiguous_strides(shape) or [0], walk or [0]], ["y", "x"], body),
     ])
 
@@ -140,22 +140,16 @@ def emit_gather_nd(em: Emitter, instr: Instr) -> str:
     sizes = dshape[b:b + depth]
     if batch * rows == 0:
         return "/* no indices */"
-    msg = ", ".join(f"[-{s}, {s})" for s in sizes)
-    fail = em.fail_check(f"node {instr.source!r} (GatherND): index out of range ({msg} per index component)")
+    check, terms = _index_tuples(em, instr, sizes, strides, batch * rows, "r")
     itemsize = out.type.dtype.itemsize
     lines = [
         f"uint8_t *y = {em.address(out)};",
         f"const uint8_t *x = {em.address(data)};",
         f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};",
+        *([check] if check else []),
     ]
-    if depth:
-        checks = " ".join(f"{{ int64_t k = (int64_t)idx[j * {depth} + {d}]; {_range_check('k', s, fail)} }}"
-                          for d, s in enumerate(sizes))
-        lines.append(f"for (long j = 0; j < {batch * rows}; j++) {{ {checks} }}")
     if inner == 0:
         return "\n".join(lines)
-    terms = " ".join(f"{{ {_normalized('k', f'idx[r * {depth} + {d}]', s)} off += k * {st}; }}"
-                     for d, (s, st) in enumerate(zip(sizes, strides, strict=True)))
     lines += [
         f"for (long i = 0; i < {batch}; i++)",
         f"    for (long j = 0; j < {rows}; j++) {{",
@@ -179,7 +173,7 @@ def emit_scatter_elements(em: Emitter, instr: Instr) -> str:
     size = data.type.shape[axis]
     shape = indices.type.shape
     count = indices.type.size
-    lines = [_copy_into(em, out, data)]
+    lines = [copy_bytes(em, out, data)]
     if count == 0:
         return "\n".join(lines)
     out_strides = contiguous_strides(data.type.shape)
@@ -191,14 +185,14 @@ def emit_scatter_elements(em: Emitter, instr: Instr) -> str:
     value = _combine(instr.attrs.reduction, dtype, "*d", "u[{o}]")
 
     def body(o: list[str]) -> str:
-        return (f"{{ {_normalized('k', f'idx[{o[0]}]', size)} {t} *d = &y[{o[1]} + k * {axis_stride}]; "
+        return (f"{{ {normalized_index('k', f'idx[{o[0]}]', size)} {t} *d = &y[{o[1]} + k * {axis_stride}]; "
                 f"*d = {value.replace('{o}', o[0])}; }}")
 
     lines += [
         f"{t} *y = {em.pointer(out)};",
         f"const {t} *u = {em.pointer(updates, const=True)};",
         f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};",
-        f"for (long j = 0; j < {count}; j++) {{ int64_t k = (int64_t)idx[j]; {_range_check('k', size, fail)} }}",
+        f"for (long j = 0; j < {count}; j++) {{ int64_t k = (int64_t)idx[j]; {index_check('k', size, fail)} }}",
     ]
     # The copy goes first: a failed check leaves the output unspecified, never out of bounds.
     lines.append(loop_nest(list(shape) or [1], [contiguous_strides(shape) or [0], walk or [0]], ["u", "y"], body))
@@ -214,26 +208,20 @@ def emit_scatter_nd(em: Emitter, instr: Instr) -> str:
     inner = math.prod(dshape[depth:])
     strides = contiguous_strides(dshape)[:depth]
     sizes = dshape[:depth]
-    lines = [_copy_into(em, out, data)]
+    lines = [copy_bytes(em, out, data)]
     if rows == 0:
         return "\n".join(lines)
-    msg = ", ".join(f"[-{s}, {s})" for s in sizes)
-    fail = em.fail_check(f"node {instr.source!r} (ScatterND): index out of range ({msg} per index component)")
+    check, terms = _index_tuples(em, instr, sizes, strides, rows, "j")
     dtype = out.type.dtype
     t = c_type(dtype)
     lines += [
         f"{t} *y = {em.pointer(out)};",
         f"const {t} *u = {em.pointer(updates, const=True)};",
         f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};",
+        *([check] if check else []),
     ]
-    if depth:
-        checks = " ".join(f"{{ int64_t k = (int64_t)idx[j * {depth} + {d}]; {_range_check('k', s, fail)} }}"
-                          for d, s in enumerate(sizes))
-        lines.append(f"for (long j = 0; j < {rows}; j++) {{ {checks} }}")
     if inner == 0:
         return "\n".join(lines)
-    terms = " ".join(f"{{ {_normalized('k', f'idx[j * {depth} + {d}]', s)} off += k * {st}; }}"
-                     for d, (s, st) in enumerate(zip(sizes, strides, strict=True)))
     value = _combine(instr.attrs.reduction, dtype, "d[e]", "s[e]")
     lines += [
         f"for (long j = 0; j < {rows}; j++) {{",

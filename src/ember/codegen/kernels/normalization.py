@@ -13,7 +13,7 @@ import numpy as np
 
 from ember.codegen.c_types import c_type
 from ember.codegen.emitter import Emitter, param, threads_pragma
-from ember.codegen.kernels.layouts import PARALLEL_MIN_MACS
+from ember.codegen.kernels.layouts import threads_for
 from ember.codegen.kernels.registry import (
     KernelOptions,
     KernelPlan,
@@ -49,10 +49,6 @@ def _rows(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
 
 
-def _threads(options: KernelOptions, work: int) -> int:
-    return options.num_threads if options.num_threads > 1 and work >= PARALLEL_MIN_MACS else 1
-
-
 def _parallel(instr: Instr) -> str:
     if param(instr, "threads", 1) == 1:
         return ""
@@ -61,7 +57,7 @@ def _parallel(instr: Instr) -> str:
 
 def _softmax_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     x = instr.operand(1)
-    return KernelPlan({"threads": _threads(options, x.type.size * 8)})
+    return KernelPlan({"threads": threads_for(options.num_threads, x.type.size * 8)})
 
 
 @C_KERNELS.kernel("softmax_rows", "Softmax", "LogSoftmax", accepts=accepts, plan=_softmax_plan)
@@ -103,7 +99,7 @@ def _layer_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
         if value is not None and value.type.size != math.prod(tail) and is_whole_weight(value):
             full = np.ascontiguousarray(np.broadcast_to(value.constant(), tail).astype(np.float32))
             packed.append((value, "broadcast", full))
-    return KernelPlan({"threads": _threads(options, x.type.size * 4)}, packed=packed)
+    return KernelPlan({"threads": threads_for(options.num_threads, x.type.size * 4)}, packed=packed)
 
 
 @C_KERNELS.kernel("layer_norm_rows", "LayerNormalization", accepts=accepts, plan=_layer_norm_plan)
@@ -161,7 +157,7 @@ def float_rows_accepts(view: OpView) -> str | None:
 
 def _row_threads(options: KernelOptions, rows: int, work: int) -> int:
     """Rows split across threads when there are at least two and enough work."""
-    return min(_threads(options, work), max(rows, 1))
+    return min(threads_for(options.num_threads, work), max(rows, 1))
 
 
 def _double(value: float) -> str:

@@ -36,7 +36,6 @@ class OpView:
     operands: tuple[TensorType | None, ...]
     constant: tuple[bool, ...]  # per operand: its data is known at compile time
     source: str = ""
-    data: tuple[np.ndarray | None, ...] = ()  # constant operands' data where known
 
     def operand(self, index: int) -> TensorType:
         """The type of operand `index`, which must be present."""
@@ -51,8 +50,7 @@ class OpView:
 
         return cls(node.op, node.attrs, tuple(v.type for v in node.outputs),
                    tuple(None if v is None else v.type for v in node.inputs),
-                   tuple(isinstance(v, Constant) for v in node.inputs), node.name,
-                   tuple(v.data if isinstance(v, Constant) else None for v in node.inputs))
+                   tuple(isinstance(v, Constant) for v in node.inputs), node.name)
 
     @classmethod
     def of_instr(cls, instr: Instr) -> OpView:
@@ -61,8 +59,7 @@ class OpView:
         ins = base[results:]
         return cls(instr.name, instr.attrs, tuple(b.type for b in base[:results] if b is not None),
                    tuple(None if b is None else b.type for b in ins),
-                   tuple(is_whole_weight(b) for b in ins), instr.source,
-                   tuple(b.data if b is not None and is_whole_weight(b) else None for b in ins))
+                   tuple(is_whole_weight(b) for b in ins), instr.source)
 
 
 def is_whole_weight(buffer: Buffer | None) -> bool:
@@ -144,11 +141,6 @@ class KernelRegistry:
         kernel = replace(self[name], **changes)
         self._by_name[name] = kernel
         return kernel
-
-    def remove(self, name: str) -> None:
-        kernel = self._by_name.pop(name)
-        for op in kernel.ops:
-            self._by_op[op].remove(name)
 
     def kernel(self, name: str, *ops: str, **fields: Any) -> Callable[[Emit], Emit]:
         """Decorator registering an emit function as kernel `name` for `ops`."""
