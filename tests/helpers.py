@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ember.graph import Constant, Graph
+from ember.graph import Constant, Graph, Value
+from ember.types import DType, TensorType
 
 
 def evaluate_graph(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -37,3 +38,22 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
         return 0.0
     error = float(np.max(np.abs(actual.astype(np.float64) - expected.astype(np.float64))))
     return error / max(1.0, float(np.max(np.abs(expected))))
+
+
+def single_node_graph(op: str, arrays: list[np.ndarray], attrs=None,
+                      constant: tuple[int, ...] = ()) -> tuple[Graph, dict[str, np.ndarray]]:
+    """One node named 'node' with results y0, y1, ...; operand i is a graph constant when i is
+    in `constant`, else a graph input x<i> fed with arrays[i] (so it arrives at run time)."""
+    g = Graph(op)
+    values: list[Value] = []
+    feeds: dict[str, np.ndarray] = {}
+    for i, a in enumerate(arrays):
+        if i in constant:
+            values.append(g.add_constant(a, f"c{i}"))
+            continue
+        p = g.add_input(f"x{i}", TensorType(DType.from_numpy(a.dtype), a.shape))
+        values.append(p)
+        feeds[p.name] = a
+    outs = g.add_node(op, values, attrs, name="node")
+    g.set_outputs([(f"y{i}", v) for i, v in enumerate(outs)])
+    return g, feeds

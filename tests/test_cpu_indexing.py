@@ -20,7 +20,7 @@ from ember.ops.indexing import (
 )
 from ember.ops.tensor import AxisAttrs
 from ember.support.errors import EmberError
-from ember.types import DType, TensorType
+from tests.helpers import single_node_graph
 
 F32, F64 = np.float32, np.float64
 
@@ -36,19 +36,6 @@ def _data(shape, dtype, seed=0) -> np.ndarray:
     return rng.integers(max(info.min, -100), min(info.max, 100), shape, endpoint=True).astype(dtype)
 
 
-def _graph(op: str, arrays: list[np.ndarray], attrs) -> tuple[Graph, dict[str, np.ndarray]]:
-    """One node named 'node'; every operand is a graph input (indices arrive at run time)."""
-    g = Graph(op)
-    values, feeds = [], {}
-    for i, a in enumerate(arrays):
-        p = g.add_input(f"x{i}", TensorType(DType.from_numpy(a.dtype), a.shape))
-        values.append(p)
-        feeds[p.name] = a
-    outs = g.add_node(op, values, attrs, name="node")
-    g.set_outputs([(f"y{i}", v) for i, v in enumerate(outs)])
-    return g, feeds
-
-
 def _cpu(graph: Graph):
     from ember.backends.cpu import CpuBackend
 
@@ -56,9 +43,9 @@ def _cpu(graph: Graph):
 
 
 def check(op: str, arrays: list[np.ndarray], attrs) -> None:
-    graph, feeds = _graph(op, arrays, attrs)
+    graph, feeds = single_node_graph(op, arrays, attrs)
     expected = compile_graph(graph, "interpreter").run(feeds)
-    graph, _ = _graph(op, arrays, attrs)
+    graph, _ = single_node_graph(op, arrays, attrs)
     actual = _cpu(graph).run(feeds)
     for name, value in expected.items():
         assert actual[name].dtype == value.dtype, name
@@ -67,7 +54,7 @@ def check(op: str, arrays: list[np.ndarray], attrs) -> None:
 
 
 def fails(op: str, arrays: list[np.ndarray], attrs) -> None:
-    graph, feeds = _graph(op, arrays, attrs)
+    graph, feeds = single_node_graph(op, arrays, attrs)
     compiled = _cpu(graph)
     with pytest.raises(EmberError, match=rf"node 'node' \({op}\): index out of range"):
         compiled.run(feeds)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ember.driver import compile_graph
-from ember.graph import Graph, Value
+from ember.graph import Graph
 from ember.lir.text import print_program
 from ember.ops.normalization import (
     AxesAttrs,
@@ -21,8 +21,7 @@ from ember.ops.normalization import (
     RMSNormAttrs,
 )
 from ember.support.errors import UnsupportedError
-from ember.types import DType, TensorType
-from tests.helpers import relative_error
+from tests.helpers import relative_error, single_node_graph
 
 F32, F64 = np.float32, np.float64
 TOLERANCE = {np.dtype(F32): 1e-6, np.dtype(F64): 1e-12}  # both round double statistics once
@@ -31,23 +30,6 @@ TOLERANCE = {np.dtype(F32): 1e-6, np.dtype(F64): 1e-12}  # both round double sta
 def _data(shape, dtype=F32, seed=0, scale=1.0, offset=0.0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(shape) * scale + offset).astype(dtype)
-
-
-def _graph(op: str, arrays: list[np.ndarray], attrs, constant: tuple[int, ...] = ()):
-    """One node named 'node'; operands listed in `constant` are graph constants, the rest inputs."""
-    g = Graph(op)
-    values: list[Value] = []
-    feeds = {}
-    for i, a in enumerate(arrays):
-        if i in constant:
-            values.append(g.add_constant(a, f"c{i}"))
-            continue
-        p = g.add_input(f"x{i}", TensorType(DType.from_numpy(a.dtype), a.shape))
-        values.append(p)
-        feeds[p.name] = a
-    outs = g.add_node(op, values, attrs, name="node")
-    g.set_outputs([(f"y{i}", v) for i, v in enumerate(outs)])
-    return g, feeds
 
 
 def _cpu(graph: Graph, threads: int = 2):
@@ -61,9 +43,9 @@ def _cpu(graph: Graph, threads: int = 2):
 
 def check(op: str, arrays: list[np.ndarray], attrs, constant: tuple[int, ...] = (), threads: int = 2):
     """Runs `op` on cpu and the interpreter; returns the cpu program's LIR text."""
-    graph, feeds = _graph(op, arrays, attrs, constant)
+    graph, feeds = single_node_graph(op, arrays, attrs, constant)
     expected = compile_graph(graph, "interpreter").run(feeds)
-    graph, _ = _graph(op, arrays, attrs, constant)
+    graph, _ = single_node_graph(op, arrays, attrs, constant)
     compiled, program = _cpu(graph, threads)
     actual = compiled.run(feeds)
     for name, value in expected.items():
@@ -237,6 +219,6 @@ def test_hardmax_ties_infinities_nan_and_threads():
 
 
 def test_non_float_hardmax_is_refused():
-    graph, _ = _graph("Hardmax", [np.arange(6, dtype=np.int32).reshape(2, 3)], HardmaxAttrs(1))
+    graph, _ = single_node_graph("Hardmax", [np.arange(6, dtype=np.int32).reshape(2, 3)], HardmaxAttrs(1))
     with pytest.raises(UnsupportedError, match="Hardmax kernel runs float32 and float64"):
         _cpu(graph)
