@@ -1,6 +1,20 @@
 """The C kernels: C_KERNELS, the registry the cpu backend selects from. Families live in
 their own modules; importing this package registers them all."""
-from ember.codegen.kernels import conv, data_movement, elementwise, gemm, indexing, normalization, reduce  # noqa: F401
+from ember.codegen.kernels import (  # noqa: F401  (registration)
+    cast,
+    conv,
+    conv_transpose,
+    data_movement,
+    elementwise,
+    gemm,
+    indexing,
+    normalization,
+    quantized,
+    reduce,
+    resize,
+    sorting,
+    spectral,
+)
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, KernelRegistry, OpView
 from ember.codegen.kernels.table import C_KERNELS
 

@@ -1,0 +1,2 @@
+"""Integer kernels for the explicit quantization ops: QuantizeLinear, DequantizeLinear,
+QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger."""

@@ -1,0 +1,1 @@
+"""Resampling kernels: Resize (every mode and coordinate transformation) and GridSample."""

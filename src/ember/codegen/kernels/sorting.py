@@ -1,0 +1,1 @@
+"""Selection and ordering kernels: TopK."""

@@ -1,0 +1,1 @@
+"""Spectral kernels: DFT and STFT."""

@@ -1,0 +1,2 @@
+"""Lowering of the attention family (Attention, RotaryEmbedding, LinearAttention, ...) onto
+MatMul, Softmax and elementwise primitives."""

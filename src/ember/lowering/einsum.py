@@ -1,0 +1,1 @@
+"""Lowering of Einsum onto Transpose, Reshape, ReduceSum and MatMul."""

@@ -1,0 +1,2 @@
+"""Lowering of the loss ops (SoftmaxCrossEntropyLoss, NegativeLogLikelihoodLoss) onto
+primitives."""
