@@ -1,8 +1,10 @@
 """Ember: a neural-network compiler.
 
     import ember
-    m = ember.compile("model.onnx", backend="interpreter")
+    m = ember.compile("model.onnx", backend="cpu")
     outputs = m.run({"input": x})
+    m = ember.compile("model.onnx", backend=["cpu", "interpreter"])   # partitioned, priority order
+    m = ember.compile("model.onnx", backend="auto")                   # partitioned by cost
 """
 from __future__ import annotations
 
@@ -19,15 +21,23 @@ from ember.support.errors import EmberError, InputError, ModelImportError, Unsup
 __version__ = "0.1.0"
 
 
-def compile(model: Any, backend: str = "interpreter",
+def compile(model: Any, backend: str | Sequence[str] = "interpreter",
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             num_threads: int | None = None) -> CompiledModel:
-    """Compiles an ONNX model (a path or an onnx.ModelProto) for `backend`.
+    """Compiles an ONNX model (a path or an onnx.ModelProto).
 
+    backend: one backend's name (the whole model runs there, or is refused naming every node
+    it cannot run); a list of names in priority order (the model is partitioned: each node
+    goes to the first backend that can run it, e.g. ["cpu", "interpreter"]); or "auto" (every
+    installed backend, each node where the estimated end-to-end time is least).
     input_shapes binds symbolic dimensions: {"input": (1, 3, 224, 224)}.
     num_threads: threads for native backends (default: all cores)."""
     options = {} if num_threads is None else {"num_threads": num_threads}
-    return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options)
+    if isinstance(backend, str) and backend != "auto":
+        return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options)
+    from ember.heterogeneous import compile_model_partitioned
+
+    return compile_model_partitioned(model, backend, input_shapes=input_shapes, backend_options=options)
 
 
 def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bundle", prefix: str = "model",

@@ -1,8 +1,11 @@
-"""The backend protocol: the narrow interface every target implements.
+"""The backend protocol: the narrow interface every target implements, built in or a plugin
+(docs/adding-a-backend.md is the guide).
 
-A backend names itself, says which ops it executes natively (`supports`) and which high-level
-ops it wants lowered (`should_lower`), picks its graph and LIR pipelines (lists of pass names)
-and compiles a verified low-level program into an Executable."""
+A backend names itself, says which ops it executes natively (`supports`/`refusal`), which
+high-level ops it wants lowered (`should_lower`) and which composite patterns it wants whole
+(`patterns`), picks its graph and LIR pipelines (lists of pass names), compiles a verified
+low-level program into an Executable, and may estimate a segment's run time (`cost`) and
+state its device's memory (`memory_capacity`). The partitioner asks nothing else."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -10,8 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
-from ember.graph import Node
+from ember.graph import Graph, Node
 from ember.lir.ir import Program
+from ember.partition import Pattern
 
 
 class Executable(Protocol):
@@ -25,6 +29,9 @@ class Backend:
     """Defaults suit a backend that executes exactly the primitive ops."""
 
     name: str = ""
+    # Bytes its device holds for one segment's weights and activations (None: host memory,
+    # unbounded). The partitioner cuts segments that would not fit.
+    memory_capacity: int | None = None
 
     def supports(self, node: Node) -> bool:
         return node.opdef.primitive
@@ -35,6 +42,17 @@ class Backend:
 
     def should_lower(self, node: Node) -> bool:
         return not self.supports(node)
+
+    def patterns(self) -> list[Pattern]:
+        """Composite patterns (chains such as Conv -> Add -> Relu) this backend wants to receive
+        whole: the partitioner keeps each match in one segment, on this backend."""
+        return []
+
+    def cost(self, graph: Graph) -> float | None:
+        """Estimated seconds for one run of `graph` (a unit or segment of a canonicalized model)
+        on this backend, or None for Ember's generic estimate (partition/cost.py). Cost-based
+        partitioning (backend="auto") compares these across backends."""
+        return None
 
     def pipeline(self) -> list[str]:
         from ember.transforms import DEFAULT_PIPELINE

@@ -8,10 +8,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ember.backends.api import Backend
+from ember.graph import Graph, Node
 from ember.lir.chain import ELEMENTWISE_CHAIN, chain_steps, run_steps
 from ember.lir.ir import COPY, MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
 from ember.memory import plan_memory
 from ember.ops import OpError
+from ember.partition.cost import analytic_seconds
 from ember.support.errors import EmberError
 
 Env = dict[int, np.ndarray]
@@ -25,6 +27,16 @@ class InterpreterBackend(Backend):
         # Accepted so callers can pass the same options to every backend; NumPy decides its
         # own threading, and the oracle favours simple over fast.
         self.num_threads = num_threads
+
+    def supports(self, node: Node) -> bool:
+        # An op traited 'oracle' (Attention, Einsum, ...) runs its NumPy reference whole here,
+        # though it is no primitive: the lowering compiled backends run is checked against it.
+        return node.opdef.primitive or "oracle" in node.opdef.traits
+
+    def cost(self, graph: Graph) -> float:
+        # NumPy: tens of microseconds of Python per instruction, BLAS-speed matrix products,
+        # a few GB/s for elementwise work (measured on a 2-core EPYC; a rough guide).
+        return analytic_seconds(graph, flops_per_second=15e9, bytes_per_second=2e9, per_node=25e-6)
 
     def compile(self, program: Program) -> InterpretedProgram:
         return InterpretedProgram(program)

@@ -43,9 +43,14 @@ class Constant(Value):
     __slots__ = ("data",)
 
     def __init__(self, name: str, data: np.ndarray) -> None:
-        # np.array, not np.ascontiguousarray, which would turn a 0-d array into 1-d.
-        data = np.array(data, order="C", copy=True)
-        data.setflags(write=False)
+        # A read-only C-contiguous array that owns its bytes (another constant's data) is what a
+        # constant keeps: share it (the partitioner outlines segments that reuse their model's
+        # weights). Anything else is copied; np.array, not np.ascontiguousarray, which would
+        # turn a 0-d array into 1-d.
+        if not (isinstance(data, np.ndarray) and data.base is None and data.flags.c_contiguous
+                and not data.flags.writeable):
+            data = np.array(data, order="C", copy=True)
+            data.setflags(write=False)
         super().__init__(name, TensorType.of(data))
         self.data = data
 

@@ -21,6 +21,6 @@ from ember.transforms import (  # noqa: F401  (registration)
     reshapes,
     transposes,
 )
-from ember.transforms.pipeline import DEFAULT_PIPELINE
+from ember.transforms.pipeline import CANONICAL_PIPELINE, DEFAULT_PIPELINE
 
-__all__ = ["DEFAULT_PIPELINE"]
+__all__ = ["CANONICAL_PIPELINE", "DEFAULT_PIPELINE"]

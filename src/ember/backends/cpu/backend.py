@@ -16,9 +16,10 @@ from ember.backends.cpu.build import build_library
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
-from ember.graph import Node
+from ember.graph import Graph, Node
 from ember.lir.ir import Program
 from ember.lir.passes import DEFAULT_LIR_PIPELINE
+from ember.partition.cost import analytic_seconds
 
 if TYPE_CHECKING:
     from ember.codegen.bundle import Bundle
@@ -60,6 +61,12 @@ class CpuBackend(Backend):
         """Why no kernel of the registry runs `node` (None when one does); a non-primitive op
         without a kernel is lowered instead, so this is the reason only for primitives."""
         return self.kernels.refusal(OpView.of_node(node))
+
+    def cost(self, graph: Graph) -> float:
+        # Generated C: about 40 GFLOP/s a thread in its GEMM and convolution kernels, ~10 GB/s
+        # for memory-bound ops, a microsecond per kernel call (2-core EPYC; a rough guide).
+        return analytic_seconds(graph, flops_per_second=40e9 * self.num_threads, bytes_per_second=10e9,
+                                per_node=1e-6)
 
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and
