@@ -5,9 +5,7 @@ rewrite pass runs its own patterns to a fixed point; the list itself runs once. 
 matters where one pass exposes work for another, as the comments say."""
 from __future__ import annotations
 
-# Canonicalization only: every rewrite keeps standard ONNX-level ops, so any backend (or the
-# partitioner, which runs it before choosing backends) sees the same, simpler graph.
-CANONICAL_PIPELINE: list[str] = [
+DEFAULT_PIPELINE: list[str] = [
     "constant-fold",  # evaluate constant subgraphs (exporter shape arithmetic, weight transposes)
     "eliminate-noops",  # identity Reshape/Transpose/Cast/Pad/Slice/Expand, x*1, x+0, ...
     "cse",  # merge equal constants and nodes, so the patterns below see one value, not copies
@@ -21,15 +19,14 @@ CANONICAL_PIPELINE: list[str] = [
     "merge-pad",  # zero Pad into Conv/AveragePool pads, neutral Pad into MaxPool
     "fold-batchnorm",  # BatchNormalization into the preceding Conv or dense layer's weights
     "fold-conv-arithmetic",  # per-channel Mul/Div/Add/Sub constants into conv weights and bias
-    "dce",  # drop whatever nothing reads any more
-]
-
-# Canonicalization, then Ember's own fused ops (FullyConnected, FusedConv epilogues).
-DEFAULT_PIPELINE: list[str] = [
-    *CANONICAL_PIPELINE[:-1],
     "form-fully-connected",  # MatMul/Gemm with constant weights (+ bias Add) -> FullyConnected
     "fuse-activations",  # activations and residual Adds into FusedConv/FullyConnected epilogues
     "constant-fold",  # fold what the rewrites left constant
     "cse",  # folded weights and rebuilt nodes can duplicate each other
     "dce",  # drop whatever nothing reads any more
 ]
+
+# Canonicalization only, the part before Ember's own fused ops (FullyConnected, FusedConv
+# epilogues): every rewrite keeps standard ops, so the partitioner, which runs it before
+# choosing backends, shows every backend the same simpler graph.
+CANONICAL_PIPELINE: list[str] = [*DEFAULT_PIPELINE[:DEFAULT_PIPELINE.index("form-fully-connected")], "dce"]
