@@ -262,3 +262,19 @@ def test_cost_partition_computes_like_the_interpreter():
     model = compile_partitioned(_chain_graph(), backends, strategy="cost")
     assert model.backend == "fast+slow"
     np.testing.assert_array_equal(model.run({"x": FEEDS["x"]})["y"], expected["y"])
+
+
+def test_cli_dumps_the_partition_and_runs_a_backend_list(capsys):
+    from pathlib import Path
+
+    from ember.cli import main
+
+    lenet = str(Path(__file__).resolve().parents[1] / "examples" / "lenet.onnx")
+    assert main(["dump", lenet, "--stage", "partition", "--backend", "cpu,interpreter"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("partition of lenet (priority): 1 segments (cpu 1)")
+    assert main(["dump", lenet, "--stage", "partition", "--backend", "auto", "--format", "dot"]) == 0
+    assert capsys.readouterr().out.startswith('digraph "partition lenet" {')
+    reference = str(Path(lenet).with_suffix(".ref.npz"))
+    assert main(["run", lenet, "--backend", "cpu,interpreter", "--reference", reference]) == 0
+    assert "check probabilities: ok" in capsys.readouterr().out

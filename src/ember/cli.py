@@ -1,7 +1,7 @@
 """The `ember` command (also `python -m ember`).
 
     ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
-    ember dump MODEL --stage graph|optimized|lowered|lir|memory|c [--format text|dot]
+    ember dump MODEL --stage graph|optimized|lowered|lir|memory|partition|c [--format text|dot]
                      [--print-after-all] [--time-passes]
     ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime] [--rounds R] [--seconds S] [--cold]
     ember bundle MODEL --target T -o DIR [--prefix NAME]
@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
     run = commands.add_parser("run", help="compile a model, run it, print outputs and latency")
     run.add_argument("model")
-    run.add_argument("--backend", default="interpreter")
+    run.add_argument("--backend", default="interpreter",
+                     help="a backend, several in priority order (cpu,interpreter: the model is partitioned) "
+                          "or auto (partitioned by estimated cost)")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
     run.add_argument("--reference", metavar="REF.npz", help=_REFERENCE_HELP)
     run.add_argument("--tolerance", type=float, default=1e-4,
@@ -50,8 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
-    dump.add_argument("--stage", choices=[*STAGES, "c"], default="graph",
-                      help="c prints the cpu backend's generated source (implies --backend cpu)")
+    dump.add_argument("--stage", choices=[*STAGES, "partition", "c"], default="graph",
+                      help="c prints the cpu backend's generated source (implies --backend cpu); partition "
+                           "shows the segments of --backend A,B,... (priority order) or auto")
     dump.add_argument("--format", choices=["text", "dot"], default="text")
     dump.add_argument("--backend", default="cpu",
                       help="whose pipeline to show (default cpu: its lowering, fusion and kernel choices)")
@@ -146,9 +149,10 @@ def _inputs(model: Any, items: list[str], reference: dict[str, np.ndarray]) -> d
 
 def _run(args: argparse.Namespace) -> int:
     import ember
+    from ember.heterogeneous import backend_spec
 
     start = time.perf_counter()
-    model = ember.compile(args.model, backend=args.backend, input_shapes=_shapes(args.shape),
+    model = ember.compile(args.model, backend=backend_spec(args.backend), input_shapes=_shapes(args.shape),
                           num_threads=args.threads)
     compile_seconds = time.perf_counter() - start
     reference: dict[str, np.ndarray] = {}
@@ -223,6 +227,8 @@ def _dump(args: argparse.Namespace) -> int:
     import ember  # noqa: F401  (registers passes and lowerings)
     from ember.passes import PassInstrumentation, PassTimer, PrintAfterAll, instrumented
 
+    if args.stage == "partition":
+        return _dump_partition(args)
     backend = get_backend(args.backend)
     if args.stage == "c" and not hasattr(backend, "generate"):
         raise EmberError(f"backend '{args.backend}' generates no C; use --backend cpu")
@@ -239,6 +245,18 @@ def _dump(args: argparse.Namespace) -> int:
     sys.stdout.write(captured[args.stage])
     if args.time_passes:
         sys.stderr.write(timer.report())
+    return 0
+
+
+def _dump_partition(args: argparse.Namespace) -> int:
+    """The segments --backend (a list in priority order, or auto) would compile, and why."""
+    from ember.driver import load_model
+    from ember.heterogeneous import backend_spec, plan_partition, resolve_backends
+
+    spec = backend_spec(args.backend)
+    backends, strategy = resolve_backends([spec] if isinstance(spec, str) and spec != "auto" else spec)
+    partition = plan_partition(load_model(args.model, _shapes(args.shape)), backends, strategy)
+    sys.stdout.write(partition.to_dot() if args.format == "dot" else partition.to_text())
     return 0
 
 

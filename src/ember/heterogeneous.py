@@ -145,16 +145,7 @@ def compile_model_partitioned(model: Any, backends: str | Sequence[str], *,
     from ember.driver import load_model
 
     started = time.perf_counter()
-    strategy = "priority"
-    if isinstance(backends, str):
-        if backends != "auto":
-            raise EmberError(f"backend {backends!r}: pass one name, a list of names or 'auto'")
-        strategy, backends = "cost", _auto_backends()
-    names = list(backends)
-    if not names or not all(isinstance(n, str) for n in names):
-        raise EmberError(f"backend must be a name, a non-empty list of names or 'auto', got {backends!r}")
-    refuse_unknown(names, available_backends())
-    instances = [get_backend(name, **(backend_options or {})) for name in names]
+    instances, strategy = resolve_backends(backends, backend_options)
     compiled = compile_partitioned(load_model(model, input_shapes), instances, strategy=strategy, observer=observer)
     compiled.stats["compile_seconds"] = time.perf_counter() - started
     return compiled
@@ -176,8 +167,7 @@ def compile_partitioned(graph: Graph, backends: Sequence[Backend], *, strategy: 
     started = time.perf_counter()
     inputs = [TensorSpec(p.name, p.type) for p in graph.inputs]
     outputs = [TensorSpec(o.name, o.value.type) for o in graph.outputs]
-    PassManager(CANONICAL_PIPELINE, verify=True).run(graph)
-    verify_graph(graph)
+    canonicalize(graph)
     targets = [BackendTarget(b) for b in backends]
     by_name = {t.name: t for t in targets}
     fallbacks: list[str] = []
@@ -219,6 +209,45 @@ def compile_partitioned(graph: Graph, backends: Sequence[Backend], *, strategy: 
     for total in ("arena_bytes", "weight_bytes"):
         stats[total] = sum(s.model.stats.get(total, 0) for s in steps)
     return CompiledModel(executable, inputs, outputs, stats, "+".join(partition.backends()))
+
+
+def canonicalize(graph: Graph) -> None:
+    """The backend-independent graph optimizations every partition starts from."""
+    PassManager(CANONICAL_PIPELINE, verify=True).run(graph)
+    verify_graph(graph)
+
+
+def plan_partition(graph: Graph, backends: Sequence[Backend], strategy: str = "priority") -> Partition:
+    """The partition compile_partitioned starts from (before any fallback), without compiling:
+    what `ember dump --stage partition` shows. The graph is canonicalized in place."""
+    canonicalize(graph)
+    return _partition(graph, [BackendTarget(b) for b in backends], strategy)
+
+
+def backend_spec(text: str) -> str | list[str]:
+    """A command line's --backend: one name, "auto", or names in priority order joined by
+    commas ("cpu,interpreter")."""
+    names = [n.strip() for n in text.split(",")]
+    if len(names) == 1:
+        return names[0]
+    if not all(names):
+        raise EmberError(f"--backend {text!r}: an empty name in the list")
+    return names
+
+
+def resolve_backends(spec: str | Sequence[str], options: Mapping[str, Any] | None = None,
+                     ) -> tuple[list[Backend], str]:
+    """Backend instances and the strategy for a backend list or "auto"."""
+    strategy = "priority"
+    if isinstance(spec, str):
+        if spec != "auto":
+            raise EmberError(f"backend {spec!r}: pass one name, a list of names or 'auto'")
+        strategy, spec = "cost", _auto_backends()
+    names = list(spec)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise EmberError(f"backend must be a name, a non-empty list of names or 'auto', got {spec!r}")
+    refuse_unknown(names, available_backends())
+    return [get_backend(name, **(options or {})) for name in names], strategy
 
 
 def _partition(graph: Graph, targets: list[BackendTarget], strategy: str) -> Partition:
