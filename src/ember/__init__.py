@@ -16,7 +16,7 @@ import ember.lowering  # noqa: F401  (registers lowering rules and the 'lower' p
 import ember.transforms  # noqa: F401  (registers the optimization passes)
 from ember.driver import compile_model
 from ember.runtime import CompiledModel
-from ember.support.errors import EmberError, InputError, ModelImportError, UnsupportedError
+from ember.support.errors import EmberError, InputError, ModelImportError, QueueFullError, UnsupportedError
 
 __version__ = "0.1.0"
 
@@ -57,4 +57,5 @@ def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bu
     return backend.bundle(program, plan, output_dir, target=target, prefix=prefix)
 
 
-__all__ = ["CompiledModel", "EmberError", "InputError", "ModelImportError", "UnsupportedError", "bundle", "compile"]
+__all__ = ["CompiledModel", "EmberError", "InputError", "ModelImportError", "QueueFullError", "UnsupportedError",
+           "bundle", "compile"]

@@ -1,9 +1,14 @@
 """CompiledModel: validates inputs, runs the executable, returns named outputs.
 
 Validation happens here, before any backend code runs, so a native backend never sees a
-missing input or an array of the wrong shape or element type."""
+missing input or an array of the wrong shape or element type.
+
+Threads may call `run` on one model at once (the executables are reentrant). A model can be
+given an admission limit, Glow's HostManager queue: at most `running` runs at a time, at most
+`waiting` more queued behind them, and a run beyond that is refused with QueueFullError."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ember.backends import Executable
-from ember.support.errors import InputError
+from ember.support.errors import EmberError, InputError, QueueFullError
 from ember.types import TensorType
 
 
@@ -29,6 +34,19 @@ class CompiledModel:
         self.outputs = outputs
         self.stats = stats
         self.backend = backend
+        self._admission = threading.Lock()
+        self._admitted = 0  # runs running or waiting
+        self._limit: int | None = None
+        self._slots: threading.Semaphore | None = None
+
+    def limit_queue(self, running: int, waiting: int) -> None:
+        """At most `running` runs execute at once and `waiting` more wait for a turn; a run
+        beyond that raises QueueFullError at once instead of piling up."""
+        if not (isinstance(running, int) and isinstance(waiting, int)) or running < 1 or waiting < 0:
+            raise EmberError(f"limit_queue needs running >= 1 and waiting >= 0, got {running!r}, {waiting!r}")
+        with self._admission:
+            self._limit = running + waiting
+            self._slots = threading.Semaphore(running)
 
     @property
     def executable(self) -> Executable:
@@ -45,8 +63,26 @@ class CompiledModel:
 
     def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
         arrays = self._validate(inputs)
-        results = self._executable.run(arrays)
+        if self._limit is None:
+            results = self._executable.run(arrays)
+        else:
+            results = self._run_admitted(arrays)
         return {spec.name: value for spec, value in zip(self.outputs, results, strict=True)}
+
+    def _run_admitted(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        with self._admission:
+            limit, slots = self._limit, self._slots
+            assert limit is not None and slots is not None
+            if self._admitted >= limit:
+                raise QueueFullError(f"{self!r} has {self._admitted} runs running or waiting, its limit; "
+                                     "retry later or raise it with limit_queue")
+            self._admitted += 1
+        try:
+            with slots:
+                return self._executable.run(arrays)
+        finally:
+            with self._admission:
+                self._admitted -= 1
 
     def _validate(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         if not isinstance(inputs, Mapping):

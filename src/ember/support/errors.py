@@ -41,6 +41,11 @@ class InputError(EmberError):
     """Wrong inputs given at run time (missing, unknown, wrong shape or dtype)."""
 
 
+class QueueFullError(EmberError):
+    """A run refused because the model already has as many requests running and waiting as
+    its limits allow (CompiledModel.limit_queue); retry later or raise the limit."""
+
+
 def node_location(name: str, op: str) -> str:
     """How errors name a node: its op type and its name."""
     return f"node '{name}' ({op})"

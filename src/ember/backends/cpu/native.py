@@ -22,9 +22,12 @@ def _aligned_empty(nbytes: int, alignment: int = 4096) -> np.ndarray:
 
 
 class NativeProgram:
-    """An executable: the library, the weight blob and the arena (kernels' scratch included).
-    Runs are serialized per model because the arena is shared; separate CompiledModels run
-    in parallel."""
+    """An executable: the library, the weight blob (read-only at run time) and arenas
+    (activations and kernels' scratch). Each run borrows an arena from a free list, making a
+    new one when every arena is busy, so threads calling one model run at once with no lock
+    around the native call; the free list keeps at most `max_idle_arenas`."""
+
+    max_idle_arenas = 8
 
     def __init__(self, library: Path, cprogram: CProgram, program: Program) -> None:
         self._lib = ctypes.CDLL(str(library))
@@ -33,12 +36,14 @@ class NativeProgram:
         self._entry.argtypes = [ctypes.c_void_p] * 4
         self._weights = _aligned_empty(cprogram.weights.size)
         self._weights[...] = cprogram.weights
-        self._arena = _aligned_empty(cprogram.arena_bytes)
+        self._arena_bytes = cprogram.arena_bytes
         self._errors = cprogram.errors
         self._outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
-        # Fetching an array's address costs microseconds: the fixed regions' are taken once.
-        self._fixed = (self._weights.ctypes.data, self._arena.ctypes.data)
-        self._lock = threading.Lock()
+        # Fetching an array's address costs microseconds: the weights' and each arena's are
+        # taken once. An arena is kept with its address: (array, address).
+        self._weights_address = self._weights.ctypes.data
+        self._idle = [self._new_arena()]
+        self._lock = threading.Lock()  # guards the free list only
         self.source = cprogram.source
         self.library = library
 
@@ -46,9 +51,20 @@ class NativeProgram:
         outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
-        weights, arena = self._fixed
         with self._lock:
-            status = self._entry(weights, in_ptrs, out_ptrs, arena)
+            arena = self._idle.pop() if self._idle else None
+        if arena is None:
+            arena = self._new_arena()
+        try:
+            status = self._entry(self._weights_address, in_ptrs, out_ptrs, arena[1])
+        finally:
+            with self._lock:
+                if len(self._idle) < self.max_idle_arenas:
+                    self._idle.append(arena)
         if status:
             raise EmberError(self._errors.get(status, f"native code failed with status {status}"))
         return outputs
+
+    def _new_arena(self) -> tuple[np.ndarray, int]:
+        arena = _aligned_empty(self._arena_bytes)
+        return arena, arena.ctypes.data
