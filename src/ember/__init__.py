@@ -16,6 +16,7 @@ import ember.lowering  # noqa: F401  (registers lowering rules and the 'lower' p
 import ember.transforms  # noqa: F401  (registers the optimization passes)
 from ember.driver import compile_model
 from ember.runtime import CompiledModel
+from ember.runtime.dynamic import DynamicModel
 from ember.support.errors import EmberError, InputError, ModelImportError, QueueFullError, UnsupportedError
 
 __version__ = "0.1.0"
@@ -23,21 +24,37 @@ __version__ = "0.1.0"
 
 def compile(model: Any, backend: str | Sequence[str] = "interpreter",
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            num_threads: int | None = None) -> CompiledModel:
+            num_threads: int | None = None, dynamic: Mapping[str, Sequence[int]] | None = None,
+            ) -> CompiledModel | DynamicModel:
     """Compiles an ONNX model (a path or an onnx.ModelProto).
 
     backend: one backend's name (the whole model runs there, or is refused naming every node
     it cannot run); a list of names in priority order (the model is partitioned: each node
     goes to the first backend that can run it, e.g. ["cpu", "interpreter"]); or "auto" (every
     installed backend, each node where the estimated end-to-end time is least).
-    input_shapes binds symbolic dimensions: {"input": (1, 3, 224, 224)}.
+    input_shapes binds symbolic dimensions: {"input": (1, 3, 224, 224)}. Dimensions left
+    symbolic make a DynamicModel, compiled for each input shape on first use.
+    dynamic: buckets for symbolic dimensions, {"batch": [1, 4, 16]}: a size is padded up to
+    the next bucket (one compile per bucket) where the model keeps samples independent.
     num_threads: threads for native backends (default: all cores)."""
+    from ember.specialize import compile_dynamic, dynamic_inputs
+
     options = {} if num_threads is None else {"num_threads": num_threads}
+    symbolic = dynamic_inputs(model, input_shapes) if isinstance(model, str | os.PathLike) or _is_proto(model) else None
+    if symbolic is not None:
+        proto, inputs = symbolic
+        return compile_dynamic(proto, inputs, backend, options, buckets=dynamic)
+    if dynamic:
+        raise EmberError(f"dynamic={dict(dynamic)!r}: the model has no symbolic dimensions left to bucket")
     if isinstance(backend, str) and backend != "auto":
         return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options)
     from ember.heterogeneous import compile_model_partitioned
 
     return compile_model_partitioned(model, backend, input_shapes=input_shapes, backend_options=options)
+
+
+def _is_proto(model: Any) -> bool:
+    return type(model).__name__ == "ModelProto"
 
 
 def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bundle", prefix: str = "model",
@@ -57,5 +74,5 @@ def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bu
     return backend.bundle(program, plan, output_dir, target=target, prefix=prefix)
 
 
-__all__ = ["CompiledModel", "EmberError", "InputError", "ModelImportError", "QueueFullError", "UnsupportedError",
-           "bundle", "compile"]
+__all__ = ["CompiledModel", "DynamicModel", "EmberError", "InputError", "ModelImportError", "QueueFullError",
+           "UnsupportedError", "bundle", "compile"]

@@ -61,6 +61,8 @@ def _load(engine: str, model: str, threads: int, backend: str) -> tuple[Callable
         t0 = time.perf_counter()
         compiled = ember.compile(model, backend=backend, num_threads=threads)
         info = {"compile_seconds": time.perf_counter() - t0}
+        if not isinstance(compiled, ember.CompiledModel):
+            raise EmberError(f"{model} has symbolic input dimensions: benchmark a model of static shapes")
         specs: list[tuple[str, tuple[int, ...], npt.DTypeLike]] = [
             (s.name, s.type.shape, s.type.dtype.numpy) for s in compiled.inputs]
         feeds = _inputs_for(specs, reference)

@@ -140,6 +140,9 @@ def _inputs(model: Any, items: list[str], reference: dict[str, np.ndarray]) -> d
             continue
         if f"in_{spec.name}" in reference:
             given[spec.name] = reference[f"in_{spec.name}"]
+        elif not hasattr(spec, "type"):  # a DynamicInput: its size is the user's to say
+            raise EmberError(f"input '{spec.name}' has symbolic dimensions {list(spec.dims)}: pass --input "
+                             f"{spec.name}=FILE.npy or bind them with --shape {spec.name}=D0,D1,...")
         elif spec.type.dtype.is_float:
             given[spec.name] = rng.standard_normal(spec.type.shape).astype(spec.type.dtype.numpy)
         else:

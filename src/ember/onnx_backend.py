@@ -35,6 +35,8 @@ from ember.frontends.onnx.backend_api import (
     node_model,
 )
 from ember.runtime import CompiledModel
+from ember.runtime.dynamic import DynamicModel
+from ember.specialize import compile_dynamic, dynamic_inputs
 from ember.support.errors import InputError
 
 ENV_BACKEND = "EMBER_ONNX_BACKEND"
@@ -57,7 +59,7 @@ class EmberBackendRep(BackendRepBase):
     excluded) or by name, and returns the outputs in model order. `bound` names the inputs
     compiled as constants (empty unless the model needed specializing)."""
 
-    def __init__(self, model: Any, backend: str, compiled: CompiledModel | None,
+    def __init__(self, model: Any, backend: str, compiled: CompiledModel | DynamicModel | None,
                  bound: Sequence[str] = (), input_shapes: Mapping[str, Sequence[int]] | None = None) -> None:
         self.model = model
         self.backend = backend
@@ -120,6 +122,9 @@ class EmberBackend(BackendBase):
         _check_device(device)
         backend = selected_backend(kwargs.pop("backend", None))
         input_shapes = kwargs.pop("input_shapes", None)
+        symbolic = dynamic_inputs(model, input_shapes)
+        if symbolic is not None:  # compiled per input shape on first use
+            return EmberBackendRep(model, backend, compile_dynamic(*symbolic, backend), (), input_shapes)
         try:
             compiled = compile_model(model, backend=backend, input_shapes=input_shapes)
         except ConstantRequired as err:

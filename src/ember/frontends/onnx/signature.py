@@ -1,0 +1,55 @@
+"""A model's input signature before any shape is bound: element types and dimensions, each a
+number or a symbol (the dim_param, or a generated name for an unknown dimension). Dynamic
+models specialise on it (runtime/dynamic.py)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from onnx import ModelProto
+
+from ember.frontends.onnx.dtypes import to_dtype
+from ember.frontends.onnx.importer import input_type
+from ember.frontends.onnx.loader import load_model
+from ember.support.errors import ModelImportError
+from ember.types import DType
+
+Dim = int | str
+
+
+@dataclass(frozen=True)
+class InputSignature:
+    name: str
+    dtype: DType
+    dims: tuple[Dim, ...]
+
+    @property
+    def symbols(self) -> set[str]:
+        return {d for d in self.dims if isinstance(d, str)}
+
+
+def read_model(model: str | os.PathLike | ModelProto) -> ModelProto:
+    """The checked ModelProto, external data resolved: imported again for every shape."""
+    return load_model(model).model
+
+
+def input_signature(model: ModelProto) -> list[InputSignature]:
+    """The graph inputs that are not initializers, with their declared dimensions."""
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    signature = []
+    for vi in graph.input:
+        if vi.name in initializers:
+            continue
+        if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+            input_type(vi, None)  # raises the importer's own error for non-tensors
+            raise ModelImportError(f"input '{vi.name}' has no declared shape: its rank is unknown")
+        dims: list[Dim] = []
+        for i, dim in enumerate(vi.type.tensor_type.shape.dim):
+            if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0:
+                dims.append(int(dim.dim_value))
+            else:
+                dims.append(dim.dim_param or f"{vi.name}[{i}]")
+        dtype = to_dtype(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
+        signature.append(InputSignature(vi.name, dtype, tuple(dims)))
+    return signature
