@@ -40,14 +40,18 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     return error / max(1.0, float(np.max(np.abs(expected))))
 
 
-def single_node_graph(op: str, arrays: list[np.ndarray], attrs=None,
+def single_node_graph(op: str, arrays: list[np.ndarray | None], attrs=None,
                       constant: tuple[int, ...] = ()) -> tuple[Graph, dict[str, np.ndarray]]:
     """One node named 'node' with results y0, y1, ...; operand i is a graph constant when i is
-    in `constant`, else a graph input x<i> fed with arrays[i] (so it arrives at run time)."""
+    in `constant`, absent when arrays[i] is None (an optional operand left out), else a graph
+    input x<i> fed with arrays[i] (so it arrives at run time)."""
     g = Graph(op)
-    values: list[Value] = []
+    values: list[Value | None] = []
     feeds: dict[str, np.ndarray] = {}
     for i, a in enumerate(arrays):
+        if a is None:
+            values.append(None)
+            continue
         if i in constant:
             values.append(g.add_constant(a, f"c{i}"))
             continue

@@ -7,7 +7,11 @@ with q_num_heads/kv_num_heads); attn_mask (bool: True attends; float: added), pa
 past_value ([B, kv_heads, past, head]) and nonpad_kv_seqlen ([B], valid keys per batch).
 Results: y, present_key/present_value (past ++ new) and qk_matmul_output, whose stage
 qk_matmul_output_mode picks: 0 (or 1) QK^T after softcap, 2 after adding the bias, 3 after
-softmax."""
+softmax.
+
+None is a primitive: compiled backends lower them (lowering/attention.py) onto MatMul, Softmax,
+Transpose and elementwise ops. Their 'oracle' trait keeps them whole on the interpreter, whose
+NumPy references below are what the lowerings are checked against."""
 from __future__ import annotations
 
 import math
@@ -18,6 +22,9 @@ import numpy as np
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float
 from ember.types import DType, TensorType
+
+# Not primitives, but the interpreter runs their references whole (see backends/interpreter).
+ORACLE = frozenset({"oracle"})
 
 
 @dataclass(frozen=True)
@@ -32,7 +39,7 @@ class AttentionAttrs:
     right_window_size: int = -1
 
 
-def _heads(attrs: AttentionAttrs, q: TensorType, k: TensorType, v: TensorType):
+def attention_heads(attrs: AttentionAttrs, q: TensorType, k: TensorType, v: TensorType):
     """(q_heads, kv_heads, q_seq, kv_seq, head, v_head) of the inputs, or OpError."""
     if q.rank == 4:
         if k.rank != 4 or v.rank != 4:
@@ -52,7 +59,7 @@ def _attention_infer(attrs: AttentionAttrs, types):
     require_float(q, "Attention")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise OpError(f"Attention Q, K and V must share an element type, got {q}, {k}, {v}")
-    qh, kvh, q_seq, kv_seq, head, v_head = _heads(attrs, q, k, v)
+    qh, kvh, q_seq, kv_seq, head, v_head = attention_heads(attrs, q, k, v)
     if qh % kvh:
         raise OpError(f"Attention q heads ({qh}) must be a multiple of kv heads ({kvh})")
     if (past_k is None) != (past_v is None):
@@ -80,7 +87,7 @@ def _to_4d(x: np.ndarray, heads: int) -> np.ndarray:
     return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
 
 
-def _frontier_bias(q_seq: int, kv_seq: int, offset, left: int, right: int, causal: bool) -> np.ndarray:
+def frontier_bias(q_seq: int, kv_seq: int, offset, left: int, right: int, causal: bool) -> np.ndarray:
     """Additive bias (0 or -inf) of the causal and sliding-window constraints for a query
     at position offset + i against key j; offset is a scalar or one value per batch."""
     i = np.arange(q_seq).reshape(q_seq, 1)
@@ -108,7 +115,7 @@ def _softmax_rows(x: np.ndarray) -> np.ndarray:
 def _attention(attrs: AttentionAttrs, arrays):
     q, k, v, mask, past_k, past_v, nonpad = arrays
     dtype = q.dtype
-    qh, kvh, q_seq, kv_seq, head, _ = _heads(attrs, TensorType.of(q), TensorType.of(k), TensorType.of(v))
+    qh, kvh, q_seq, kv_seq, head, _ = attention_heads(attrs, TensorType.of(q), TensorType.of(k), TensorType.of(v))
     q4, k4, v4 = (_to_4d(a.astype(np.float64), h) for a, h in ((q, qh), (k, kvh), (v, kvh)))
     if past_k is not None:
         k4 = np.concatenate([past_k.astype(np.float64), k4], axis=2)
@@ -127,7 +134,7 @@ def _attention(attrs: AttentionAttrs, arrays):
     else:
         offset = 0 if past_k is None else past_k.shape[2]
     if attrs.is_causal or attrs.left_window_size >= 0 or attrs.right_window_size >= 0:
-        bias = bias + _frontier_bias(q_seq, total, offset, attrs.left_window_size, attrs.right_window_size,
+        bias = bias + frontier_bias(q_seq, total, offset, attrs.left_window_size, attrs.right_window_size,
                                      attrs.is_causal)
     if nonpad is not None:
         valid = np.arange(total) < nonpad.astype(np.int64).reshape(-1, 1)
@@ -153,7 +160,7 @@ def _attention(attrs: AttentionAttrs, arrays):
 
 define_op(OpDef("Attention", ("q", "k", "v", "attn_mask?", "past_key?", "past_value?", "nonpad_kv_seqlen?"),
                 ("y", "present_key", "present_value", "qk_matmul_output"), _attention_infer, _attention,
-                attrs=AttentionAttrs))
+                attrs=AttentionAttrs, primitive=False, traits=ORACLE))
 
 
 @dataclass(frozen=True)
@@ -209,7 +216,7 @@ def _rotary(attrs: RotaryAttrs, arrays):
 
 
 define_op(OpDef("RotaryEmbedding", ("x", "cos_cache", "sin_cache", "position_ids?"), ("y",), _rotary_infer,
-                _rotary, attrs=RotaryAttrs))
+                _rotary, attrs=RotaryAttrs, primitive=False, traits=ORACLE))
 
 UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
@@ -282,6 +289,7 @@ def _linear_attention(attrs: LinearAttentionAttrs, arrays):
 
 
 define_op(OpDef("LinearAttention", ("query", "key", "value", "past_state?", "decay?", "beta?"),
-                ("output", "present_state"), _linear_attention_infer, _linear_attention, attrs=LinearAttentionAttrs))
+                ("output", "present_state"), _linear_attention_infer, _linear_attention, attrs=LinearAttentionAttrs,
+                primitive=False, traits=ORACLE))
 
-__all__ = ["AttentionAttrs", "LinearAttentionAttrs", "RotaryAttrs"]
+__all__ = ["ORACLE", "AttentionAttrs", "LinearAttentionAttrs", "RotaryAttrs", "attention_heads", "frontier_bias"]
