@@ -201,3 +201,18 @@ def test_fused_chain_never_reads_memory_its_result_was_placed_over():
     expected = compile_graph(build(), "interpreter").run(feeds)["y"]
     actual = compile_graph(build(), CpuBackend(num_threads=1)).run(feeds)["y"]
     assert relative_error(actual, expected) < 1e-6
+
+
+@pytest.mark.parametrize("constant", [(), (1,), (1, 2)])
+def test_matmul_and_gemm_with_an_empty_inner_dimension_give_the_epilogue_of_zeros(constant):
+    # A sum over nothing is 0: C kernels once divided by K here and killed the process.
+    from ember.ops.nn import GemmAttrs
+    from tests.helpers import single_node_graph
+
+    rng = np.random.default_rng(0)
+    a, b, bias = np.zeros((3, 0), np.float32), np.zeros((0, 5), np.float32), rng.standard_normal(5).astype(np.float32)
+    for op, arrays, attrs in [("MatMul", [a, b], None), ("Gemm", [a, b, bias], GemmAttrs())]:
+        graph, feeds = single_node_graph(op, arrays[:3], attrs, constant=constant)
+        got = compile_graph(graph, CpuBackend(num_threads=2)).run(feeds)["y0"]
+        expected = np.zeros((3, 5), np.float32) + (bias if op == "Gemm" else 0)
+        np.testing.assert_array_equal(got, expected)

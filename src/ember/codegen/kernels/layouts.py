@@ -28,7 +28,7 @@ def pack_panels(b: np.ndarray) -> np.ndarray:
 def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
     """Mirror of ember_gemm_scratch_bytes in runtime/ember_gemm.c (chunks of 384 KiB)."""
     panels = math.ceil(n / NR)
-    chunk = min(max(1, GEMM_CHUNK_BYTES // (k * NR * 4)), panels)
+    chunk = min(max(1, GEMM_CHUNK_BYTES // (max(k, 1) * NR * 4)), panels)
     return max(chunk * k * NR * 4 * threads, panels * k * NR * 4)
 
 

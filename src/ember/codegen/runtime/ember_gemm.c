@@ -319,7 +319,9 @@ void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, lo
  * and each panel once per row block from L2. */
 static long chunk_panels(long K, long panels)
 {
-    long chunk = EMBER_CHUNK_BYTES / (K * EMBER_NR * (long)sizeof(float));
+    /* K = 0 (an empty sum) still sweeps the tiles: they apply the epilogue to zeros. */
+    long depth = K > 0 ? K : 1;
+    long chunk = EMBER_CHUNK_BYTES / (depth * EMBER_NR * (long)sizeof(float));
     if (chunk < 1) chunk = 1;
     return chunk < panels ? chunk : panels;
 }
@@ -403,6 +405,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
                 const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads)
 {
+    if (M <= 0 || N <= 0) return; /* nothing to store (and no chunk to divide by) */
     long panels = (N + EMBER_NR - 1) / EMBER_NR;
     long panel_floats = K * EMBER_NR;
     if (b_direct) {
