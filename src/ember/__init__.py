@@ -53,6 +53,14 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
     return compile_model_partitioned(model, backend, input_shapes=input_shapes, backend_options=options)
 
 
+def load(path: str | os.PathLike) -> CompiledModel:
+    """A model saved with CompiledModel.save: verified, then loaded; no import or compile,
+    and onnx need not be installed. Load only artifacts you trust (they hold native code)."""
+    from ember.runtime.artifact import load as load_artifact
+
+    return load_artifact(path)
+
+
 def _is_proto(model: Any) -> bool:
     return type(model).__name__ == "ModelProto"
 
@@ -75,4 +83,4 @@ def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bu
 
 
 __all__ = ["CompiledModel", "DynamicModel", "EmberError", "InputError", "ModelImportError", "QueueFullError",
-           "UnsupportedError", "bundle", "compile"]
+           "UnsupportedError", "bundle", "compile", "load"]

@@ -8,14 +8,15 @@ low-level program into an Executable, and may estimate a segment's run time (`co
 state its device's memory (`memory_capacity`). The partitioner asks nothing else."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from ember.graph import Graph, Node
 from ember.lir.ir import Program
 from ember.partition import Pattern
+from ember.support.errors import UnsupportedError
 
 
 class Executable(Protocol):
@@ -72,3 +73,9 @@ class Backend:
 
     def compile(self, program: Program) -> Executable:
         raise NotImplementedError(f"backend {self.name} does not compile programs")
+
+    def load_executable(self, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> Executable:
+        """Rebuilds an executable from what its `artifact()` method returned (files by name,
+        JSON metadata), already verified against the artifact's hashes. A backend whose
+        executables have no `artifact()` cannot be saved (CompiledModel.save says so)."""
+        raise UnsupportedError(f"backend '{self.name}' cannot load saved executables")

@@ -3,7 +3,8 @@ instruction, each kernel being the op table's reference semantics. It is the ora
 other backend is tested against, so it favours obviously-correct over fast."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -11,10 +12,12 @@ from ember.backends.api import Backend
 from ember.graph import Graph, Node
 from ember.lir.chain import ELEMENTWISE_CHAIN, chain_steps, run_steps
 from ember.lir.ir import COPY, MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
+from ember.lir.text import parse_program, print_program
 from ember.memory import plan_memory
 from ember.ops import OpError
 from ember.partition.cost import analytic_seconds
 from ember.support.errors import EmberError
+from ember.types import DType
 
 Env = dict[int, np.ndarray]
 Step = Callable[[Env], None]
@@ -41,6 +44,14 @@ class InterpreterBackend(Backend):
     def compile(self, program: Program) -> InterpretedProgram:
         return InterpretedProgram(program)
 
+    def load_executable(self, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> InterpretedProgram:
+        """A program saved by InterpretedProgram.artifact: its LIR text and its weights."""
+        blob, weights = files["weights.bin"], {}
+        for name, dtype, shape, offset in meta["weights"]:
+            count = int(np.prod(shape, dtype=np.int64))
+            weights[name] = np.frombuffer(blob, DType(dtype).numpy, count, int(offset)).reshape(shape)
+        return InterpretedProgram(parse_program(files["program.lir"].decode(), weights))
+
 
 class InterpretedProgram:
     """Runs against one arena laid out as the memory planner decided: every activation is a
@@ -56,6 +67,18 @@ class InterpretedProgram:
         self.arena_bytes = max((_offset(b) + b.type.nbytes for b in program.activations()), default=0)
         self.views = program.views()
         self.steps: list[Step] = [_step(instr) for instr in program.instrs if instr.name not in MARKERS]
+
+    def artifact(self) -> tuple[dict[str, bytes], dict]:
+        """The program's LIR text and its weights (one blob; the table gives each weight's
+        name, element type, shape and offset), for runtime/artifact.py."""
+        blob, table, offset = bytearray(), [], 0
+        for weight in self.program.weights:
+            data = np.ascontiguousarray(weight.constant())
+            table.append([weight.name, weight.type.dtype.value, list(data.shape), offset])
+            blob += data.tobytes()
+            offset += data.nbytes
+        files = {"program.lir": print_program(self.program).encode(), "weights.bin": bytes(blob)}
+        return files, {"weights": table}
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         arena = np.full(self.arena_bytes, 0xFF, dtype=np.uint8)

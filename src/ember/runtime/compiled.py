@@ -8,9 +8,11 @@ given an admission limit, Glow's HostManager queue: at most `running` runs at a 
 `waiting` more queued behind them, and a run beyond that is refused with QueueFullError."""
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,13 @@ class CompiledModel:
     def executable(self) -> Executable:
         """The backend's compiled program (the cpu backend's has `.source`, the C it built)."""
         return self._executable
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Writes the compiled model to one file that `ember.load` reads in another process,
+        with no import or compile (runtime/artifact.py)."""
+        from ember.runtime.artifact import save
+
+        return save(self, path)
 
     @property
     def input_names(self) -> list[str]:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
@@ -92,6 +94,16 @@ class CpuBackend(Backend):
         prefix = sanitize_prefix(prefix)
         cprogram = self.generate(program, CodegenOptions(entry=f"{prefix}_entry", static_entry=True))
         return write_bundle(program, plan, cprogram, output_dir, target=target, prefix=prefix)
+
+    def load_executable(self, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> NativeProgram:
+        """A program saved by NativeProgram.artifact: its library is written into a fresh
+        private folder (never a shared path another user could swap) and loaded from there."""
+        folder = Path(tempfile.mkdtemp(prefix="ember-artifact-"))
+        library = folder / "model.so"
+        descriptor = os.open(library, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(files["library.so"])
+        return NativeProgram.from_artifact(library, dict(meta), files["weights.bin"])
 
     def compile(self, program: Program) -> NativeProgram:
         cprogram = self.generate(program)

@@ -1,6 +1,7 @@
 """Loading a compiled model library and calling its entry function through ctypes."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ import numpy as np
 from ember.codegen import CProgram
 from ember.lir.ir import Program
 from ember.support.errors import EmberError
+from ember.types import DType
 
 
 def _aligned_empty(nbytes: int, alignment: int = 4096) -> np.ndarray:
@@ -30,21 +32,56 @@ class NativeProgram:
     max_idle_arenas = 8
 
     def __init__(self, library: Path, cprogram: CProgram, program: Program) -> None:
+        outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
+        self._library_bytes: bytes | None = None
+        self._setup(library, cprogram.entry, cprogram.weights, cprogram.arena_bytes, cprogram.errors, outputs,
+                    cprogram.source)
+
+    @classmethod
+    def from_artifact(cls, library: Path, meta: dict, weights: bytes) -> NativeProgram:
+        """A program saved by `artifact` (library already written and verified by the caller).
+        Once loaded, the library file is removed (the mapping stays); its bytes are kept for
+        saving the model again."""
+        native = cls.__new__(cls)
+        native._library_bytes = library.read_bytes()
+        outputs = [(tuple(shape), np.dtype(DType(dtype).numpy)) for shape, dtype in meta["outputs"]]
+        errors = {int(code): str(text) for code, text in meta["errors"].items()}
+        native._setup(library, str(meta["entry"]), np.frombuffer(weights, np.uint8), int(meta["arena_bytes"]),
+                      errors, outputs, str(meta.get("source", "")))
+        library.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            library.parent.rmdir()
+        return native
+
+    def artifact(self) -> tuple[dict[str, bytes], dict]:
+        """What a saved model needs to run this program elsewhere: the library, the weights
+        and the calling contract (see runtime/artifact.py)."""
+        library = self._library_bytes if self._library_bytes is not None else self.library.read_bytes()
+        files = {"library.so": library, "weights.bin": self._weights.tobytes()}
+        meta = {"entry": self._entry_name, "arena_bytes": self._arena_bytes,
+                "errors": {str(code): text for code, text in self._errors.items()},
+                "outputs": [[list(shape), DType.from_numpy(np.dtype(dtype)).value] for shape, dtype in self._outputs],
+                "source": self.source}
+        return files, meta
+
+    def _setup(self, library: Path, entry: str, weights: np.ndarray, arena_bytes: int, errors: dict[int, str],
+               outputs: list[tuple[tuple[int, ...], np.dtype]], source: str) -> None:
         self._lib = ctypes.CDLL(str(library))
-        self._entry = getattr(self._lib, cprogram.entry)
+        self._entry_name = entry
+        self._entry = getattr(self._lib, entry)
         self._entry.restype = ctypes.c_int
         self._entry.argtypes = [ctypes.c_void_p] * 4
-        self._weights = _aligned_empty(cprogram.weights.size)
-        self._weights[...] = cprogram.weights
-        self._arena_bytes = cprogram.arena_bytes
-        self._errors = cprogram.errors
-        self._outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
+        self._weights = _aligned_empty(weights.size)
+        self._weights[...] = weights
+        self._arena_bytes = arena_bytes
+        self._errors = errors
+        self._outputs = outputs
         # Fetching an array's address costs microseconds: the weights' and each arena's are
         # taken once. An arena is kept with its address: (array, address).
         self._weights_address = self._weights.ctypes.data
-        self._idle = [self._new_arena()]
         self._lock = threading.Lock()  # guards the free list only
-        self.source = cprogram.source
+        self._idle = [self._new_arena()]
+        self.source = source
         self.library = library
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
