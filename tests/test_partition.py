@@ -278,3 +278,20 @@ def test_cli_dumps_the_partition_and_runs_a_backend_list(capsys):
     reference = str(Path(lenet).with_suffix(".ref.npz"))
     assert main(["run", lenet, "--backend", "cpu,interpreter", "--reference", reference]) == 0
     assert "check probabilities: ok" in capsys.readouterr().out
+
+
+def test_a_plugin_that_fails_to_load_is_named_and_auto_leaves_it_out(monkeypatch):
+    from importlib import metadata
+
+    import ember
+    from ember.backends import registry
+
+    broken = metadata.EntryPoint("broken", "no_such_module_for_ember:Backend", "ember.backends")
+    monkeypatch.setattr(registry, "_plugins", lambda: {"broken": broken})
+    with pytest.raises(EmberError, match=r"backend plugin 'broken' \(no_such_module_for_ember:Backend\) failed to "
+                                         r"load: ModuleNotFoundError"):
+        registry.get_backend("broken")
+    lenet = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "examples" / "lenet.onnx")
+    model = ember.compile(lenet, backend="auto")
+    assert model.backend == "cpu"
+    assert "backend plugin 'broken'" in model.stats["skipped_backends"][0]

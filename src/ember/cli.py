@@ -257,9 +257,11 @@ def _dump_partition(args: argparse.Namespace) -> int:
     from ember.heterogeneous import backend_spec, plan_partition, resolve_backends
 
     spec = backend_spec(args.backend)
-    backends, strategy = resolve_backends([spec] if isinstance(spec, str) and spec != "auto" else spec)
+    backends, strategy, skipped = resolve_backends([spec] if isinstance(spec, str) and spec != "auto" else spec)
     partition = plan_partition(load_model(args.model, _shapes(args.shape)), backends, strategy)
     sys.stdout.write(partition.to_dot() if args.format == "dot" else partition.to_text())
+    for reason in skipped:
+        sys.stderr.write(f"left out: {reason}\n")
     return 0
 
 

@@ -145,9 +145,10 @@ def compile_model_partitioned(model: Any, backends: str | Sequence[str], *,
     from ember.driver import load_model
 
     started = time.perf_counter()
-    instances, strategy = resolve_backends(backends, backend_options)
+    instances, strategy, skipped = resolve_backends(backends, backend_options)
     compiled = compile_partitioned(load_model(model, input_shapes), instances, strategy=strategy, observer=observer)
     compiled.stats["compile_seconds"] = time.perf_counter() - started
+    compiled.stats["skipped_backends"] = skipped
     return compiled
 
 
@@ -236,18 +237,29 @@ def backend_spec(text: str) -> str | list[str]:
 
 
 def resolve_backends(spec: str | Sequence[str], options: Mapping[str, Any] | None = None,
-                     ) -> tuple[list[Backend], str]:
-    """Backend instances and the strategy for a backend list or "auto"."""
+                     ) -> tuple[list[Backend], str, list[str]]:
+    """Backend instances, the strategy for a backend list or "auto", and why backends were
+    left out: with "auto", an installed plugin that fails to load is left out rather than
+    failing the compile; a backend named in a list that fails to load is an error."""
     strategy = "priority"
+    automatic = spec == "auto"
     if isinstance(spec, str):
-        if spec != "auto":
+        if not automatic:
             raise EmberError(f"backend {spec!r}: pass one name, a list of names or 'auto'")
         strategy, spec = "cost", _auto_backends()
     names = list(spec)
     if not names or not all(isinstance(n, str) for n in names):
         raise EmberError(f"backend must be a name, a non-empty list of names or 'auto', got {spec!r}")
     refuse_unknown(names, available_backends())
-    return [get_backend(name, **(options or {})) for name in names], strategy
+    instances, skipped = [], []
+    for name in names:
+        try:
+            instances.append(get_backend(name, **(options or {})))
+        except EmberError as err:
+            if not automatic:
+                raise
+            skipped.append(str(err))
+    return instances, strategy, skipped
 
 
 def _partition(graph: Graph, targets: list[BackendTarget], strategy: str) -> Partition:

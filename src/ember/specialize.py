@@ -38,7 +38,7 @@ def compile_dynamic(proto: Any, inputs: list[DynamicInput], backend: str | Seque
         backends: list[Backend] = [get_backend(backend, **(backend_options or {}))]
         strategy = None
     else:
-        backends, strategy = resolve_backends(backend, backend_options)
+        backends, strategy, _ = resolve_backends(backend, backend_options)
 
     def compile_for(shapes: dict[str, tuple[int, ...]], padded: Sequence[str]) -> Specialization:
         graph = load_model(proto, shapes)

@@ -36,7 +36,11 @@ def get_backend(name: str, **options) -> Backend:
     plugin = _plugins().get(name)
     if plugin is None:
         raise EmberError(f"unknown backend '{name}' (available: {', '.join(available_backends())})")
-    backend = plugin.load()(**options)
+    try:
+        backend = plugin.load()(**options)
+    except Exception as err:  # a plugin's import or constructor failing is its failure, named
+        raise EmberError(f"backend plugin '{name}' ({plugin.value}) failed to load: "
+                         f"{type(err).__name__}: {err}") from err
     if not isinstance(backend, Backend):
         raise EmberError(f"backend plugin '{name}' did not return an ember Backend")
     return backend
