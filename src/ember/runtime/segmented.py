@@ -7,6 +7,7 @@ shape), so a plugin backend returning the wrong thing fails with its name instea
 corrupting later segments."""
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -44,7 +45,12 @@ class SegmentedExecutable:
         self.constants = constants
         # A chain of segments gains nothing from a pool; independent ones run concurrently.
         self.concurrent = not _is_chain(steps)
-        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="ember-segment") if self.concurrent else None
+        self._max_workers = max_workers
+        self._pool = self._new_pool() if self.concurrent else None
+        self._pid = os.getpid()
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(self._max_workers, thread_name_prefix="ember-segment")
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         env: dict[str, np.ndarray] = dict(self.constants)
@@ -57,6 +63,8 @@ class SegmentedExecutable:
         return [env[name] for name in self.model_outputs]
 
     def _run_concurrently(self, env: dict[str, np.ndarray]) -> None:
+        if self._pid != os.getpid():  # a forked child: the parent's pool threads are not here
+            self._pool, self._pid = self._new_pool(), os.getpid()
         assert self._pool is not None
         done: set[int] = set()
         running: dict[Future[dict[str, np.ndarray]], SegmentStep] = {}

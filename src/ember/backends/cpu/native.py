@@ -1,8 +1,15 @@
-"""Loading a compiled model library and calling its entry function through ctypes."""
+"""Loading a compiled model library and calling its entry function through ctypes.
+
+Fork: OpenMP's worker threads do not survive fork, and a forked child entering a parallel
+region waits for them forever. A program used in a process other than the one that loaded
+it (a forked child) therefore first makes every parallel region inactive in that process
+(omp_set_max_active_levels(0): teams of one thread, which need no pool) and starts over with
+fresh locks and arenas. The child computes the same results, on one thread."""
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +28,24 @@ def _aligned_empty(nbytes: int, alignment: int = 4096) -> np.ndarray:
     raw = np.empty(nbytes + alignment, np.uint8)
     start = (-raw.ctypes.data) % alignment
     return raw[start:start + nbytes]
+
+
+_serialized_in: int | None = None  # the process whose OpenMP regions were made inactive
+
+
+def _serialize_openmp(library: ctypes.CDLL) -> None:
+    """Makes OpenMP parallel regions inactive in this process (once per process). The symbol
+    is looked up through the model library, so it is whichever OpenMP runtime it links."""
+    global _serialized_in
+    if _serialized_in == os.getpid():
+        return
+    try:
+        set_levels = library.omp_set_max_active_levels
+    except AttributeError:
+        return  # built without OpenMP: nothing to serialize
+    set_levels.argtypes = [ctypes.c_int]
+    set_levels(0)
+    _serialized_in = os.getpid()
 
 
 class NativeProgram:
@@ -81,13 +106,24 @@ class NativeProgram:
         self._weights_address = self._weights.ctypes.data
         self._lock = threading.Lock()  # guards the free list only
         self._idle = [self._new_arena()]
+        self._pid = os.getpid()
         self.source = source
         self.library = library
+
+    def _adopt_after_fork(self) -> None:
+        """In a forked child: one-thread parallel regions, and locks and arenas of its own (a
+        lock held by a parent's thread at the fork would never be released here)."""
+        _serialize_openmp(self._lib)
+        self._lock = threading.Lock()
+        self._idle = [self._new_arena()]
+        self._pid = os.getpid()
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         outputs = [np.empty(shape, dtype) for shape, dtype in self._outputs]
         in_ptrs = (ctypes.c_void_p * max(len(inputs), 1))(*[a.ctypes.data for a in inputs])
         out_ptrs = (ctypes.c_void_p * max(len(outputs), 1))(*[a.ctypes.data for a in outputs])
+        if self._pid != os.getpid():
+            self._adopt_after_fork()
         with self._lock:
             arena = self._idle.pop() if self._idle else None
         if arena is None:
