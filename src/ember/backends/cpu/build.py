@@ -3,7 +3,8 @@
 The cache key hashes the source, the compiler's identity and the flags, so a changed
 compiler or flag never reuses a stale library. Writes go to a temporary file in the cache
 folder, then an atomic rename: two processes compiling the same model at once both succeed
-and one library wins."""
+and one library wins. Entries are verified before use and rebuilt when anything is off
+(backends/cpu/cache.py)."""
 from __future__ import annotations
 
 import hashlib
@@ -12,13 +13,12 @@ import platform
 import re
 import shutil
 import subprocess
-import tempfile
 from functools import cache
 from pathlib import Path
 
+from ember.backends.cpu.cache import build_folder, cache_folder, commit, intact
 from ember.codegen import RUNTIME_SOURCES, runtime_source
 from ember.support.errors import EmberError
-from ember.support.paths import cache_dir
 
 _SOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.c")
 BASE_FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
@@ -77,12 +77,11 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
     """The kernel library compiled once per (sources, compiler, flags) into one relocatable
     object reused by every model library."""
     sources = "\0".join(runtime_source(name) for name in RUNTIME_SOURCES)
-    folder = cache_dir() / "cpu"
+    folder = cache_folder("cpu")
     obj = folder / f"runtime-{_key(sources, compiler_identity(compiler), *flags)}.o"
-    if obj.exists():
+    if intact(obj):
         return obj
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
+    with build_folder(folder) as work:
         _write_runtime(Path(work))
         # One translation unit including every library source keeps this a single object.
         unit = Path(work) / "ember_runtime.c"
@@ -90,7 +89,7 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
         tmp = Path(work) / "runtime.o"
         compile_flags = [f for f in flags if f != "-shared"]
         _run_compiler([*compiler.split(), *compile_flags, f"-I{work}", "-c", str(unit), "-o", str(tmp)])
-        os.replace(tmp, obj)
+        commit(tmp, obj)
     return obj
 
 
@@ -108,14 +107,14 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     runtime = _runtime_object(compiler, flags)
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])
-    folder = cache_dir() / "cpu"
+    folder = cache_folder("cpu")
     key_parts = [source, runtime.name, compiler_identity(compiler), *flags, *links]
     for name, text in extras.items():
         key_parts += [name, text]
     library = folder / f"{_key(*key_parts)}.so"
-    if library.exists():
+    if intact(library):
         return library
-    with tempfile.TemporaryDirectory(dir=folder, prefix="build-") as work:
+    with build_folder(folder) as work:
         _write_runtime(Path(work))
         src = Path(work) / "model.c"
         src.write_text(source)
@@ -128,5 +127,5 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
         tmp_lib = Path(work) / "model.so"
         _run_compiler([*compiler.split(), *flags, f"-I{work}", str(src), *extra_paths, str(runtime), "-o",
                        str(tmp_lib), *links, "-lm"])
-        os.replace(tmp_lib, library)
+        commit(tmp_lib, library)
     return library

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ember.backends.cpu.cache import load_library
 from ember.codegen import CProgram
 from ember.lir.ir import Program
 from ember.support.errors import EmberError
@@ -59,8 +60,8 @@ class NativeProgram:
     def __init__(self, library: Path, cprogram: CProgram, program: Program) -> None:
         outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
         self._library_bytes: bytes | None = None
-        self._setup(library, cprogram.entry, cprogram.weights, cprogram.arena_bytes, cprogram.errors, outputs,
-                    cprogram.source)
+        self._setup(load_library(library), library, cprogram.entry, cprogram.weights, cprogram.arena_bytes,
+                    cprogram.errors, outputs, cprogram.source)
 
     @classmethod
     def from_artifact(cls, library: Path, meta: dict, weights: bytes) -> NativeProgram:
@@ -71,8 +72,8 @@ class NativeProgram:
         native._library_bytes = library.read_bytes()
         outputs = [(tuple(shape), np.dtype(DType(dtype).numpy)) for shape, dtype in meta["outputs"]]
         errors = {int(code): str(text) for code, text in meta["errors"].items()}
-        native._setup(library, str(meta["entry"]), np.frombuffer(weights, np.uint8), int(meta["arena_bytes"]),
-                      errors, outputs, str(meta.get("source", "")))
+        native._setup(ctypes.CDLL(str(library)), library, str(meta["entry"]), np.frombuffer(weights, np.uint8),
+                      int(meta["arena_bytes"]), errors, outputs, str(meta.get("source", "")))
         library.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             library.parent.rmdir()
@@ -89,9 +90,9 @@ class NativeProgram:
                 "source": self.source}
         return files, meta
 
-    def _setup(self, library: Path, entry: str, weights: np.ndarray, arena_bytes: int, errors: dict[int, str],
-               outputs: list[tuple[tuple[int, ...], np.dtype]], source: str) -> None:
-        self._lib = ctypes.CDLL(str(library))
+    def _setup(self, lib: ctypes.CDLL, library: Path, entry: str, weights: np.ndarray, arena_bytes: int,
+               errors: dict[int, str], outputs: list[tuple[tuple[int, ...], np.dtype]], source: str) -> None:
+        self._lib = lib
         self._entry_name = entry
         self._entry = getattr(self._lib, entry)
         self._entry.restype = ctypes.c_int
