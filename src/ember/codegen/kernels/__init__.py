@@ -8,6 +8,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     elementwise,
     gemm,
     indexing,
+    linalg,
     normalization,
     quantized,
     reduce,

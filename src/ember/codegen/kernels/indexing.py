@@ -1,6 +1,6 @@
 """Indexing and rearrangement kernels (ops/indexing.py): DepthToSpace, SpaceToDepth,
-GatherElements, GatherND, ScatterElements, ScatterND, Trilu, CumSum, OneHot and
-ReverseSequence, as loop nests specialized on the constant shapes.
+GatherElements, GatherND, ScatterElements, ScatterND, Trilu, CumSum, CumProd, OneHot,
+ReverseSequence and TensorScatter, as loop nests specialized on the constant shapes.
 
 Index operands arrive at run time: every kernel that reads one checks all of them before it
 writes anything, and returns a clean error (em.fail_check) naming the node when one is out
@@ -235,7 +235,7 @@ def emit_scatter_nd(em: Emitter, instr: Instr) -> str:
     return "\n".join(lines)
 
 
-# Trilu, CumSum ----------------------------------------------------------------------------
+# Trilu, CumSum, CumProd ----------------------------------------------------------------------------
 
 
 @C_KERNELS.kernel("trilu_loops", "Trilu")
@@ -261,10 +261,11 @@ def emit_trilu(em: Emitter, instr: Instr) -> str:
     ])
 
 
-@C_KERNELS.kernel("cumsum_loops", "CumSum")
-def emit_cumsum(em: Emitter, instr: Instr) -> str:
-    """Floats accumulate in double (the reference sums float32 in float64 and rounds each
-    result); integers in uint64_t, wrapping like NumPy's, stored back in the element type."""
+@C_KERNELS.kernel("cumulative_loops", "CumSum", "CumProd")
+def emit_cumulative(em: Emitter, instr: Instr) -> str:
+    """CumSum and CumProd. Floats accumulate in double (the reference sums or multiplies
+    float32 in float64 and rounds each result); integers in uint64_t, wrapping like NumPy's
+    int64 accumulation, stored back (truncated) in the element type."""
     out, x = instr.required()
     if out.type.size == 0:
         return "/* empty result */"
@@ -274,17 +275,16 @@ def emit_cumsum(em: Emitter, instr: Instr) -> str:
     dtype = out.type.dtype
     t = c_type(dtype)
     acc = "double" if dtype.is_float else "uint64_t"
+    product = instr.name == "CumProd"
+    combine = f"acc {'*' if product else '+'}= ({acc})x[p];"
     pos = f"{n - 1} - s" if instr.attrs.reverse else "s"
-    if instr.attrs.exclusive:
-        step = f"y[p] = ({t})acc; acc += ({acc})x[p];"
-    else:
-        step = f"acc += ({acc})x[p]; y[p] = ({t})acc;"
+    step = f"y[p] = ({t})acc; {combine}" if instr.attrs.exclusive else f"{combine} y[p] = ({t})acc;"
     return "\n".join([
         f"{t} *restrict y = {em.pointer(out)};",
         f"const {t} *x = {em.pointer(x, const=True)};",
         f"for (long o = 0; o < {outer}; o++)",
         f"    for (long i = 0; i < {inner}; i++) {{",
-        f"        {acc} acc = 0;",
+        f"        {acc} acc = {1 if product else 0};",
         f"        for (long s = 0; s < {n}; s++) {{",
         f"            long p = (o * {n} + ({pos})) * {inner} + i;",
         f"            {step}",
@@ -354,3 +354,54 @@ def emit_reverse_sequence(em: Emitter, instr: Instr) -> str:
         "    }",
         "}",
     ])
+
+
+# TensorScatter ----------------------------------------------------------------------------
+
+
+@C_KERNELS.kernel("tensor_scatter_rows", "TensorScatter")
+def emit_tensor_scatter(em: Emitter, instr: Instr) -> str:
+    """present = past with update's rows written along the axis at write_indices[batch] + s
+    (0 + s without indices). 'linear' fails cleanly (before writing anything) when a batch's
+    rows would leave [0, length); 'circular' wraps them modulo the length, as in the
+    reference (Python's modulo: never negative)."""
+    out, cache, update, indices = instr.base_operands
+    assert out is not None and cache is not None and update is not None
+    shape = cache.type.shape
+    axis = normalize_axis(instr.attrs.axis, len(shape))
+    batch, mid, length = shape[0], math.prod(shape[1:axis]), shape[axis]
+    rows, inner = update.type.shape[axis], math.prod(shape[axis + 1:])
+    lines = [copy_bytes(em, out, cache)]
+    if batch * mid * rows * inner == 0:
+        return "\n".join(lines)
+    itemsize = out.type.dtype.itemsize
+    row = inner * itemsize
+    start = "0" if indices is None else "(int64_t)idx[b]"
+    lines += [
+        f"uint8_t *y = {em.address(out)};",
+        f"const uint8_t *u = {em.address(update)};",
+    ]
+    if indices is not None:
+        lines.append(f"const {c_type(indices.type.dtype)} *idx = {em.pointer(indices, const=True)};")
+    if instr.attrs.mode == "circular":
+        # start is reduced first, so start + s never overflows.
+        position = f"int64_t q = (start % {length} + s) % {length}; if (q < 0) q += {length};"
+    else:
+        position = "int64_t q = start + s;"
+        if indices is not None:
+            fail = em.fail_check(f"node {instr.source!r} (TensorScatter): write_indices place {rows} rows "
+                                 f"outside a cache of length {length}")
+            lines.append(f"for (long b = 0; b < {batch}; b++) "
+                         f"if ((int64_t)idx[b] < 0 || (int64_t)idx[b] > {length - rows}) {{ {fail} }}")
+    lines += [
+        f"for (long b = 0; b < {batch}; b++) {{",
+        f"    const int64_t start = {start};",
+        f"    for (long m = 0; m < {mid}; m++)",
+        f"        for (long s = 0; s < {rows}; s++) {{",
+        f"            {position}",
+        f"            memcpy(y + ((b * {mid} + m) * {length} + q) * {row}, "
+        f"u + ((b * {mid} + m) * {rows} + s) * {row}, {row});",
+        "        }",
+        "}",
+    ]
+    return "\n".join(lines)
