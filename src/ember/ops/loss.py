@@ -18,6 +18,9 @@ from ember.ops.shape_util import require_float
 from ember.types import DType, TensorType
 
 REDUCTIONS = ("none", "sum", "mean")
+# Not primitives: compiled backends lower them (lowering/loss.py); the 'oracle' trait keeps
+# them whole on the interpreter, whose NumPy reference checks that lowering.
+ORACLE = frozenset({"oracle"})
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,8 @@ def nll_loss(attrs: LossAttrs, log_prob: np.ndarray, target: np.ndarray, weight:
     if attrs.reduction == "sum":
         loss = loss.sum()
     elif attrs.reduction == "mean":
-        loss = loss.sum() / w.sum()
+        with np.errstate(invalid="ignore", divide="ignore"):  # no weight at all: NaN, as in ONNX
+            loss = loss.sum() / w.sum()
     return np.asarray(loss).astype(dtype)
 
 
@@ -69,7 +73,7 @@ def _nll(attrs: LossAttrs, arrays):
 
 
 define_op(OpDef("NegativeLogLikelihoodLoss", ("input", "target", "weight?"), ("loss",), _nll_infer, _nll,
-                attrs=LossAttrs))
+                attrs=LossAttrs, primitive=False, traits=ORACLE))
 
 
 def _sce_infer(attrs: LossAttrs, types):
@@ -84,6 +88,6 @@ def _sce(attrs: LossAttrs, arrays):
 
 
 define_op(OpDef("SoftmaxCrossEntropyLoss", ("scores", "labels", "weights?"), ("loss", "log_prob"), _sce_infer,
-                _sce, attrs=LossAttrs))
+                _sce, attrs=LossAttrs, primitive=False, traits=ORACLE))
 
 __all__ = ["LossAttrs", "nll_loss"]

@@ -1,9 +1,9 @@
 """Recurrent ops of ONNX, layout 0 (X is [seq, batch, input]; the frontend transposes
-batch-major models): the simple RNN and the LSTM (primitives, computed in float64), and GRU
-(not a primitive: lowering unrolls it over the static sequence into MatMuls and elementwise
-ops). RNN and LSTM directions each have their own activations (by ONNX name, with
-alpha/beta), an optional cell clip, optional per-batch sequence lengths (outputs past a
-batch's length are zero and Y_h/Y_c hold its last valid step) and, for LSTM, peepholes."""
+batch-major models): the simple RNN, the LSTM and GRU (references computed in float64;
+lowering unrolls each over the static sequence into MatMuls and elementwise ops). RNN and
+LSTM directions each have their own activations (by ONNX name, with alpha/beta), an optional
+cell clip, optional per-batch sequence lengths (outputs past a batch's length are zero and
+Y_h/Y_c hold its last valid step) and, for LSTM, peepholes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,6 +16,9 @@ from ember.ops.shape_util import require_float, same_dtype
 from ember.types import DType, TensorType
 
 DIRECTIONS = ("forward", "reverse", "bidirectional")
+# None of them is a primitive: compiled backends lower them (lowering/rnn.py); the 'oracle'
+# trait keeps them whole on the interpreter, whose NumPy reference checks that lowering.
+ORACLE = frozenset({"oracle"})
 
 
 def _activation(name: str, alpha: float | None, beta: float | None):
@@ -162,9 +165,10 @@ def _lstm(attrs: RecurrentAttrs, arrays):
 
 
 define_op(OpDef("RNN", ("x", "w", "r", "b?", "sequence_lens?", "initial_h?"), ("y", "y_h"), _infer("RNN", 1, 1),
-                _rnn, attrs=RecurrentAttrs))
+                _rnn, attrs=RecurrentAttrs, primitive=False, traits=ORACLE))
 define_op(OpDef("LSTM", ("x", "w", "r", "b?", "sequence_lens?", "initial_h?", "initial_c?", "p?"),
-                ("y", "y_h", "y_c"), _infer("LSTM", 4, 2), _lstm, attrs=RecurrentAttrs))
+                ("y", "y_h", "y_c"), _infer("LSTM", 4, 2), _lstm, attrs=RecurrentAttrs, primitive=False,
+                traits=ORACLE))
 
 __all__ = ["DIRECTIONS", "RecurrentAttrs"]
 
@@ -236,4 +240,4 @@ def _gru(attrs: GRUAttrs, arrays):
 
 
 define_op(OpDef("GRU", ("x", "w", "r", "b?", "initial_h?"), ("y", "y_h"), _gru_infer, _gru,
-                attrs=GRUAttrs, primitive=False))
+                attrs=GRUAttrs, primitive=False, traits=ORACLE))

@@ -1,13 +1,15 @@
 /* Branch-free float math for generated loops: written with selects instead of libm calls so
  * that GCC and Clang vectorize the loops that use them (libm's expf/erff/tanhf are scalar).
- * Accuracy: exp and tanh within ~2 ulp (Cephes), erf within 1.2e-7 absolute. */
+ * Accuracy: exp and tanh within ~2 ulp (Cephes), erf within 1.2e-7 absolute.
+ * always_inline: in a long generated function (an unrolled recurrence has hundreds of loops)
+ * GCC's inlining budget runs out and leaves calls, which keep those loops scalar. */
 #ifndef EMBER_MATH_H
 #define EMBER_MATH_H
 
 #include <stdint.h>
 #include <string.h>
 
-static inline float ember_expf(float x)
+static inline __attribute__((always_inline)) float ember_expf(float x)
 {
     /* e^x = 2^n * e^r with r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split in two for accuracy. */
     x = x > 88.3762626647949f ? 88.3762626647949f : x;
@@ -30,7 +32,7 @@ static inline float ember_expf(float x)
     return p * scale;
 }
 
-static inline float ember_erff(float x)
+static inline __attribute__((always_inline)) float ember_erff(float x)
 {
     /* Numerical Recipes erfc Chebyshev fit (fractional error < 1.2e-7), as the interpreter. */
     float z = x < 0.0f ? -x : x;
@@ -49,7 +51,7 @@ static inline float ember_erff(float x)
     return x >= 0.0f ? 1.0f - erfc : erfc - 1.0f;
 }
 
-static inline float ember_tanhf(float x)
+static inline __attribute__((always_inline)) float ember_tanhf(float x)
 {
     float z = x < 0.0f ? -x : x;
     /* Small inputs: odd polynomial (Cephes tanhf), avoiding cancellation in the exp form. */
@@ -61,7 +63,7 @@ static inline float ember_tanhf(float x)
     return z < 0.625f ? small : big;
 }
 
-static inline float ember_sigmoidf(float x)
+static inline __attribute__((always_inline)) float ember_sigmoidf(float x)
 {
     return 1.0f / (1.0f + ember_expf(-x));
 }
