@@ -1,9 +1,15 @@
-"""Shared fixtures: the path to ../shared/models (tests that need it skip when absent)."""
+"""Shared fixtures: the path to ../shared/models (tests that need it skip when absent); debug
+mode (verification after every pass) for the whole suite."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# The suite verifies the IR after every pass (users' compiles verify once per pipeline): a
+# pass that breaks an invariant is named by the test that exercises it.
+os.environ.setdefault("EMBER_DEBUG", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_MODELS = REPO.parent / "shared" / "models"

@@ -214,7 +214,7 @@ def compile_partitioned(graph: Graph, backends: Sequence[Backend], *, strategy: 
 
 def canonicalize(graph: Graph) -> None:
     """The backend-independent graph optimizations every partition starts from."""
-    PassManager(CANONICAL_PIPELINE, verify=True).run(graph)
+    PassManager(CANONICAL_PIPELINE, verify=None).run(graph)  # after every pass in debug mode only
     verify_graph(graph)
 
 

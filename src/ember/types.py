@@ -4,6 +4,7 @@ Imports only NumPy, ml_dtypes (for bfloat16, a dependency of onnx) and support/.
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ class DType(enum.Enum):
 
     @property
     def itemsize(self) -> int:
-        return self.numpy.itemsize
+        return _ITEMSIZE[self]
 
     @property
     def is_float(self) -> bool:
@@ -107,6 +108,7 @@ _TO_NUMPY: dict[DType, np.dtype] = {
     DType.INT2: np.dtype(ml_dtypes.int2),
     DType.UINT2: np.dtype(ml_dtypes.uint2),
 }
+_ITEMSIZE = {member: dtype.itemsize for member, dtype in _TO_NUMPY.items()}
 _NARROW_FLOATS = frozenset({DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ, DType.FLOAT8E5M2, DType.FLOAT8E5M2FNUZ,
                             DType.FLOAT4E2M1})
 
@@ -156,11 +158,13 @@ class TensorType:
     def rank(self) -> int:
         return len(self.shape)
 
-    @property
+    # Computed once per type (frozen, so they cannot go stale): passes ask them millions of
+    # times on large graphs.
+    @functools.cached_property
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 

@@ -8,11 +8,16 @@
 #include "ember_gemm.h"
 #include "ember_math.h"
 
-int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,
-              uint8_t *restrict A)
+#if defined(__GNUC__)
+#define EMBER_STEP static __attribute__((noinline)) int
+#else
+#define EMBER_STEP static int
+#endif
+
+/* 2: FusedConv [conv_winograd] from node act */
+EMBER_STEP step2(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
 {
     (void)W; (void)in; (void)out; (void)A;
-    /* 2: FusedConv [conv_winograd] from node act */
     {
         const float *x = ((const float *)(in[0] + 0));
         float *y = ((float *)(A + 267264));
@@ -26,7 +31,13 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             ember_winograd(&g, 32, ((const float *)(W + 75776)), bias, res ? res + base : NULL, y + base, &ep, ((float *)(A + 0)), 2);
         }
     }
-    /* 6: FusedConv [conv_depthwise] from node dw_act */
+    return 0;
+}
+
+/* 6: FusedConv [conv_depthwise] from node dw_act */
+EMBER_STEP step6(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 267264));
         float *y = ((float *)(A + 18176));
@@ -39,7 +50,13 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             ember_depthwise(&g, ((const float *)(W + 256)), bias, res ? res + nb * 2048 : NULL, y + nb * 2048, &ep, ((float *)(A + 0)), 1);
         }
     }
-    /* 11: Conv [conv_direct] from node strided */
+    return 0;
+}
+
+/* 11: Conv [conv_direct] from node strided */
+EMBER_STEP step11(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 18176));
         float *y = ((float *)(A + 26368));
@@ -54,7 +71,13 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             ember_conv_direct(&g, 64, ((const float *)(W + 1664)) + gi * 18432, ((const int32_t *)(W + 141312)), bias ? bias + gi * 64 : NULL, res ? res + base : NULL, y + base, &ep, ((float *)(A + 0)), 2);
         }
     }
-    /* 15: Conv [conv_pointwise_t] from node pointwise */
+    return 0;
+}
+
+/* 15: Conv [conv_pointwise_t] from node pointwise */
+EMBER_STEP step15(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 26368));
         float *y = ((float *)(A + 0));
@@ -66,7 +89,13 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             ember_gemm(/*M*/ 16, /*N*/ 96, /*K*/ 64, /*a*/ x + nb * 1024, /*a_rs*/ 1, /*a_ks*/ 16, /*a_block*/ 8, /*bp*/ ((const float *)(W + 142464)), /*pack*/ NULL, /*pack_ctx*/ NULL, /*b_direct*/ NULL, /*ldb*/ 0, /*koff*/ NULL, /*c*/ y + nb * 1536, /*ldc*/ 16, /*ep*/ &ep, /*scratch*/ NULL, /*nthreads*/ 1);
         }
     }
-    /* 17: MaxPool [maxpool_loops] from node pool */
+    return 0;
+}
+
+/* 17: MaxPool [maxpool_loops] from node pool */
+EMBER_STEP step17(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 0));
         float *y = ((float *)(out[0] + 0));
@@ -89,5 +118,18 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             y[(item * 2 + i) * 2 + j] = acc;
         }
     }
+    return 0;
+}
+
+int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,
+              uint8_t *restrict A)
+{
+    int status;
+    (void)status;
+    if ((status = step2(W, in, out, A)) != 0) return status;
+    if ((status = step6(W, in, out, A)) != 0) return status;
+    if ((status = step11(W, in, out, A)) != 0) return status;
+    if ((status = step15(W, in, out, A)) != 0) return status;
+    if ((status = step17(W, in, out, A)) != 0) return status;
     return 0;
 }

@@ -8,16 +8,27 @@
 #include "ember_gemm.h"
 #include "ember_math.h"
 
-int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,
-              uint8_t *restrict A)
+#if defined(__GNUC__)
+#define EMBER_STEP static __attribute__((noinline)) int
+#else
+#define EMBER_STEP static int
+#endif
+
+/* 1: FullyConnected [fully_connected_gemm] from node fc */
+EMBER_STEP step1(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
 {
     (void)W; (void)in; (void)out; (void)A;
-    /* 1: FullyConnected [fully_connected_gemm] from node fc */
     {
         ember_epilogue ep = { .bias = NULL, .bias_per_row = 0, .residual = NULL, .ld_residual = 40, .act = EMBER_ACT_NONE, .alpha = 0x0.0p+0f, .beta = 0x0.0p+0f };
         ember_gemm(/*M*/ 4, /*N*/ 40, /*K*/ 48, /*a*/ ((const float *)(in[0] + 0)), /*a_rs*/ 48, /*a_ks*/ 1, /*a_block*/ 384, /*bp*/ ((const float *)(W + 384)), /*pack*/ NULL, /*pack_ctx*/ NULL, /*b_direct*/ NULL, /*ldb*/ 40, /*koff*/ NULL, /*c*/ ((float *)(A + 0)), /*ldc*/ 40, /*ep*/ &ep, /*scratch*/ NULL, /*nthreads*/ 1);
     }
-    /* 3: LayerNormalization [layer_norm_rows] from node ln */
+    return 0;
+}
+
+/* 3: LayerNormalization [layer_norm_rows] from node ln */
+EMBER_STEP step3(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 0));
         float *y = ((float *)(A + 5120));
@@ -34,7 +45,13 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             for (long j = 0; j < 40; j++) yr[j] = (xr[j] - mean) * rstd * scale[j] + bias[j];
         }
     }
-    /* 4: ElementwiseChain [elementwise_chain] from node gelu_skip_squash */
+    return 0;
+}
+
+/* 4: ElementwiseChain [elementwise_chain] from node gelu_skip_squash */
+EMBER_STEP step4(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         float *y = ((float *)(A + 5120));
         const float *x0 = ((const float *)(A + 5120));
@@ -43,7 +60,13 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             float v0 = (0x1.0000000000000p-1f * x0[i0] * (0x1.0000000000000p+0f + ember_erff(x0[i0] * 0x1.6a09e60000000p-1f))); float v1 = (v0 + x1[i0]); y[i0] = ember_tanhf(v1);
         }
     }
-    /* 7: Transpose [transpose_loops] from node tr */
+    return 0;
+}
+
+/* 7: Transpose [transpose_loops] from node tr */
+EMBER_STEP step7(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         float *restrict y = ((float *)(A + 5760));
         const float *x = ((const float *)(A + 5120));
@@ -53,12 +76,24 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             }
         }
     }
-    /* 10: MatMul [matmul_gemm] from node scores */
+    return 0;
+}
+
+/* 10: MatMul [matmul_gemm] from node scores */
+EMBER_STEP step10(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         ember_epilogue ep = { .bias = NULL, .bias_per_row = 0, .residual = NULL, .ld_residual = 0, .act = EMBER_ACT_NONE, .alpha = 0x0.0p+0f, .beta = 0x0.0p+0f };
         ember_gemm(/*M*/ 4, /*N*/ 4, /*K*/ 40, /*a*/ ((const float *)(A + 5120)), /*a_rs*/ 40, /*a_ks*/ 1, /*a_block*/ 320, /*bp*/ NULL, /*pack*/ NULL, /*pack_ctx*/ NULL, /*b_direct*/ ((const float *)(A + 5760)), /*ldb*/ 4, /*koff*/ NULL, /*c*/ ((float *)(A + 6400)), /*ldc*/ 4, /*ep*/ &ep, /*scratch*/ ((float *)(A + 0)), /*nthreads*/ 1);
     }
-    /* 14: Softmax [softmax_rows] from node softmax */
+    return 0;
+}
+
+/* 14: Softmax [softmax_rows] from node softmax */
+EMBER_STEP step14(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+{
+    (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 6400));
         float *y = ((float *)(out[0] + 0));
@@ -74,5 +109,19 @@ int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *c
             for (long j = 0; j < n_; j++) yr[j * st] *= inv;
         }
     }
+    return 0;
+}
+
+int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,
+              uint8_t *restrict A)
+{
+    int status;
+    (void)status;
+    if ((status = step1(W, in, out, A)) != 0) return status;
+    if ((status = step3(W, in, out, A)) != 0) return status;
+    if ((status = step4(W, in, out, A)) != 0) return status;
+    if ((status = step7(W, in, out, A)) != 0) return status;
+    if ((status = step10(W, in, out, A)) != 0) return status;
+    if ((status = step14(W, in, out, A)) != 0) return status;
     return 0;
 }

@@ -9,14 +9,19 @@ and remainder stay alone: their divide-by-zero check needs a loop of their own. 
 writes only its last result while it reads its sources, so no source may share memory with
 that result unless it is the same buffer read element for element (views of one buffer
 could otherwise overlap it). Runs after buffer sharing and before kernel selection and
-memory planning, so the planner sees the chain's real operands. Imports lir/ and the
-elementwise kernels' vocabulary."""
+memory planning, so the planner sees the chain's real operands. A chain holds at most
+MAX_CHAIN_STEPS instructions. Imports lir/ and the elementwise kernels' vocabulary."""
 from __future__ import annotations
 
 from ember.codegen.kernels.elementwise import EXPRESSIONS, traps
 from ember.lir.chain import ELEMENTWISE_CHAIN, ChainAttrs, Step
 from ember.lir.ir import ALLOC, DEALLOC, MARKERS, VIEW, Buffer, BufferKind, Instr, Program, footprint
 from ember.lir.passes.registry import LirPass, get_lir_pass, register_lir_pass
+
+# A chain ends after this many steps and the next one starts: past a few dozen operations a
+# loop is compute-bound anyway, and one expression of thousands of steps made the C
+# compiler (and the chain's own legality checks) take time quadratic in its length.
+MAX_CHAIN_STEPS = 32
 
 
 def _fusable(instr: Instr) -> bool:
@@ -63,7 +68,8 @@ def fusable_chains(instrs: list[Instr]) -> list[list[int]]:
             prev = current[-1]
             after = compute[pos + 1] if pos + 1 < len(compute) else len(instrs)
             between = [m for m in instrs[prev + 1:index] + instrs[index + 1:after] if m.name == DEALLOC]
-            if _joinable(instrs[prev], instrs[index], between) and _safe_output([instrs[i] for i in current + [index]]):
+            if (len(current) < MAX_CHAIN_STEPS and _joinable(instrs[prev], instrs[index], between)
+                    and _safe_output([instrs[i] for i in current + [index]])):
                 current.append(index)
                 continue
             if len(current) > 1:

@@ -21,6 +21,9 @@ class UniqueNamer:
 
     def __init__(self) -> None:
         self._taken: set[str] = set()
+        # base -> the suffix to try first: every smaller one is taken (names are never
+        # released), so the answer is the same as counting from 1, in constant time.
+        self._next: dict[str, int] = {}
 
     def reserve(self, name: str) -> None:
         self._taken.add(name)
@@ -32,9 +35,10 @@ class UniqueNamer:
         if base not in self._taken:
             self._taken.add(base)
             return base
-        i = 1
+        i = self._next.get(base, 1)
         while f"{base}_{i}" in self._taken:
             i += 1
         name = f"{base}_{i}"
         self._taken.add(name)
+        self._next[base] = i + 1
         return name

@@ -49,10 +49,14 @@ class UseIndex:
 
     def rebuild(self, program: Program) -> None:
         self.by_root: dict[int, list[Touch]] = {}
+        self.last: dict[int, int] = {}  # id(root) -> the latest ordinal touching it
         self.ordinal: dict[int, int] = {}
+        self.instr_at: dict[int, Instr] = {}
+        self.removed: set[int] = set()  # id() of instructions a pass dropped, still to delete
         for index, instr in enumerate(program.instrs):
             if instr.name not in MARKERS:
                 self.ordinal[id(instr)] = index
+                self.instr_at[index] = instr
                 for buffer, kind in zip(instr.operands, instr.kinds(), strict=True):
                     if buffer is not None:
                         self._add(index, buffer, kind.reads, kind.writes)
@@ -60,6 +64,16 @@ class UseIndex:
     def _add(self, index: int, buffer: Buffer, reads: bool, writes: bool) -> None:
         root, lo, hi = footprint(buffer)
         self.by_root.setdefault(id(root), []).append(Touch(index, buffer, lo, hi, reads, writes))
+        if index > self.last.get(id(root), -1):
+            self.last[id(root)] = index
+
+    def touched_after(self, root: Buffer, lo: int, hi: int, index: int) -> bool:
+        """Whether an instruction after ordinal `index` touches bytes [lo, hi) of `root`.
+        Constant time when nothing touches the root after it at all (the common case: a
+        chain whose every step reuses one buffer would otherwise rescan the whole chain)."""
+        if self.last.get(id(root), -1) <= index:
+            return False
+        return any(t.index > index for t in self.overlapping(root, lo, hi))
 
     def family(self, root: Buffer) -> list[Touch]:
         """Every touch of `root`'s bytes, through the root itself or any of its views."""
@@ -71,17 +85,24 @@ class UseIndex:
     def drop(self, instr: Instr) -> None:
         """Forgets a compute instruction (call before deleting it)."""
         index = self.ordinal.pop(id(instr))
+        self.instr_at.pop(index, None)
         for key in {id(footprint(b)[0]) for b in instr.operands if b is not None}:
             self.by_root[key] = [t for t in self.by_root[key] if t.index != index]
+            self.last[key] = max((t.index for t in self.by_root[key]), default=-1)
 
     def refresh(self, old_root: Buffer) -> None:
         """Re-files the touches of a former root after it became a view."""
+        self.last.pop(id(old_root), None)
         for t in self.by_root.pop(id(old_root), []):
             self._add(t.index, t.buffer, t.reads, t.writes)
 
     def substitute(self, old: Buffer, new: Buffer) -> None:
-        """`old`, a root without views, was replaced by `new` in every instruction."""
+        """`old`, a root without views, is replaced by `new`: in every instruction touching it
+        (found through the index, not by scanning the program) and in the index."""
+        self.last.pop(id(old), None)
         for t in self.by_root.pop(id(old), []):
+            instr = self.instr_at[t.index]
+            instr.operands = [new if b is old else b for b in instr.operands]
             self._add(t.index, new, t.reads, t.writes)
 
 

@@ -65,7 +65,7 @@ def lir_pass_manager(pipeline: Sequence[str | LirPass], *, verify: bool | None =
                        registry=LIR_PASSES)
 
 
-def run_lir_pipeline(program: Program, pipeline: Sequence[str | LirPass], *, verify: bool = True,
+def run_lir_pipeline(program: Program, pipeline: Sequence[str | LirPass], *, verify: bool | None = True,
                      print_after: Callable[[str, str], None] | None = None, context: PassContext | None = None,
                      properties: Iterable[str] = ()) -> bool:
     """Runs the passes (names or LirPass objects) once, in order; returns whether any changed

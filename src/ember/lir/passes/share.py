@@ -14,7 +14,6 @@ from ember.lir.passes.analysis import (
     declarations,
     is_storage_owner,
     make_view,
-    replace_buffer,
 )
 from ember.lir.passes.registry import LirPass, register_lir_pass
 
@@ -42,25 +41,29 @@ class ShareBuffers(LirPass):
 
     def run(self, program: Program) -> bool:
         uses = UseIndex(program)
+        markers = _Markers(program)
         changed = False
         for instr in list(program.instrs):
             op = instr.idef.op
             if op is not None and "elementwise" in op.traits:
-                changed |= self._try(program, uses, uses.ordinal[id(instr)], instr)
+                changed |= self._try(program, uses, markers, uses.ordinal[id(instr)], instr)
+        markers.flush()
         return changed
 
-    def _try(self, program: Program, uses: UseIndex, index: int, instr: Instr) -> bool:
+    def _try(self, program: Program, uses: UseIndex, markers: _Markers, index: int, instr: Instr) -> bool:
         kinds = instr.kinds()
         for out in [b for b, k in zip(instr.operands, kinds, strict=True) if k is OperandKind.OUT and b is not None]:
             for x in [b for b, k in zip(instr.operands, kinds, strict=True) if k is OperandKind.IN and b is not None]:
                 if x.type != out.type or not _dies_here(uses, index, x) or not _alone(instr, out, x):
                     continue
                 if _mergeable(uses, index, out, x):
-                    _merge(program, out, x)
                     uses.substitute(out, x)
+                    markers.merge(out, x)
                     return True
                 if can_view_src(uses, index, Move.whole(x, out), roots=(BufferKind.ACTIVATION,)):
+                    markers.flush()
                     make_view(program, x, out, 0, instr.source)
+                    markers.reindex()
                     uses.refresh(x)
                     return True
         return False
@@ -68,7 +71,7 @@ class ShareBuffers(LirPass):
 
 def _dies_here(uses: UseIndex, index: int, x: Buffer) -> bool:
     root, lo, hi = footprint(x)
-    return is_storage_owner(root) and not any(t.index > index for t in uses.overlapping(root, lo, hi))
+    return is_storage_owner(root) and not uses.touched_after(root, lo, hi, index)
 
 
 def _alone(instr: Instr, out: Buffer, x: Buffer) -> bool:
@@ -91,21 +94,43 @@ def _mergeable(uses: UseIndex, index: int, out: Buffer, x: Buffer) -> bool:
     return all(t.buffer is out and t.index >= index for t in uses.family(out))
 
 
-def _merge(program: Program, out: Buffer, operand: Buffer) -> None:
-    """Replaces `out` (first touched where `operand` dies) by `operand`; `operand` dies at
-    the later of the two deallocs (or never, if either never died); its bases cover it."""
-    replace_buffer(program, out, operand)
-    instrs = program.instrs
-    declared, ends = declarations(program), deallocations(program)
-    end, old_end = ends.get(id(out)), ends.get(id(operand))
-    removed = {declared[id(out)]}
-    if end is None or old_end is None:
-        removed |= {n for n in (end, old_end) if n is not None}
-    elif end > old_end:
-        instrs[end] = instrs[old_end]
-        removed.add(old_end)
-    else:
-        removed.add(end)
-    program.instrs = [i for n, i in enumerate(instrs) if n not in removed]
-    if operand.is_view:
-        cover_with_bases(program, operand)
+class _Markers:
+    """The lifetime markers of a program during the pass, updated merge by merge without
+    rescanning it: marker positions stay put (a marker moves by taking another's slot, and
+    removals wait for flush), so a chain of N merges costs O(N), not O(N^2)."""
+
+    def __init__(self, program: Program) -> None:
+        self.program = program
+        self.reindex()
+
+    def reindex(self) -> None:
+        self.declared = declarations(self.program)
+        self.ends = deallocations(self.program)
+        self.removed: set[int] = set()
+
+    def flush(self) -> None:
+        """Applies the pending removals (then positions change: reindex)."""
+        if self.removed:
+            self.program.instrs = [i for n, i in enumerate(self.program.instrs) if n not in self.removed]
+        self.reindex()
+
+    def merge(self, out: Buffer, operand: Buffer) -> None:
+        """`out` (first touched where `operand` dies; already replaced in every instruction)
+        goes away; `operand` dies at the later of the two deallocs (or never, if either never
+        died); its bases cover it."""
+        instrs = self.program.instrs
+        end, old_end = self.ends.pop(id(out), None), self.ends.get(id(operand))
+        self.removed.add(self.declared.pop(id(out)))
+        if end is None or old_end is None:
+            self.removed |= {n for n in (end, old_end) if n is not None}
+            self.ends.pop(id(operand), None)
+        elif end > old_end:
+            instrs[end] = instrs[old_end]
+            self.removed.add(old_end)
+            self.ends[id(operand)] = end
+        else:
+            self.removed.add(end)
+        if operand.is_view:
+            self.flush()
+            cover_with_bases(self.program, operand)
+            self.reindex()

@@ -27,12 +27,16 @@ class ViewPass(LirPass):
     def run(self, program: Program) -> bool:
         changed = False
         while True:
+            candidates = [(instr, moves) for instr in program.instrs if (moves := self.moves(instr))]
+            if not candidates:  # nothing to rewrite: no index to build (large graphs pay for it)
+                return changed
             uses = UseIndex(program)
             progress = False
-            for instr in list(program.instrs):
-                moves = self.moves(instr)
-                if moves:
-                    progress |= self.rewrite(program, uses, instr, moves)
+            for instr, moves in candidates:
+                progress |= self.rewrite(program, uses, instr, moves)
+            # Rewritten moves leave the program in one sweep (removing each at once would
+            # rescan the program per move).
+            program.instrs = [i for i in program.instrs if id(i) not in uses.removed]
             if not progress:
                 return changed
             changed = True
@@ -55,8 +59,9 @@ class ViewPass(LirPass):
 
 
 def _remove(program: Program, uses: UseIndex, instr: Instr) -> None:
+    """Forgets a rewritten move; the round's sweep takes it out of the program."""
     uses.drop(instr)
-    program.instrs.remove(instr)
+    uses.removed.add(id(instr))
 
 
 @register_lir_pass
@@ -173,8 +178,9 @@ class ConcatInPlace(ViewPass):
                 copies += [Instr(VIEW, [slot], source=instr.source), Instr(COPY, [slot, move.src], source=instr.source),
                            Instr(DEALLOC, [slot], source=instr.source)]
         program.instrs[at:at + 1] = copies
-        if copies:
-            uses.rebuild(program)  # new compute instructions need ordinals of their own
+        if copies:  # new compute instructions need ordinals of their own: sweep, then re-index
+            program.instrs = [i for i in program.instrs if id(i) not in uses.removed]
+            uses.rebuild(program)
         return True
 
 

@@ -1,0 +1,57 @@
+"""Compile time versus graph size: an elementwise chain (alternating Relu/Neg/Tanh so no pass
+folds it away) of N nodes, compiled for a backend; prints seconds and microseconds per node.
+Per-node time should stay flat from 1k to 100k nodes (linear-time passes and naming).
+
+    python bench/compile_time.py [--backend interpreter|cpu] [--sizes 1000,10000,100000]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from ember.driver import compile_graph  # noqa: E402
+from ember.graph import Graph  # noqa: E402
+from ember.types import DType, TensorType  # noqa: E402
+
+OPS = ("Relu", "Neg", "Tanh")
+
+
+def chain(n: int) -> Graph:
+    g = Graph(f"chain{n}")
+    value = g.add_input("x", TensorType(DType.FLOAT32, (4, 16)))
+    for i in range(n):
+        value = g.add(OPS[i % len(OPS)], value)
+    g.set_outputs([("y", value)])
+    return g
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", default="interpreter")
+    parser.add_argument("--sizes", default="1000,2000,4000,10000")
+    parser.add_argument("--profile", action="store_true", help="cProfile the largest size")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"{'nodes':>8} {'seconds':>9} {'us/node':>9}  ({args.backend})")
+    for n in sizes:
+        graph = chain(n)
+        started = time.perf_counter()
+        if args.profile and n == sizes[-1]:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(compile_graph, graph, args.backend)
+            pstats.Stats(profiler).sort_stats("cumulative").print_stats(25)
+        else:
+            compile_graph(graph, args.backend)
+        seconds = time.perf_counter() - started
+        print(f"{n:>8} {seconds:>9.2f} {seconds / n * 1e6:>9.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
