@@ -200,7 +200,8 @@ def deallocations(program: Program) -> dict[int, int]:
 def make_view(program: Program, buffer: Buffer, base: Buffer, offset: int, source: str) -> None:
     """Turns the storage owner `buffer` into a view of `base` at byte `offset`: its `alloc`
     becomes a `view`, and the lifetimes of its new bases stretch to cover it."""
-    declaration = declarations(program)[id(buffer)]
+    declaration = _marker_position(program.instrs, buffer, (ALLOC, VIEW))
+    assert declaration is not None, f"{buffer.name} has no declaration"
     buffer.view_of, buffer.view_offset = base, offset
     program.instrs[declaration] = Instr(VIEW, [buffer], source=source)
     cover_with_bases(program, buffer)
@@ -213,23 +214,32 @@ def cover_with_bases(program: Program, view: Buffer) -> None:
     if not chain:
         return
     instrs = program.instrs
-    declared = declarations(program)
-    late = [b for b in chain if declared[id(b)] > declared[id(view)]]
+    # Targeted scans for the few buffers involved, not an index of every marker: passes
+    # call this once per view they make, and rebuilding an index each time was quadratic.
+    view_at = _marker_position(instrs, view, (ALLOC, VIEW))
+    late = [b for b in chain if (_marker_position(instrs, b, (ALLOC, VIEW)) or 0) > (view_at or 0)]
     if late:
-        moved = [instrs[declared[id(b)]] for b in reversed(late)]  # root first
+        moved = [instrs[_marker_position(instrs, b, (ALLOC, VIEW)) or 0] for b in reversed(late)]  # root first
         for instr in moved:
             instrs.remove(instr)
         at = instrs.index(next(i for i in instrs if i.name == VIEW and i.operands[0] is view))
         instrs[at:at] = moved
     inner = view
     for base in chain:
-        deallocs = deallocations(program)
-        inner_end, base_end = deallocs.get(id(inner)), deallocs.get(id(base))
+        inner_end, base_end = _marker_position(instrs, inner, (DEALLOC,)), _marker_position(instrs, base, (DEALLOC,))
         if base_end is not None and (inner_end is None or base_end < inner_end):
             instr = instrs.pop(base_end)
             if inner_end is not None:
                 instrs.insert(inner_end, instr)  # the pop shifted inner's dealloc one left
         inner = base
+
+
+def _marker_position(instrs: list[Instr], buffer: Buffer, names: tuple[str, ...]) -> int | None:
+    """Position of the first marker named in `names` whose buffer is `buffer`."""
+    for position, instr in enumerate(instrs):
+        if instr.name in names and instr.operands[0] is buffer:
+            return position
+    return None
 
 
 def replace_buffer(program: Program, old: Buffer, new: Buffer) -> None:
