@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The kernel test files whose cpu-versus-interpreter tests (named *matches_interpreter* or
+# *cpu_matches*) run under the sanitizers: every C kernel family's edge shapes.
+SANITIZED_FILES = ("test_cpu_ops.py", "test_cpu_conv_kernels.py", "test_cpu_attention.py", "test_cpu_einsum.py",
+                   "test_cpu_loss.py", "test_cpu_rnn.py", "test_cpu_misc_ops.py")
 
 
 def _runtime(name: str) -> str | None:
@@ -30,7 +34,7 @@ def test_op_cases_run_clean_under_sanitizers(tmp_path):
     env = dict(os.environ, EMBER_SANITIZE="1", EMBER_CACHE_DIR=str(tmp_path), LD_PRELOAD=asan,
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1", UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     command = [sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-x", "-p", "no:cacheprovider",
-               str(REPO / "tests" / "test_cpu_ops.py"), str(REPO / "tests" / "test_cpu_conv_kernels.py"),
+               *[str(REPO / "tests" / name) for name in SANITIZED_FILES],
                "-k", "cpu_matches or matches_interpreter"]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
     tail = (result.stdout + result.stderr)[-4000:]

@@ -295,3 +295,17 @@ def test_a_plugin_that_fails_to_load_is_named_and_auto_leaves_it_out(monkeypatch
     model = ember.compile(lenet, backend="auto")
     assert model.backend == "cpu"
     assert "backend plugin 'broken'" in model.stats["skipped_backends"][0]
+
+
+def test_measured_costs_time_each_unit_on_this_machine():
+    from ember.backends.cpu import CpuBackend
+    from ember.heterogeneous import measure_on
+
+    graph = _chain_graph()
+    seconds = [measure_on(b)(graph) for b in (CpuBackend(num_threads=1), InterpreterBackend())]
+    assert all(s is not None and 0 < s < 1 for s in seconds)
+    expected = compile_graph(_chain_graph(), "interpreter").run({"x": FEEDS["x"]})
+    model = compile_partitioned(_chain_graph(), [CpuBackend(num_threads=1), InterpreterBackend()], strategy="cost",
+                                measure=True)
+    assert model.backend == "cpu"  # native code beats NumPy's per-instruction overhead here
+    np.testing.assert_allclose(model.run({"x": FEEDS["x"]})["y"], expected["y"], rtol=1e-6)

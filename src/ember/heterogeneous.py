@@ -11,9 +11,12 @@ again and the segment goes to the next capable backend; `stats["fallbacks"]` say
 interpreter runs every op, so with it in the list every model the interpreter runs compiles."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from ember.backends import Backend, available_backends, get_backend
 from ember.graph import Constant, Graph, Node, Value, verify_graph
@@ -105,6 +108,44 @@ def _node_form(node: Node) -> tuple:
     return (node.op, repr(node.attrs), operands)
 
 
+def measure_on(backend: Backend, repeats: int = 7) -> Callable[[Graph], float | None]:
+    """A measurement of a unit on `backend`: compiled alone, run on seeded random inputs,
+    the median of `repeats` timed runs (after one warm-up). None when it does not compile."""
+    def measure(graph: Graph) -> float | None:
+        from ember.driver import compile_graph
+
+        try:
+            model = compile_graph(graph_copy(graph), backend)
+        except Exception:
+            return None
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for spec in model.inputs:
+            kind = np.dtype(spec.type.dtype.numpy)
+            feeds[spec.name] = (rng.standard_normal(spec.type.shape).astype(kind) if kind.kind == "f"
+                                else np.zeros(spec.type.shape, kind))
+        try:
+            model.run(feeds)
+            times = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                model.run(feeds)
+                times.append(time.perf_counter() - started)
+        except Exception:
+            return None
+        return float(np.median(times))
+
+    return measure
+
+
+def graph_copy(graph: Graph) -> Graph:
+    """A copy to compile (compiling rewrites a graph in place; the partitioner keeps its own)."""
+    from ember.graph.text import parse_graph, print_graph
+
+    weights = {name: constant.data for name, constant in graph.constants.items()}
+    return parse_graph(print_graph(graph), weights)
+
+
 def _constant_key(value: Value) -> bytes | bool:
     if not isinstance(value, Constant):
         return False
@@ -160,16 +201,20 @@ def _auto_backends() -> list[str]:
 
 
 def compile_partitioned(graph: Graph, backends: Sequence[Backend], *, strategy: str = "priority",
-                        observer: Any = None) -> CompiledModel:
+                        observer: Any = None, measure: bool | None = None) -> CompiledModel:
     """Compiles a verified graph across `backends` (priority order, or searched by cost when
-    strategy == "cost"). The graph is canonicalized in place first."""
+    strategy == "cost"). The graph is canonicalized in place first. measure: with the cost
+    strategy, time each unit on each backend on this machine instead of estimating it
+    (compiles every distinct node form once per backend; default: EMBER_PARTITION_COST=measured)."""
     from ember.driver import compile_graph
 
     started = time.perf_counter()
     inputs = [TensorSpec(p.name, p.type) for p in graph.inputs]
     outputs = [TensorSpec(o.name, o.value.type) for o in graph.outputs]
     canonicalize(graph)
-    targets = [BackendTarget(b) for b in backends]
+    if measure is None:
+        measure = os.environ.get("EMBER_PARTITION_COST", "") == "measured"
+    targets = [BackendTarget(b, measure_on(b) if measure and strategy == "cost" else None) for b in backends]
     by_name = {t.name: t for t in targets}
     fallbacks: list[str] = []
     compiled: dict[tuple[str, tuple[str, ...]], CompiledModel] = {}  # survives re-partitioning
