@@ -194,8 +194,10 @@ define_op(OpDef("ConvInteger", ("x", "w", "x_zero_point?", "w_zero_point?"), ("y
 
 
 def _requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """rint(acc * multiplier) + y_zero, saturated: the zero point (an integer) is added after
+    rounding, which is exact and leaves no multiply-add for a compiler to contract."""
     info = np.iinfo(dtype)
-    return np.clip(np.rint(acc * multiplier + y_zero.astype(np.float64)), info.min, info.max).astype(dtype)
+    return np.clip(np.rint(acc * multiplier) + y_zero.astype(np.float64), info.min, info.max).astype(dtype)
 
 
 def _qlinear_matmul_infer(attrs, types):

@@ -11,7 +11,11 @@
 
 static inline __attribute__((always_inline)) float ember_expf(float x)
 {
-    /* e^x = 2^n * e^r with r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split in two for accuracy. */
+    /* e^x = 2^n * e^r with r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split in two for accuracy.
+     * NaN goes through as NaN: computed on 0 (converting NaN to an integer is undefined),
+     * then selected back, which stays a vector blend. */
+    float nan_in = x;
+    x = x != x ? 0.0f : x;
     x = x > 88.3762626647949f ? 88.3762626647949f : x;
     x = x < -87.3365447504f ? -87.3365447504f : x;
     /* Round to nearest by adding and removing 1.5 * 2^23: plain arithmetic, so it vectorizes
@@ -26,10 +30,10 @@ static inline __attribute__((always_inline)) float ember_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
+    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return nan_in != nan_in ? nan_in : p * scale;
 }
 
 static inline __attribute__((always_inline)) float ember_erff(float x)
