@@ -316,3 +316,19 @@ def test_measured_costs_time_each_unit_on_this_machine():
     model = compile_partitioned(_chain_graph(), [CpuBackend(num_threads=1), InterpreterBackend()], strategy="cost",
                                 measure=True)
     np.testing.assert_allclose(model.run({"x": FEEDS["x"]})["y"], expected["y"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", __import__("tests.conftest", fromlist=["x"]).shared_model_names())
+def test_auto_compiles_every_shared_model_and_matches_the_interpreter(name):
+    import ember
+    from tests.conftest import require_shared_models
+
+    folder = require_shared_models()
+    reference = np.load(folder / f"{name}.ref.npz")
+    feeds = {key[3:]: reference[key] for key in reference.files if key.startswith("in_")}
+    auto = ember.compile(str(folder / f"{name}.onnx"), backend="auto")
+    oracle = ember.compile(str(folder / f"{name}.onnx"), backend="interpreter")
+    expected, actual = oracle.run(feeds), auto.run(feeds)
+    for key, value in expected.items():
+        scale = max(1.0, float(np.max(np.abs(value))))
+        assert float(np.max(np.abs(actual[key] - value))) / scale < 1e-4, key
