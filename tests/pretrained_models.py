@@ -97,15 +97,6 @@ def file_byte_tokens(data: bytes, begin: int = 1024, end: int = 1024, padding: i
 # as shipped too and expects the refusal (recorded in `as_shipped`), so a fix shows up as an
 # XPASS and the workaround can go.
 
-def symbolic_minus_one_dims(proto: onnx.ModelProto) -> None:
-    """paddle2onnx writes unknown dims of inputs and outputs as dim_value -1: make them
-    named symbols."""
-    for index, vi in enumerate([*proto.graph.input, *proto.graph.output]):
-        for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
-            if dim.WhichOneof("value") == "dim_value" and dim.dim_value < 0:
-                dim.dim_param = f"{vi.name}_dim{axis}_{index}"
-
-
 def drop_output_shapes(proto: onnx.ModelProto) -> None:
     """The exporter declared output shapes that the graph does not compute: forget them."""
     for vi in proto.graph.output:
@@ -259,10 +250,7 @@ MODELS: list[PretrainedModel] = [
     PretrainedModel("rapidocr_cls", "rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime",
                     "**/ch_ppocr_mobile_v2.0_cls_infer.onnx", _rapidocr_cls, {"x": (1, 3, 48, 192)},
                     "PP-OCR text direction classifier (MobileNetV3), 48x192",
-                    fixups=(symbolic_minus_one_dims,),
-                    as_shipped=("ModelImportError", "but the model fixes it to -1"),
-                    dynamic_inputs=lambda: [_ocr_page(48, 192)],
-                    dynamic_refused=("InputError", "'?' is 192 in input 'x' but 48 in input 'x'")),
+                    dynamic_inputs=lambda: [_ocr_page(48, 192), _ocr_page(48, 160)]),
     PretrainedModel("rapidocr_rec", "rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime",
                     "**/ch_PP-OCRv4_rec_infer.onnx", _rapidocr_rec, {"x": (1, 3, 48, 160)},
                     "PP-OCRv4 text recognition (SVTR-LCNet, 6625 classes), 48x160",
@@ -293,8 +281,6 @@ MODELS: list[PretrainedModel] = [
                     {"bytes": (1, 2048)}, "Magika v3.3 file-type classifier (214 labels)"),
     PretrainedModel("ddddocr_ocr", "ddddocr", "1.6.1", "ddddocr", "common.onnx", _ddddocr_ocr,
                     {"input1": (1, 1, 64, 128)}, "ddddocr captcha OCR (CNN + LSTM + CTC head), 64x128",
-                    fixups=(drop_output_shapes,),
-                    as_shipped=("ModelImportError", "is declared with rank 2, but Ember infers"),
                     dynamic_inputs=lambda: [{"input1": document_image(64, w, channels=1, seed=3)[None]}
                                             for w in (96, 160)]),
     PretrainedModel("ddddocr_ocr_old", "ddddocr", "1.6.1", "ddddocr", "common_old.onnx", _ddddocr_ocr,

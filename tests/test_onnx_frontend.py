@@ -4,6 +4,8 @@ numerically with ONNX Runtime (the imported graph is evaluated with the ops' Num
 references by a tiny local interpreter)."""
 from __future__ import annotations
 
+import re
+import warnings
 from pathlib import Path
 
 import ml_dtypes
@@ -15,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ember
 from ember.frontends.onnx import CONVERTERS, load_onnx
 from ember.graph.ir import Graph
-from ember.support.errors import EmberError, ModelImportError, UnsupportedError, UnsupportedOpError
+from ember.support.errors import EmberError, EmberWarning, ModelImportError, UnsupportedError, UnsupportedOpError
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -539,10 +541,40 @@ def test_output_type_mismatch():
                        [tensor_info("y", TensorProto.INT32, [2])])
     with pytest.raises(ModelImportError, match="graph output 'y' is declared int32"):
         load_onnx(model)
+
+
+@pytest.mark.parametrize("declared, text", [([3], "[3]"), ([2, 1], "[2, 1]"), ([], "[]"), ([0], "[0]")])
+def test_declared_output_shape_is_a_hint(declared, text):
+    """Exporters declare wrong output shapes (a wrong rank, 0 for unknown): Ember's inference
+    wins, with a warning that names both shapes (ONNX Runtime only warns too)."""
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", TensorProto.FLOAT, [2])],
-                       [tensor_info("y", TensorProto.FLOAT, [3])])
-    with pytest.raises(ModelImportError, match="dimension 0 = 3"):
-        load_onnx(model)
+                       [tensor_info("y", TensorProto.FLOAT, declared)])
+    with pytest.warns(EmberWarning, match=re.escape(f"graph output 'y' is declared with shape {text}, but Ember "
+                                                    "infers [2]")):
+        graph = load_onnx(model)
+    assert graph.outputs[0].value.type.shape == (2,)
+
+
+def test_unknown_output_dims_are_silent():
+    """-1 and symbolic dims declare nothing to contradict."""
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, "M"])
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor_info("x", TensorProto.FLOAT, [2, 3])], [y])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_onnx(model).outputs[0].value.type.shape == (2, 3)
+
+
+def test_input_dims_of_minus_one_are_unknown():
+    """paddle2onnx writes unknown input dims as -1 (and names them all '?'): binding them is
+    no contradiction, and each is a dimension of its own; a real contradiction names both shapes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, -1, "?"])
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [x], [tensor_info("y", TensorProto.FLOAT, None)])
+    assert load_onnx(model, input_shapes={"x": [1, 3, 48, 192]}).inputs[0].type.shape == (1, 3, 48, 192)
+    with pytest.raises(ModelImportError, match=re.escape("fixes it to 3 (declared shape [1, 3, ?, ?])")):
+        load_onnx(model, input_shapes={"x": [1, 4, 48, 192]})
+    from ember.frontends.onnx.signature import input_signature
+    (signature,) = input_signature(model)
+    assert signature.dims == (1, 3, "x[2]", "x[3]")
 
 
 def test_unsupported_input_type():

@@ -37,6 +37,12 @@ class UnsupportedOpError(ModelImportError, UnsupportedError):
     `except UnsupportedError` catch it; the message names the node, op type and reason."""
 
 
+class EmberWarning(UserWarning):
+    """Something in a model that Ember tolerates and overrides, said once at import (for
+    example a declared output shape that contradicts Ember's own shape inference, which is
+    authoritative, as in ONNX Runtime)."""
+
+
 class InputError(EmberError):
     """Wrong inputs given at run time (missing, unknown, wrong shape or dtype)."""
 

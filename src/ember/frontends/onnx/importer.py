@@ -7,10 +7,11 @@ support (the up-front scan for unsupported ops, or a feature a converter refuses
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
+from onnx import GraphProto, ModelProto, NodeProto, TensorShapeProto, ValueInfoProto
 
 from ember.frontends.onnx import converters as _converters  # noqa: F401  (registration)
 from ember.frontends.onnx.context import ConstantRequired, NodeContext
@@ -19,7 +20,14 @@ from ember.frontends.onnx.loader import DEFAULT_DOMAINS, load_model
 from ember.frontends.onnx.registry import CONVERTERS
 from ember.graph.ir import Graph, Value
 from ember.graph.verify import verify_graph
-from ember.support.errors import EmberError, ModelImportError, UnsupportedError, UnsupportedOpError, node_location
+from ember.support.errors import (
+    EmberError,
+    EmberWarning,
+    ModelImportError,
+    UnsupportedError,
+    UnsupportedOpError,
+    node_location,
+)
 from ember.types import TensorType
 
 
@@ -146,9 +154,11 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
                 raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} has rank {len(shape)}, "
                                        f"but the model declares rank {len(declared)}")
             for i, (dim, d) in enumerate(zip(declared, shape, strict=True)):
-                if dim.WhichOneof("value") == "dim_value" and dim.dim_value != d:
+                # A negative dim_value is how some exporters write "unknown": not a contradiction.
+                if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0 and dim.dim_value != d:
                     raise ModelImportError(f"input_shapes['{vi.name}'] = {list(shape)} sets dimension {i} to {d}, "
-                                           f"but the model fixes it to {dim.dim_value}")
+                                           f"but the model fixes it to {dim.dim_value} (declared shape "
+                                           f"{declared_shape_text(declared)})")
         return TensorType(dtype, shape)
     if declared is None:
         raise ModelImportError(f"{what} has no declared shape; Ember compiles static shapes: "
@@ -159,8 +169,7 @@ def input_type(vi: ValueInfoProto, bound: Sequence[int] | None) -> TensorType:
             dims.append(int(dim.dim_value))
             continue
         label = f"symbolic dimension '{dim.dim_param}'" if dim.dim_param else "an unknown dimension"
-        example = ", ".join(str(d.dim_value) if d.WhichOneof("value") == "dim_value" else (d.dim_param or "?")
-                            for d in declared)
+        example = declared_shape_text(declared)[1:-1]
         raise ModelImportError(f"{what} has {label} at dimension {i}; Ember compiles static shapes: "
                                f"pass input_shapes={{'{vi.name}': [{example}]}} with every dimension set")
     return TensorType(dtype, tuple(dims))
@@ -263,6 +272,9 @@ def _set_outputs(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> None
 
 
 def _check_output_type(vi: ValueInfoProto, value: Value) -> None:
+    """A declared element type must match; a declared shape is only a hint. Exporters write -1
+    or 0 for unknown dimensions and sometimes a wrong rank (ONNX Runtime only warns): Ember's
+    inference is authoritative, and a contradiction is a warning naming both shapes."""
     if vi.type.WhichOneof("value") != "tensor_type":
         return
     tensor_type = vi.type.tensor_type
@@ -275,9 +287,20 @@ def _check_output_type(vi: ValueInfoProto, value: Value) -> None:
                                    f"({declared}), but Ember infers {inferred}")
     if tensor_type.HasField("shape"):
         dims = tensor_type.shape.dim
-        if len(dims) != inferred.rank:
-            raise ModelImportError(f"{what} is declared with rank {len(dims)}, but Ember infers {inferred}")
-        for i, dim in enumerate(dims):
-            if dim.WhichOneof("value") == "dim_value" and dim.dim_value != inferred.shape[i]:
-                raise ModelImportError(f"{what} is declared with dimension {i} = {dim.dim_value}, "
-                                       f"but Ember infers {inferred}")
+        fixed = [int(d.dim_value) if d.WhichOneof("value") == "dim_value" and d.dim_value >= 0 else None
+                 for d in dims]
+        if len(dims) != inferred.rank or any(f is not None and f != s for f, s in zip(fixed, inferred.shape,
+                                                                                       strict=False)):
+            warnings.warn(f"{what} is declared with shape {declared_shape_text(dims)}, but Ember infers "
+                          f"{list(inferred.shape)}: using the inferred shape", EmberWarning, stacklevel=2)
+
+
+def declared_shape_text(dims: Sequence[TensorShapeProto.Dimension]) -> str:
+    """A declared shape as the user reads it: numbers, symbols, '?' for unknown (-1 or unset)."""
+    parts = []
+    for d in dims:
+        if d.WhichOneof("value") == "dim_value" and d.dim_value >= 0:
+            parts.append(str(d.dim_value))
+        else:
+            parts.append(d.dim_param or "?")
+    return "[" + ", ".join(parts) + "]"

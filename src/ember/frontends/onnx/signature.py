@@ -15,6 +15,8 @@ from ember.support.errors import ModelImportError
 from ember.types import DType
 
 Dim = int | str
+# dim_param values that mean "unknown" rather than naming a dimension shared across inputs.
+ANONYMOUS_DIMS = frozenset({"?", "-1", "None", "unk__", "unknown"})
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,12 @@ def input_signature(model: ModelProto) -> list[InputSignature]:
         for i, dim in enumerate(vi.type.tensor_type.shape.dim):
             if dim.WhichOneof("value") == "dim_value" and dim.dim_value >= 0:
                 dims.append(int(dim.dim_value))
+            elif dim.dim_param and dim.dim_param not in ANONYMOUS_DIMS:
+                dims.append(dim.dim_param)
             else:
-                dims.append(dim.dim_param or f"{vi.name}[{i}]")
+                # Unknown, or a placeholder name exporters give every unknown dim alike
+                # (paddle2onnx writes '?'): each such dim is a symbol of its own.
+                dims.append(f"{vi.name}[{i}]")
         dtype = to_dtype(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
         signature.append(InputSignature(vi.name, dtype, tuple(dims)))
     return signature
