@@ -4,7 +4,11 @@ numerically with ONNX Runtime (the imported graph is evaluated with the ops' Num
 references by a tiny local interpreter)."""
 from __future__ import annotations
 
+import collections
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -18,6 +22,7 @@ import ember
 from ember.frontends.onnx import CONVERTERS, load_onnx
 from ember.graph.ir import Graph
 from ember.support.errors import EmberError, EmberWarning, ModelImportError, UnsupportedError, UnsupportedOpError
+from ember.support.limits import ResourceLimitError
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -668,6 +673,70 @@ def test_external_data_bad_length(tmp_path):
             entry.value = str(10**6)
     onnx.save(model, path)
     with pytest.raises(ModelImportError, match="do not fit"):
+        load_onnx(path)
+
+
+_FLIPPER = """
+import os, shutil, sys, time
+inside, outside, real = sys.argv[1:]
+end = time.monotonic() + 60
+tmp = inside + ".tmp"
+while time.monotonic() < end:
+    os.symlink(outside, tmp)
+    os.replace(tmp, inside)
+    shutil.copyfile(real, tmp)
+    os.replace(tmp, inside)
+"""
+
+
+def test_external_data_symlink_race_never_reads_outside(tmp_path):
+    """A file that flips between a regular file inside the folder and a symlink to a file
+    outside it while models load: every load reads the inside bytes or refuses cleanly (the
+    check is made on the opened descriptor, so no window lets the outside file through)."""
+    path, weight = _save_external(tmp_path)
+    inside = path.parent / "w.bin"
+    secret = np.full_like(weight, 7.0)
+    (tmp_path / "secret.bin").write_bytes(secret.tobytes())
+    (path.parent / "real.bin").write_bytes(inside.read_bytes())
+    # The flipping runs in another process, truly in parallel with the loads (a thread would
+    # only run when the loader releases the GIL and would rarely hit the window).
+    flipper = subprocess.Popen([sys.executable, "-c", _FLIPPER, str(inside), str(tmp_path / "secret.bin"),
+                                str(path.parent / "real.bin")])
+    outcomes: collections.Counter[str] = collections.Counter()
+    try:
+        for _ in range(400):
+            try:
+                data = load_onnx(path).constants["w"].data
+            except ModelImportError as err:
+                assert "escapes the model's folder" in str(err) or "does not exist" in str(err), err
+                outcomes["refused"] += 1
+                continue
+            np.testing.assert_array_equal(data, weight)
+            outcomes["read"] += 1
+    finally:
+        flipper.kill()
+        flipper.wait()
+    assert outcomes["refused"] > 0 and outcomes["read"] > 0, outcomes
+
+
+def test_external_data_that_is_not_a_regular_file(tmp_path):
+    """A FIFO must not hang the import, a folder must not raise a raw OSError."""
+    path, _ = _save_external(tmp_path)
+    (path.parent / "w.bin").unlink()
+    os.mkfifo(path.parent / "w.bin")
+    with pytest.raises(ModelImportError, match="'w.bin' is not a regular file"):
+        load_onnx(path)
+    (path.parent / "w.bin").unlink()
+    (path.parent / "w.bin").mkdir()
+    with pytest.raises(ModelImportError, match="w.bin"):
+        load_onnx(path)
+
+
+def test_external_data_over_the_tensor_limit_is_not_read(tmp_path, monkeypatch):
+    path, _ = _save_external(tmp_path)
+    monkeypatch.setenv("EMBER_MAX_TENSOR_BYTES", "1000")
+    with pytest.raises(ResourceLimitError, match=r"tensor 'w'.*needs 4096 bytes, more than the tensor size limit "
+                                                 r"of 1000 bytes"):
         load_onnx(path)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ember.ops import NoAttrs, OpDef, OpError, get_op
+from ember.support import limits
 from ember.support.errors import VerificationError, node_location
 from ember.support.names import UniqueNamer
 from ember.types import TensorType
@@ -119,6 +120,7 @@ class Graph:
         return name
 
     def add_input(self, name: str, type_: TensorType) -> Placeholder:
+        limits.check_tensor(type_.nbytes, f"input '{name}' ({type_})")
         placeholder = Placeholder(self._claim_exact(name), type_)
         self.inputs.append(placeholder)
         return placeholder
@@ -142,6 +144,8 @@ class Graph:
             types = opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
         except OpError as err:
             raise VerificationError(f"{node.location}: {err}") from None
+        for type_ in types:
+            limits.check_tensor(type_.nbytes, f"{node.location}: result {type_}")
         names = list(result_names) if result_names else [node.name] * len(types)
         for i, (base, type_) in enumerate(zip(names, types, strict=True)):
             node.outputs.append(Value(self._value_names.unique(base), type_, node, i))

@@ -10,6 +10,7 @@ from ember.lir.ir import Program
 from ember.memory.liveness import ALIGNMENT, live_intervals, max_live_bytes
 from ember.memory.placement import place
 from ember.memory.report import BufferPlacement, MemoryPlan
+from ember.support import limits
 
 
 def plan_memory(program: Program, alignment: int = ALIGNMENT,
@@ -17,6 +18,13 @@ def plan_memory(program: Program, alignment: int = ALIGNMENT,
     """Sets `offset` on every activation that owns storage and returns the plan."""
     intervals = live_intervals(program, alignment)
     placement = place(intervals, strategies)
+    limit = limits.current().max_arena_bytes
+    if placement.arena > limit:
+        largest = max(intervals, key=lambda i: i.size)
+        raise limits.ResourceLimitError(
+            f"program '{program.name}' needs {placement.arena} bytes of activation memory, more than the arena "
+            f"limit of {limit} bytes (its largest buffer: {largest.size} bytes for "
+            f"'{largest.buffer.name if largest.buffer else '?'}'; {limits.HOW_TO_RAISE})")
     placements: list[BufferPlacement] = []
     for interval, offset in zip(intervals, placement.offsets, strict=True):
         buffer = interval.buffer

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ember.graph import Constant, Graph
 from ember.passes import GraphPass, register_pass
+from ember.support import limits
 
 # Folding a node whose result is much larger than its operands (Expand, Tile, ConstantOfShape
 # chains) would bloat the weights; keep such nodes unless the result is small.
@@ -15,7 +16,8 @@ class ConstantFold(GraphPass):
     1. A node whose operands are all constants (absent optionals allowed) becomes constants
        computed by the op's reference semantics; uses are redirected to them.
     2. Skipped when the results are larger than the operands by more than 64 KiB, so
-       broadcasting ops do not inflate the weights.
+       broadcasting ops do not inflate the weights, or larger than the fold limit
+       (support/limits.py).
     The folded node is left for `dce` to remove."""
 
     name = "constant-fold"
@@ -27,7 +29,7 @@ class ConstantFold(GraphPass):
                 continue
             in_bytes = sum(v.type.nbytes for v in node.inputs if v is not None)
             out_bytes = sum(v.type.nbytes for v in node.outputs)
-            if out_bytes - in_bytes > _MAX_GROWTH_BYTES:
+            if out_bytes - in_bytes > _MAX_GROWTH_BYTES or not limits.may_fold(out_bytes):
                 continue
             arrays = [v.data if isinstance(v, Constant) else None for v in node.inputs]
             results = node.opdef.evaluate(node.attrs, arrays)

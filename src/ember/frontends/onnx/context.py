@@ -4,6 +4,7 @@ attribute getters, and `emit`, the one place where nodes are added to the graph 
 nodes whose inputs are all constants are folded at import time."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -13,7 +14,8 @@ from onnx import AttributeProto, GraphProto, NodeProto, helper
 from ember.frontends.onnx.dtypes import tensor_to_array
 from ember.graph.ir import Constant, Graph, Placeholder, Value
 from ember.ops import OPS, NoAttrs, OpError
-from ember.ops.tensor import ReshapeAttrs
+from ember.ops.tensor import ReshapeAttrs, ShapeAttrs
+from ember.support import limits
 from ember.support.errors import ModelImportError, UnsupportedError, node_location
 
 _REQUIRED = object()
@@ -266,11 +268,16 @@ class NodeContext:
         names += [base if count == 1 else f"{base}{i}" for i in range(len(names), count)]
         present = [v for v in inputs if v is not None]
         try:
-            if present and all(isinstance(v, Constant) for v in present):
+            types = opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
+            for type_, name in zip(types, names, strict=True):
+                limits.check_tensor(type_.nbytes, f"{self.location}: result '{name}' ({type_})")
+            # Folded only while the results stay small: a tiny model can ask for gigabytes
+            # (Expand, Tile of constants); past the limit the node computes at run time.
+            if (present and all(isinstance(v, Constant) for v in present)
+                    and limits.may_fold(sum(t.nbytes for t in types))):
                 arrays = [v.data if isinstance(v, Constant) else None for v in inputs]
                 results = opdef.evaluate(attrs, arrays)
                 return [self.graph.add_constant(array, name) for array, name in zip(results, names, strict=True)]
-            opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
         except OpError as err:
             message = str(err)
             raise ModelImportError(message if message.startswith(op) else f"{op}: {message}") from None
@@ -287,6 +294,19 @@ class NodeContext:
     def add_constant(self, array: np.ndarray, name: str | None = None) -> Value:
         """A helper constant (named after the node unless `name`)."""
         return self.graph.add_constant(np.asarray(array), name or f"{self.name}_const")
+
+    def filled_result(self, shape: Sequence[int], value: np.ndarray, i: int = 0) -> Value:
+        """Output i: `shape` filled with the one-element `value`; a constant while it is small
+        enough to fold (support/limits.py), else a run-time Expand of the scalar (a 100-byte
+        model must not make Ember allocate gigabytes at compile time)."""
+        dtype = np.dtype(value.dtype)
+        scalar = value.reshape(())
+        nbytes = math.prod(shape) * dtype.itemsize
+        limits.check_tensor(nbytes, f"{self.location}: result {list(shape)} of {dtype}")
+        if limits.may_fold(nbytes):
+            return self.constant_result(np.full(tuple(shape), scalar, dtype=dtype), i)
+        fill = self.add_constant(scalar.copy(), f"{self.name}_fill")
+        return self.emit("Expand", [fill], ShapeAttrs(tuple(int(d) for d in shape)), self._result_names(i + 1)[i:])[0]
 
     def constant_result(self, array: np.ndarray, i: int = 0) -> Value:
         """A constant that is output i of this node."""

@@ -28,6 +28,7 @@ from ember.support.errors import (
     UnsupportedOpError,
     node_location,
 )
+from ember.support.limits import ResourceLimitError
 from ember.types import TensorType
 
 
@@ -254,8 +255,13 @@ def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dic
         raise ConstantRequired(_located(ctx.location, err), err.inputs) from None
     except UnsupportedError as err:
         raise UnsupportedOpError(_located(ctx.location, err)) from None
+    except ResourceLimitError as err:
+        raise ResourceLimitError(_located(ctx.location, err)) from None
     except EmberError as err:
         raise ModelImportError(_located(ctx.location, err)) from None
+    except MemoryError:
+        raise ResourceLimitError(f"{ctx.location}: out of memory while converting (lower the limits in "
+                                 "ember/support/limits.py to refuse such models before allocating)") from None
     except Exception as err:  # noqa: BLE001  (a converter bug must still name the node)
         raise ModelImportError(f"{ctx.location}: internal error while converting: {type(err).__name__}: {err}") from err
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
+from ember.support import limits
 from ember.support.errors import ModelImportError, UnsupportedOpError
 
 MIN_OPSET = 1
@@ -114,7 +116,12 @@ def _external_info(tensor: TensorProto) -> dict[str, str]:
 
 def _resolve_external_data(proto: ModelProto, model_path: Path) -> None:
     """Reads every external tensor's bytes into raw_data, refusing locations outside the
-    model's folder (absolute paths, '..' escapes, symlinks that point out)."""
+    model's folder (absolute paths, '..' escapes, symlinks that point out).
+
+    The check is made on the opened descriptor, not on the path before opening it: a path
+    checked and then opened can be swapped for a symlink in between (a time-of-check to
+    time-of-use race). The file is opened once, without blocking (a FIFO must not hang the
+    import), and the folder it really lies in, its kind and its size come from that descriptor."""
     folder = Path(os.path.realpath(model_path.parent if str(model_path.parent) else "."))
     for tensor in _external_tensors(proto):
         info = _external_info(tensor)
@@ -125,25 +132,58 @@ def _resolve_external_data(proto: ModelProto, model_path: Path) -> None:
         if os.path.isabs(location) or location.startswith(("/", "\\")) or _DRIVE.match(location):
             raise ModelImportError(f"{what}: location '{location}' is an absolute path; external data "
                                    "must lie inside the model's folder")
-        target = Path(os.path.realpath(folder / location))
-        if target != folder and folder not in target.parents:
-            raise ModelImportError(f"{what}: location '{location}' escapes the model's folder '{folder}' "
-                                   "(via '..' or a symlink); refusing to read it")
-        if not target.is_file():
-            raise ModelImportError(f"{what}: file '{location}' does not exist in '{folder}'")
-        size = target.stat().st_size
         try:
             offset = int(info.get("offset", "0"))
-            length = int(info["length"]) if "length" in info else size - offset
+            length = int(info["length"]) if "length" in info else None
         except ValueError:
             raise ModelImportError(f"{what}: offset '{info.get('offset')}' or length '{info.get('length')}' "
                                    "is not an integer") from None
+        tensor.raw_data = _read_inside(folder, location, offset, length, what)
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT
+
+
+def _read_inside(folder: Path, location: str, offset: int, length: int | None, what: str) -> bytes:
+    """`length` bytes (None: to the end) at `offset` of `location`, which must resolve to a
+    regular file inside `folder` at the moment it is opened."""
+    try:
+        fd = os.open(folder / location, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ModelImportError(f"{what}: file '{location}' does not exist in '{folder}'") from None
+    except OSError as err:
+        raise ModelImportError(f"{what}: cannot open '{location}' in '{folder}': {err.strerror}") from None
+    try:
+        target = Path(_opened_path(fd, folder / location))
+        if target != folder and folder not in target.parents:
+            raise ModelImportError(f"{what}: location '{location}' escapes the model's folder '{folder}' "
+                                   "(via '..' or a symlink); refusing to read it")
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise ModelImportError(f"{what}: '{location}' is not a regular file")
+        size = status.st_size
+        length = size - offset if length is None else length
         if offset < 0 or length < 0 or offset + length > size:
             raise ModelImportError(f"{what}: offset {offset} and length {length} do not fit "
                                    f"'{location}' ({size} bytes)")
-        with open(target, "rb") as f:
-            f.seek(offset)
-            data = f.read(length)
-        tensor.raw_data = data
-        del tensor.external_data[:]
-        tensor.data_location = TensorProto.DEFAULT
+        limits.check_tensor(length, what)
+        chunks = []
+        done = 0
+        while done < length:
+            chunk = os.pread(fd, min(length - done, 1 << 26), offset + done)
+            if not chunk:
+                raise ModelImportError(f"{what}: '{location}' shrank while it was read ({done} of {length} bytes)")
+            chunks.append(chunk)
+            done += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _opened_path(fd: int, fallback: Path) -> str:
+    """The real path of the file open on `fd`: the kernel's own record of it (/proc/self/fd on
+    Linux), which no later rename or symlink swap changes. Where /proc is absent, the path
+    resolved after opening (best effort)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(fallback)

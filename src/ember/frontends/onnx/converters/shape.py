@@ -12,6 +12,7 @@ from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Value
+from ember.support import limits
 from ember.support.errors import ModelImportError, UnsupportedError
 from ember.types import DType
 
@@ -33,7 +34,7 @@ def dropout(ctx: NodeContext) -> list[Value | None]:
             if ratio is None or float(ratio.reshape(-1)[0]) != 0.0:
                 raise UnsupportedError("Dropout in training mode with a non-zero ratio is not supported "
                                        "(its mask is random; Ember compiles inference)")
-    mask = ctx.constant_result(np.ones(x.type.shape, dtype=bool), 1) if ctx.output_used(1) else None
+    mask = ctx.filled_result(x.type.shape, np.array(True), 1) if ctx.output_used(1) else None
     return [x, mask]
 
 
@@ -92,7 +93,7 @@ def constant_of_shape(ctx: NodeContext) -> Value:
         value = np.zeros(1, dtype=np.float32)
     if value.size != 1:
         raise ModelImportError(f"attribute 'value' must hold one element, got {value.size}")
-    return ctx.constant_result(np.full(dims, value.reshape(-1)[0], dtype=value.dtype))
+    return ctx.filled_result(dims, value.reshape(-1)[:1])
 
 
 @converter("Range", min_opset=11)
@@ -107,12 +108,18 @@ def range_(ctx: NodeContext) -> Value:
         if step == 0:
             raise ModelImportError("delta must not be zero")
         count = max(-((first - end) // step), 0)
+        limits.check_tensor(count * dtype.itemsize, f"{ctx.location}: Range of {count} elements")
         data = (first + np.arange(count, dtype=np.int64) * step).astype(dtype)
     elif dtype.kind == "f" or dtype == DType.BFLOAT16.numpy:
         origin, step_f = float(start.reshape(-1)[0]), float(delta.reshape(-1)[0])
         if step_f == 0:
             raise ModelImportError("delta must not be zero")
-        count = max(math.ceil((float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / step_f), 0)
+        span = (float(limit.reshape(-1)[0]) - float(start.reshape(-1)[0])) / step_f
+        if not math.isfinite(span):
+            raise ModelImportError(f"Range from {origin} to {float(limit.reshape(-1)[0])} by {step_f} has no finite "
+                                   "length")
+        count = max(math.ceil(span), 0)
+        limits.check_tensor(count * dtype.itemsize, f"{ctx.location}: Range of {count} elements")
         # Accumulate in the element type (value += delta), as ONNX Runtime does.
         steps = np.full(count, step_f, dtype=dtype)
         if count:

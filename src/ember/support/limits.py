@@ -1,0 +1,72 @@
+"""One resource budget for everything a model file can make Ember allocate.
+
+A 120-byte model can ask for a 2 GB constant (ConstantOfShape, Expand, Tile, Range folded at
+import), declare a tensor of 10^12 elements, or point at 100 GB of external data. Each such
+request is checked against one of these limits before anything is allocated, and a refusal is
+a ResourceLimitError that names the node (or tensor), the size asked for and the limit.
+
+Defaults fit a machine with a few GB of memory while leaving room for real models (the largest
+single weight of a 7B-parameter LLM in float32 is about 0.5 GB). Each limit is read from an
+environment variable at the moment it is checked, so a user (or a test) raises it without
+touching code:
+
+  EMBER_MAX_TENSOR_BYTES   any one tensor: an input, a weight, external data, a node's result
+  EMBER_MAX_FOLD_BYTES     a constant computed at compile time; larger results are not folded
+                           (the node stays and computes at run time, under the tensor limit)
+  EMBER_MAX_ARENA_BYTES    a compiled model's activation memory (the memory plan's arena)
+  EMBER_MAX_GRAPH_NODES    nodes in one graph (unrolled loops included)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ember.support.errors import EmberError
+
+HOW_TO_RAISE = "raise the limit with the EMBER_MAX_* environment variables, see ember/support/limits.py"
+
+
+class ResourceLimitError(EmberError):
+    """A model asks for more memory (or nodes) than a limit of ember.support.limits allows."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_tensor_bytes: int = 4 << 30
+    max_fold_bytes: int = 64 << 20
+    max_arena_bytes: int = 8 << 30
+    max_graph_nodes: int = 2_000_000
+
+
+_ENV = {"max_tensor_bytes": "EMBER_MAX_TENSOR_BYTES", "max_fold_bytes": "EMBER_MAX_FOLD_BYTES",
+        "max_arena_bytes": "EMBER_MAX_ARENA_BYTES", "max_graph_nodes": "EMBER_MAX_GRAPH_NODES"}
+
+
+def current() -> Limits:
+    """The limits in force: the defaults, each overridden by its environment variable."""
+    values: dict[str, int] = {}
+    for field, variable in _ENV.items():
+        text = os.environ.get(variable)
+        if text is None or text == "":
+            continue
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise EmberError(f"{variable}={text!r} is not an integer number of bytes") from None
+        if value <= 0:
+            raise EmberError(f"{variable}={text!r} must be positive")
+        values[field] = value
+    return Limits(**values)
+
+
+def check_tensor(nbytes: int, what: str) -> None:
+    """Refuses a tensor larger than max_tensor_bytes. `what` names it for the user."""
+    limit = current().max_tensor_bytes
+    if nbytes > limit:
+        raise ResourceLimitError(f"{what} needs {nbytes} bytes, more than the tensor size limit of {limit} "
+                                 f"bytes ({HOW_TO_RAISE})")
+
+
+def may_fold(nbytes: int) -> bool:
+    """Whether a constant of `nbytes` may be computed at compile time."""
+    return nbytes <= current().max_fold_bytes
