@@ -109,3 +109,15 @@ def test_bad_limit_settings_are_clear(monkeypatch, text):
     monkeypatch.setenv("EMBER_MAX_TENSOR_BYTES", text)
     with pytest.raises(EmberError, match="EMBER_MAX_TENSOR_BYTES"):
         current()
+
+
+def test_node_limit(monkeypatch):
+    """Unrolling (or a huge file) cannot grow a graph past the node limit."""
+    monkeypatch.setenv("EMBER_MAX_GRAPH_NODES", "50")
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(60)]
+    model = _model(nodes, [helper.make_tensor_value_info("v0", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("v60", TensorProto.FLOAT, None)])
+    with pytest.raises(ResourceLimitError, match=r"more than 50 nodes, the node limit"):
+        load_onnx(model)
+    monkeypatch.delenv("EMBER_MAX_GRAPH_NODES")
+    assert load_onnx(model).op_counts() == {"Relu": 60}

@@ -110,6 +110,7 @@ class Graph:
         self.outputs: list[Output] = []
         self._value_names = UniqueNamer()
         self._node_names = UniqueNamer()
+        self._node_limit = limits.current().max_graph_nodes  # read once: add_node is hot
 
     # construction -----------------------------------------------------------------------
 
@@ -146,6 +147,10 @@ class Graph:
             raise VerificationError(f"{node.location}: {err}") from None
         for type_ in types:
             limits.check_tensor(type_.nbytes, f"{node.location}: result {type_}")
+        if len(self.nodes) >= self._node_limit:
+            raise limits.ResourceLimitError(
+                f"{node.location}: the graph would have more than {self._node_limit} nodes, the node limit "
+                f"(unrolled loops count every copy of their body; {limits.HOW_TO_RAISE})")
         names = list(result_names) if result_names else [node.name] * len(types)
         for i, (base, type_) in enumerate(zip(names, types, strict=True)):
             node.outputs.append(Value(self._value_names.unique(base), type_, node, i))
