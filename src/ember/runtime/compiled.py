@@ -107,9 +107,7 @@ class CompiledModel:
             raise InputError(f"{'; '.join(parts)} (the model takes {self.input_names})")
         arrays = []
         for spec in self.inputs:
-            value = inputs[spec.name]
-            if not isinstance(value, np.ndarray):
-                raise InputError(f"input '{spec.name}' must be a NumPy array, got {type(value).__name__}")
+            value = plain_array(spec.name, inputs[spec.name])
             expected = spec.type
             if value.dtype != expected.dtype.numpy:
                 raise InputError(f"input '{spec.name}' must have element type {expected.dtype.numpy} "
@@ -125,3 +123,17 @@ class CompiledModel:
         ins = ", ".join(f"{s.name}: {s.type}" for s in self.inputs)
         outs = ", ".join(f"{s.name}: {s.type}" for s in self.outputs)
         return f"<CompiledModel backend={self.backend} ({ins}) -> ({outs})>"
+
+
+def plain_array(name: str, value: object) -> np.ndarray:
+    """A run-time input as a plain ndarray. Subclasses whose meaning the data alone does not
+    carry are refused: a masked array's mask would be ignored, np.matrix changes what `*`
+    means. Others (np.memmap, say) are viewed as plain arrays."""
+    if not isinstance(value, np.ndarray):
+        raise InputError(f"input '{name}' must be a NumPy array, got {type(value).__name__}")
+    if isinstance(value, np.ma.MaskedArray):
+        raise InputError(f"input '{name}' is a masked array: Ember would ignore its mask; pass "
+                         "value.filled(fill_value) or value.data")
+    if isinstance(value, np.matrix):
+        raise InputError(f"input '{name}' is an np.matrix: pass np.asarray(value)")
+    return value if type(value) is np.ndarray else value.view(np.ndarray)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.runtime.compiled import CompiledModel
+from ember.runtime.compiled import CompiledModel, plain_array
 from ember.support.errors import EmberError, InputError
 from ember.types import DType
 
@@ -137,9 +137,7 @@ class DynamicModel:
         binding: dict[str, int] = {}
         where: dict[str, str] = {}
         for item in self.inputs:
-            value = inputs[item.name]
-            if not isinstance(value, np.ndarray) or type(value) is not np.ndarray:
-                raise InputError(f"input '{item.name}' must be a NumPy array, got {type(value).__name__}")
+            value = plain_array(item.name, inputs[item.name])
             if value.dtype != item.dtype.numpy:
                 raise InputError(f"input '{item.name}' must have element type {item.dtype.numpy}, got {value.dtype}")
             if value.ndim != len(item.dims):

@@ -63,7 +63,13 @@ def _gemm_form(node: Node) -> Dense | None:
         form = Dense(a, b_data, transpose_x=attrs.transA, sources=(b, None))
     else:
         w = attrs.alpha * (b_data.astype(np.float64).T if attrs.transB else b_data.astype(np.float64))
-        form = Dense(a, w.astype(b_data.dtype), transpose_x=attrs.transA)
+        with np.errstate(over="ignore"):
+            scaled_w = w.astype(b_data.dtype)
+        # alpha folds into the weights only where the scaled weights stay finite: with a huge
+        # alpha, alpha * (A B) is +-inf but A (alpha B) would mix inf and -inf into NaN.
+        if np.issubdtype(scaled_w.dtype, np.floating) and not np.all(np.isfinite(scaled_w) | ~np.isfinite(w)):
+            return None
+        form = Dense(a, scaled_w, transpose_x=attrs.transA)
     if c is None or attrs.beta == 0.0:
         return form
     out_shape = node.outputs[0].type.shape
@@ -72,7 +78,10 @@ def _gemm_form(node: Node) -> Dense | None:
         form.b, form.sources = c_data, (form.sources[0], c)
         return form
     if c_data is not None:
-        scaled = (attrs.beta * c_data.astype(np.float64)).astype(c_data.dtype)
+        with np.errstate(over="ignore"):
+            scaled = (attrs.beta * c_data.astype(np.float64)).astype(c_data.dtype)
+        if np.issubdtype(scaled.dtype, np.floating) and np.any(np.isfinite(c_data) & ~np.isfinite(scaled)):
+            return None
         vector = channel_vector(scaled, out_shape, axis=1)
         if vector is not None:
             form.b = vector

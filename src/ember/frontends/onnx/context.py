@@ -158,6 +158,14 @@ class NodeContext:
         value = self._attr(name, AttributeProto.INT, default)
         return value if value is None else int(value)
 
+    def attr_bool(self, name: str, default: bool) -> bool:
+        """A flag attribute: the spec allows 0 and 1 only. Anything else is refused, since
+        runtimes disagree on it (ONNX Runtime reads `== 1`, the reference `!= 0`)."""
+        value = self._attr(name, AttributeProto.INT, int(default))
+        if value not in (0, 1):
+            raise ModelImportError(f"attribute '{name}' is a flag and must be 0 or 1, got {value}")
+        return bool(value)
+
     @overload
     def attr_float(self, name: str) -> float: ...
     @overload

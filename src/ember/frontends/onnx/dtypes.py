@@ -57,6 +57,8 @@ def to_dtype(elem_type: int, what: str) -> DType:
 def tensor_to_array(tensor: TensorProto, what: str) -> np.ndarray:
     """Converts a TensorProto whose data is inline (external data already resolved)."""
     dtype = to_dtype(tensor.data_type, what)
+    if any(d < 0 for d in tensor.dims):
+        raise ModelImportError(f"{what} has a negative dimension in its shape {list(tensor.dims)}")
     try:
         array = numpy_helper.to_array(tensor)
     except Exception as err:  # noqa: BLE001  (any decoding failure is a bad model)

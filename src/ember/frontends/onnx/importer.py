@@ -6,11 +6,14 @@ an UnsupportedOpError (also an UnsupportedError) when the cause is something Emb
 support (the up-front scan for unsupported ops, or a feature a converter refuses)."""
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import onnx
+import onnx.defs
 from onnx import GraphProto, ModelProto, NodeProto, TensorShapeProto, ValueInfoProto
 
 from ember.frontends.onnx import converters as _converters  # noqa: F401  (registration)
@@ -95,6 +98,33 @@ def check_supported(graph: GraphProto, names: Sequence[str], opset: int) -> None
             note = f"; {notes[key]}" if key in notes else ""
             parts.append(f"{key} (nodes: {', '.join(nodes)}{note})")
         raise UnsupportedOpError(f"unsupported ONNX ops (opset {opset}): {'; '.join(parts)}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _schema(op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def check_against_schema(node: NodeProto, opset: int) -> None:
+    """The node's arity and attribute names against ONNX's own schema of the op at this
+    opset: extra operands or unknown attributes are refused, never silently ignored (ONNX
+    Runtime refuses them too)."""
+    schema = _schema(node.op_type, opset)
+    if schema is None:
+        return
+    where = f"{node.op_type}-{schema.since_version}"
+    if len(node.input) > schema.max_input:
+        raise ModelImportError(f"{len(node.input)} inputs given, but {where} takes at most {schema.max_input}")
+    if len(node.output) > schema.max_output:
+        raise ModelImportError(f"{len(node.output)} outputs given, but {where} has at most {schema.max_output}")
+    unknown = sorted({a.name for a in node.attribute} - set(schema.attributes))
+    if unknown:
+        known = ", ".join(sorted(schema.attributes)) or "none"
+        raise ModelImportError(f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+                               f" ({where} has: {known})")
 
 
 def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> set[str]:
@@ -236,6 +266,8 @@ def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dic
 
     ctx = NodeContext(graph, node, name, opset, env, used, inliner)
     try:
+        if node.domain in DEFAULT_DOMAINS:
+            check_against_schema(node, opset)
         results = CONVERTERS[node.op_type].fn(ctx)
         if isinstance(results, Value):
             results = [results]

@@ -20,7 +20,7 @@ def attention(ctx: NodeContext) -> list[Value]:
     ctx.attr_int("softmax_precision", 0)
     scale = ctx.attr_float("scale", None)
     attrs = AttentionAttrs(
-        is_causal=bool(ctx.attr_int("is_causal", 0)),
+        is_causal=ctx.attr_bool("is_causal", False),
         q_num_heads=ctx.attr_int("q_num_heads", 0),
         kv_num_heads=ctx.attr_int("kv_num_heads", 0),
         qk_matmul_output_mode=ctx.attr_int("qk_matmul_output_mode", 0),
@@ -35,7 +35,7 @@ def attention(ctx: NodeContext) -> list[Value]:
 
 @converter("RotaryEmbedding", min_opset=23)
 def rotary_embedding(ctx: NodeContext) -> list[Value]:
-    attrs = RotaryAttrs(bool(ctx.attr_int("interleaved", 0)), ctx.attr_int("num_heads", 0),
+    attrs = RotaryAttrs(ctx.attr_bool("interleaved", False), ctx.attr_int("num_heads", 0),
                         ctx.attr_int("rotary_embedding_dim", 0))
     inputs = [ctx.require(0, "X"), ctx.require(1, "cos_cache"), ctx.require(2, "sin_cache"), ctx.input(3)]
     return ctx.result("RotaryEmbedding", inputs, attrs)

@@ -64,7 +64,7 @@ def lp_pool(ctx: NodeContext) -> list[Value]:
     if x.type.rank < 3 or len(kernel) != x.type.rank - 2:
         raise ModelImportError(f"kernel_shape {list(kernel)} does not match input {x.type}")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
-    attrs = LpPoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
+    attrs = LpPoolAttrs(tuple(kernel), strides, pads, dilations, ctx.attr_bool("ceil_mode", False),
                         ctx.attr_int("p", 2))
     return ctx.result("LpPool", [x], attrs)
 
@@ -120,7 +120,7 @@ def grid_sample(ctx: NodeContext) -> list[Value]:
     if mode not in _GRID_MODES:
         raise ModelImportError(f"mode '{mode}' is not one of {', '.join(_GRID_MODES)}")
     attrs = GridSampleAttrs(_GRID_MODES[mode], ctx.attr_str("padding_mode", "zeros"),
-                            bool(ctx.attr_int("align_corners", 0)))
+                            ctx.attr_bool("align_corners", False))
     return ctx.result("GridSample", [ctx.require(0, "X"), ctx.require(1, "grid")], attrs)
 
 
@@ -129,5 +129,5 @@ def affine_grid(ctx: NodeContext) -> list[Value]:
     size = ctx.constant_ints(1, "size")
     if size is None:
         raise ModelImportError("required input 1 (size) is missing")
-    attrs = AffineGridAttrs(tuple(size), bool(ctx.attr_int("align_corners", 0)))
+    attrs = AffineGridAttrs(tuple(size), ctx.attr_bool("align_corners", False))
     return ctx.result("AffineGrid", [ctx.require(0, "theta")], attrs)

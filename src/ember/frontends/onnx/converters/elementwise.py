@@ -62,7 +62,7 @@ def mean(ctx: NodeContext) -> Value:
 @converter("Mod")
 def mod(ctx: NodeContext) -> Value:
     a, b = ctx.require(0), ctx.require(1)
-    fmod = ctx.attr_int("fmod", 0)
+    fmod = ctx.attr_bool("fmod", False)
     if fmod not in (0, 1):
         raise ModelImportError(f"attribute fmod must be 0 or 1, got {fmod}")
     if fmod == 0:
@@ -127,7 +127,7 @@ def cast(ctx: NodeContext) -> Value:
 def _cast(ctx: NodeContext, x: Value, target) -> Value:
     if target is x.type.dtype:
         return x
-    saturate = bool(ctx.attr_int("saturate", 1)) if ctx.opset >= 19 else True
+    saturate = ctx.attr_bool("saturate", True) if ctx.opset >= 19 else True
     round_mode = ctx.attr_str("round_mode", "up")
     if round_mode != "up":
         raise UnsupportedError(f"round_mode '{round_mode}' is not supported (it only affects float8e8m0)")

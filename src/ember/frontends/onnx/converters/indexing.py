@@ -85,7 +85,7 @@ def tensor_scatter(ctx: NodeContext) -> list[Value]:
 
 @converter("Trilu", min_opset=14)
 def trilu(ctx: NodeContext) -> list[Value]:
-    attrs = TriluAttrs(bool(ctx.attr_int("upper", 1)), _scalar_int(ctx, 1, "k", 0))
+    attrs = TriluAttrs(ctx.attr_bool("upper", True), _scalar_int(ctx, 1, "k", 0))
     return ctx.result("Trilu", [ctx.require(0)], attrs)
 
 
@@ -93,7 +93,7 @@ def trilu(ctx: NodeContext) -> list[Value]:
 def cumulative(ctx: NodeContext) -> list[Value]:
     x = ctx.require(0)
     axis = normalize_axis(_scalar_int(ctx, 1, "axis"), x.type.rank)
-    attrs = CumulativeAttrs(axis, bool(ctx.attr_int("exclusive", 0)), bool(ctx.attr_int("reverse", 0)))
+    attrs = CumulativeAttrs(axis, ctx.attr_bool("exclusive", False), ctx.attr_bool("reverse", False))
     return ctx.result(ctx.op_type, [x], attrs)
 
 
@@ -111,7 +111,7 @@ def top_k(ctx: NodeContext) -> list[Value]:
     x = ctx.require(0)
     k = ctx.attr_int("k") if ctx.opset < 10 else _scalar_int(ctx, 1, "K")
     attrs = TopKAttrs(k, normalize_axis(ctx.attr_int("axis", -1), x.type.rank),
-                      bool(ctx.attr_int("largest", 1)), bool(ctx.attr_int("sorted", 1)))
+                      ctx.attr_bool("largest", True), ctx.attr_bool("sorted", True))
     return ctx.result("TopK", [x], attrs)
 
 
@@ -281,7 +281,7 @@ def non_max_suppression(ctx: NodeContext) -> Value:
     threshold = ctx.optional_constant(4, "score_threshold")
     limit = limits[0] if limits else 0
     iou = float(iou_given.reshape(-1)[0]) if iou_given is not None and iou_given.size else 0.0
-    corners = _corners(boxes, ctx.attr_int("center_point_box", 0))
+    corners = _corners(boxes, ctx.attr_bool("center_point_box", False))
     selected = []
     for b in range(scores.shape[0]):
         for c in range(scores.shape[1]):

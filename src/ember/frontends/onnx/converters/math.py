@@ -33,7 +33,7 @@ def binary(ctx: NodeContext) -> list[Value]:
 
 @converter("IsInf")
 def is_inf(ctx: NodeContext) -> list[Value]:
-    attrs = IsInfAttrs(bool(ctx.attr_int("detect_negative", 1)), bool(ctx.attr_int("detect_positive", 1)))
+    attrs = IsInfAttrs(ctx.attr_bool("detect_negative", True), ctx.attr_bool("detect_positive", True))
     return ctx.result("IsInf", [ctx.require(0)], attrs)
 
 
@@ -133,7 +133,7 @@ def dft(ctx: NodeContext) -> list[Value]:
     if not -rank <= axis < rank - 1 or (axis < 0 and axis + rank >= rank - 1):
         raise ModelImportError(f"axis {axis} is not a signal axis of {x.type} (the last axis holds real/imaginary)")
     axis %= rank
-    inverse, onesided = bool(ctx.attr_int("inverse", 0)), bool(ctx.attr_int("onesided", 0))
+    inverse, onesided = ctx.attr_bool("inverse", False), ctx.attr_bool("onesided", False)
     lengths = ctx.constant_ints(1, "dft_length") if ctx.input(1) is not None else None
     if lengths:
         length = lengths[0]
@@ -155,5 +155,5 @@ def stft(ctx: NodeContext) -> list[Value]:
         length = window.type.shape[0]
     else:
         raise ModelImportError("one of window and frame_length is required")
-    attrs = STFTAttrs(step[0], length, bool(ctx.attr_int("onesided", 1)))
+    attrs = STFTAttrs(step[0], length, ctx.attr_bool("onesided", True))
     return ctx.result("STFT", [signal, window], attrs)

@@ -25,7 +25,7 @@ def matmul(ctx: NodeContext) -> list[Value]:
 @converter("Gemm")
 def gemm(ctx: NodeContext) -> list[Value]:
     attrs = GemmAttrs(alpha=ctx.attr_float("alpha", 1.0), beta=ctx.attr_float("beta", 1.0),
-                      transA=bool(ctx.attr_int("transA", 0)), transB=bool(ctx.attr_int("transB", 0)))
+                      transA=ctx.attr_bool("transA", False), transB=ctx.attr_bool("transB", False))
     return ctx.result("Gemm", [ctx.require(0), ctx.require(1), ctx.input(2)], attrs)
 
 
@@ -88,7 +88,7 @@ def _pool_attrs(ctx: NodeContext, count_include_pad: bool) -> tuple[Value, PoolA
     if len(kernel) != x.type.rank - 2:
         raise ModelImportError(f"kernel_shape {list(kernel)} does not match input {x.type}")
     strides, pads, dilations = window_attrs(ctx, x.type.shape[2:], kernel)
-    return x, PoolAttrs(tuple(kernel), strides, pads, dilations, bool(ctx.attr_int("ceil_mode", 0)),
+    return x, PoolAttrs(tuple(kernel), strides, pads, dilations, ctx.attr_bool("ceil_mode", False),
                         count_include_pad)
 
 
@@ -103,13 +103,13 @@ def max_pool(ctx: NodeContext) -> list[Value]:
         return _pool(ctx, "MaxPool", False)  # storage_order only affects Indices
     (pool,) = _pool_attrs(ctx, False)[1:]
     attrs = MaxPoolIndicesAttrs(pool.kernel, pool.strides, pool.pads, pool.dilations, pool.ceil_mode,
-                                ctx.attr_int("storage_order", 0))
+                                ctx.attr_bool("storage_order", False))
     return ctx.result("MaxPoolWithIndices", [ctx.require(0)], attrs)
 
 
 @converter("AveragePool")
 def average_pool(ctx: NodeContext) -> list[Value]:
-    return _pool(ctx, "AveragePool", bool(ctx.attr_int("count_include_pad", 0)))
+    return _pool(ctx, "AveragePool", ctx.attr_bool("count_include_pad", False))
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool")

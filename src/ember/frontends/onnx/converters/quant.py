@@ -38,7 +38,7 @@ def quantize_linear(ctx: NodeContext) -> list[Value]:
         raise ModelImportError(f"output_dtype {declared} differs from the zero point's type {zero.type.dtype}")
     to = zero.type.dtype if zero is not None else (declared or DType.UINT8)
     attrs = QuantizeAttrs(to, ctx.attr_int("axis", 1), ctx.attr_int("block_size", 0),
-                          bool(ctx.attr_int("saturate", 1)))
+                          ctx.attr_bool("saturate", True))
     return ctx.result("QuantizeLinear", [x, scale, zero], attrs)
 
 

@@ -34,9 +34,9 @@ def reduction(ctx: NodeContext) -> Value:
         axes = ctx.constant_ints(1, "axes")
     else:
         axes = ctx.attr_ints("axes", None)
-    keepdims = bool(ctx.attr_int("keepdims", 1))
+    keepdims = ctx.attr_bool("keepdims", True)
     if not axes:
-        if ctx.attr_int("noop_with_empty_axes", 0):
+        if ctx.attr_bool("noop_with_empty_axes", False):
             return x
         axes = tuple(range(x.type.rank))
     axes = tuple(sorted(normalize_axes(axes, x.type.rank)))
@@ -71,8 +71,8 @@ def _empty_reduction(ctx: NodeContext, x: Value, attrs: ReduceAttrs) -> Value:
 def arg_reduce(ctx: NodeContext) -> list[Value]:
     x = ctx.require(0)
     attrs = ArgReduceAttrs(axis=normalize_axis(ctx.attr_int("axis", 0), x.type.rank),
-                           keepdims=bool(ctx.attr_int("keepdims", 1)),
-                           select_last_index=bool(ctx.attr_int("select_last_index", 0)))
+                           keepdims=ctx.attr_bool("keepdims", True),
+                           select_last_index=ctx.attr_bool("select_last_index", False))
     return ctx.result(ctx.op_type, [x], attrs)
 
 

@@ -78,8 +78,8 @@ def resize(ctx: NodeContext) -> list[Value]:
         raise UnsupportedError(f"coordinate_transformation_mode '{transform}' or nearest_mode '{nearest_mode}' "
                                "is not supported")
     attrs = ResizeAttrs(out_sizes, out_scales, mode, transform, nearest_mode, ctx.attr_float("cubic_coeff_a", -0.75),
-                        bool(ctx.attr_int("exclude_outside", 0)), ctx.attr_float("extrapolation_value", 0.0),
-                        bool(ctx.attr_int("antialias", 0)), roi if transform == "tf_crop_and_resize" and roi else ())
+                        ctx.attr_bool("exclude_outside", False), ctx.attr_float("extrapolation_value", 0.0),
+                        ctx.attr_bool("antialias", False), roi if transform == "tf_crop_and_resize" and roi else ())
     return ctx.result("Resize", [x], attrs)
 
 

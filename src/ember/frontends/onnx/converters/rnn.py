@@ -35,7 +35,7 @@ def _transpose(ctx: NodeContext, v: Value | None, perm: tuple[int, ...], name: s
 def _recurrent(ctx: NodeContext, op: str, attrs, inputs: list[Value | None], states: list[int]) -> list[Value | None]:
     """Emits `op`; with layout=1, transposes X and the initial states in and Y and the final
     states out (inputs[i] for i in `states` are initial states [dirs, batch, hidden])."""
-    if not ctx.attr_int("layout", 0):
+    if not ctx.attr_bool("layout", False):
         return list(ctx.result(op, inputs, attrs))
     inputs = list(inputs)
     inputs[0] = _transpose(ctx, inputs[0], (1, 0, 2))
@@ -69,7 +69,7 @@ def rnn(ctx: NodeContext) -> list[Value | None]:
     op = ctx.op_type
     x, w, r = ctx.require(0, "X"), ctx.require(1, "W"), ctx.require(2, "R")
     direction = _direction(ctx)
-    if op == "LSTM" and ctx.attr_int("input_forget", 0):
+    if op == "LSTM" and ctx.attr_bool("input_forget", False):
         raise UnsupportedError("input_forget=1 (coupled input and forget gates) is not supported")
     names, alphas, betas = _activations(ctx, op, _DIRECTIONS[direction])
     hidden = ctx.attr_int("hidden_size", r.type.shape[-1])
@@ -96,9 +96,9 @@ def gru(ctx: NodeContext) -> list[Value | None]:
     hidden = ctx.attr_int("hidden_size", r.type.shape[-1])
     if seq_lens is not None:
         lengths = ctx.constant(4, "sequence_lens")
-        seq = x.type.shape[1 if ctx.attr_int("layout", 0) else 0]
+        seq = x.type.shape[1 if ctx.attr_bool("layout", False) else 0]
         if not np.all(lengths == seq):
             raise UnsupportedError(f"sequence_lens {lengths.tolist()} differ from the sequence length {seq}; "
                                    "Ember's GRU supports full-length sequences only")
-    attrs = GRUAttrs(hidden, direction, bool(ctx.attr_int("linear_before_reset", 0)))
+    attrs = GRUAttrs(hidden, direction, ctx.attr_bool("linear_before_reset", False))
     return _recurrent(ctx, "GRU", attrs, [x, w, r, b, h0], [4])

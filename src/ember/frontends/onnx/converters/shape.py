@@ -148,7 +148,7 @@ def window(ctx: NodeContext) -> Value:
     code = ctx.attr_int("output_datatype", 1)
     if code not in ONNX_TO_DTYPE:
         raise UnsupportedError(f"output_datatype {code} is not supported")
-    periodic = bool(ctx.attr_int("periodic", 1))
+    periodic = ctx.attr_bool("periodic", True)
     n = np.arange(max(length, 0), dtype=np.float64)
     values = _WINDOWS[ctx.op_type](n, length if periodic else length - 1)
     return ctx.constant_result(values.astype(ONNX_TO_DTYPE[code].numpy))

@@ -67,7 +67,7 @@ def reshape(ctx: NodeContext) -> Value:
     target = ctx.constant_ints(1, "shape")
     if target is None:
         raise ModelImportError("required input 1 (shape) is missing")
-    allowzero = ctx.opset >= 14 and bool(ctx.attr_int("allowzero", 0))
+    allowzero = ctx.opset >= 14 and ctx.attr_bool("allowzero", False)
     return ctx.reshape(x, resolve_reshape(x.type.shape, target, allowzero), final=True)
 
 
