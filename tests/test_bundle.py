@@ -38,7 +38,7 @@ TOLERANCE = 1e-4
 FAST_LIBRARY = "EXTRA_CFLAGS=-DEMBER_PORTABLE_TILE"
 AARCH64_SYSROOT = Path("/usr/aarch64-linux-gnu")
 # Tiny bundles by prefix: different weights, so two linked bundles are told apart.
-SEEDS = {"model": 0, "alpha": 1, "beta": 2}
+SEEDS = {"model": 0, "alpha": 1, "beta": 2, "ember": 3}
 
 
 def tiny_model(seed: int = 0):
@@ -305,8 +305,22 @@ def test_prefix_is_sanitized_and_targets_checked(tmp_path):
     assert sanitize_prefix("3d") == "m3d"
     with pytest.raises(EmberError, match="prefix"):
         sanitize_prefix("!!")
+    # It names files and symbols: an over-long one is refused, not a raw OSError.
+    with pytest.raises(EmberError, match=r"has 300 characters; at most 64"):
+        ember.bundle(tiny_model(), target="host", output_dir=tmp_path / "long", prefix="p" * 300)
     with pytest.raises(EmberError, match="unknown bundle target 'z80'"):
         ember.bundle(tiny_model(), target="z80", output_dir=tmp_path)
+
+
+def test_unusable_output_folder_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(EmberError, match=r"cannot create the bundle folder '.*file/out'"):
+        ember.bundle(tiny_model(), target="host", output_dir=blocker / "out")
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "model.h").mkdir()  # a folder where a bundle file goes
+    with pytest.raises(EmberError, match=r"cannot write bundle file '.*model.h'"):
+        ember.bundle(tiny_model(), target="host", output_dir=tmp_path / "taken")
 
 
 def test_cli_writes_a_bundle(tmp_path, capsys):
@@ -320,6 +334,16 @@ def test_cli_writes_a_bundle(tmp_path, capsys):
 
 
 # running bundles -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prefix", ["ember"])
+def test_bundle_named_like_the_library_builds_and_runs(build, prefix):
+    """Prefix 'ember' makes the library's renamed symbols 'ember_ember_*' and its files share
+    the library's 'ember_' stem: still one consistent bundle."""
+    bundle = build("tiny", "host", prefix, FAST_LIBRARY)
+    feeds = tiny_inputs()
+    outputs = ember.compile(tiny_model(SEEDS[prefix])).run(feeds)
+    check_outputs(run_bundle(bundle, list(feeds.values())), list(outputs.values()))
+
 
 def test_tiny_bundle_runs_natively(build):
     bundle = build("tiny", "host", "model", FAST_LIBRARY)

@@ -270,9 +270,14 @@ def _layernorm_infer(attrs: LayerNormAttrs, types):
     x, scale, bias = types
     require_float(x, "LayerNormalization")
     axis = normalize_axis(attrs.axis, x.rank)
+    tail = x.shape[axis:]
     for operand, t in (("scale", scale), ("bias", bias)):
-        if t is not None and (t.dtype != x.dtype or t.rank > x.rank - axis):
-            raise OpError(f"LayerNormalization {operand} {t} does not fit input {x} at axis {axis}")
+        # Unidirectional broadcast onto the normalized axes: each dim 1 or equal to x's.
+        fits = t is None or (t.dtype == x.dtype and t.rank <= len(tail) and all(
+            d in (1, full) for d, full in zip(t.shape, tail[len(tail) - t.rank:], strict=True)))
+        if not fits:
+            raise OpError(f"LayerNormalization {operand} {t} does not broadcast onto the normalized axes "
+                          f"{list(tail)} of input {x} (axis {axis})")
     return (x,)
 
 

@@ -51,12 +51,19 @@ class Bundle:
                 f"(arena {lay.arena_bytes} B at {100 * lay.efficiency:.1f}% efficiency, kernels' scratch included)")
 
 
+# The prefix names files ('<prefix>.weights.bin') and symbols: far below file-name limits (255).
+MAX_PREFIX = 64
+
+
 def sanitize_prefix(prefix: str) -> str:
     """A C identifier for the symbol prefix: lower case, runs of unsafe characters as one
     '_', none at either end ('My-Net!' -> 'my_net')."""
     cleaned = re.sub(r"_+", "_", sanitize_identifier(prefix.lower(), prefix="")).strip("_")
     if not cleaned:
         raise EmberError(f"bundle prefix {prefix!r} has no usable character (use letters, digits, '_')")
+    if len(cleaned) > MAX_PREFIX:
+        raise EmberError(f"bundle prefix {prefix[:20]!r}... has {len(cleaned)} characters; at most {MAX_PREFIX} "
+                         "(it names files and C symbols)")
     return f"m{cleaned}" if cleaned[0].isdigit() else cleaned
 
 
@@ -92,11 +99,17 @@ def write_bundle(program: Program, plan: MemoryPlan | None, cprogram: CProgram, 
     files["Makefile"] = makefile.render_makefile(prefix, tgt, layout, objects)
 
     directory = Path(output_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise EmberError(f"cannot create the bundle folder '{directory}': {err.strerror or err}") from None
     for name, content in files.items():
         path = directory / name
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
+        try:
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content)
+        except OSError as err:
+            raise EmberError(f"cannot write bundle file '{path}': {err.strerror or err}") from None
     return Bundle(directory, tgt, prefix, layout, sorted(files), dict(cprogram.errors))

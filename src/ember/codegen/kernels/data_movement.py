@@ -87,15 +87,32 @@ def emit_concat(em: Emitter, instr: Instr) -> str:
     itemsize = out.type.dtype.itemsize
     row = out.type.shape[axis] * inner * itemsize
     lines = [f"uint8_t *y = {em.address(out)};"]
+    parts = []  # (source address, byte offset in an output row, bytes per row)
     offset = 0
     for buffer in ins:
         chunk = buffer.type.shape[axis] * inner * itemsize
         if chunk:
-            src = em.address(buffer)
+            parts.append((em.address(buffer), offset, chunk))
+        offset += chunk
+    if len(parts) <= CONCAT_UNROLLED_INPUTS:
+        for src, offset, chunk in parts:
             lines.append(f"for (long o = 0; o < {outer}; o++) "
                          f"memmove(y + o * {row} + {offset}, {src} + o * {chunk}, {chunk});")
-        offset += chunk
+        return "\n".join(lines)
+    # Many inputs: one loop over tables (a statement per input made gcc superlinear; a
+    # 100k-input Concat crashed it).
+    count = len(parts)
+    lines += [f"const uint8_t *const src[{count}] = {{{', '.join(p[0] for p in parts)}}};",
+              f"static const long offset[{count}] = {{{', '.join(str(p[1]) for p in parts)}}};",
+              f"static const long chunk[{count}] = {{{', '.join(str(p[2]) for p in parts)}}};",
+              f"for (long i = 0; i < {count}; i++)",
+              f"    for (long o = 0; o < {outer}; o++) memmove(y + o * {row} + offset[i], src[i] + o * chunk[i], "
+              "chunk[i]);"]
     return "\n".join(lines)
+
+
+# Concats with more inputs than this copy through tables in one loop.
+CONCAT_UNROLLED_INPUTS = 16
 
 
 @C_KERNELS.kernel("gather_rows", "Gather")

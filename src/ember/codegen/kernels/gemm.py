@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.codegen.c_constants import c_activation
-from ember.codegen.c_types import c_type
+from ember.codegen.c_types import c_literal, c_type
 from ember.codegen.c_writer import call, init
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.layouts import MR, NR, gemm_scratch_bytes, pack_panels, threads_for
@@ -40,7 +40,7 @@ class Epilogue:
         fields: dict[str, object] = {
             "bias": self.bias, "bias_per_row": int(self.bias_per_row), "residual": self.residual,
             "ld_residual": self.ld_residual, "act": c_activation(self.activation),
-            "alpha": f"{float(self.alpha).hex()}f", "beta": f"{float(self.beta).hex()}f"}
+            "alpha": c_literal(self.alpha, DType.FLOAT32), "beta": c_literal(self.beta, DType.FLOAT32)}
         if self.transposed:
             fields["transposed"] = 1
         return init("ember_epilogue", name, **fields)

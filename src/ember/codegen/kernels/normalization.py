@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ember.codegen.c_types import c_type
+from ember.codegen.c_types import c_literal, c_type
 from ember.codegen.emitter import Emitter, param, threads_pragma
 from ember.codegen.kernels.layouts import threads_for
 from ember.codegen.kernels.registry import (
@@ -117,7 +117,7 @@ def emit_layer_norm(em: Emitter, instr: Instr) -> str:
         return em.pointer(value, const=True) if value.type.size == size else em.packed(instr, next(packed))
 
     scale_ptr, bias_ptr = pointer(scale), pointer(bias)
-    eps = float(np.float32(instr.attrs.epsilon)).hex()
+    eps = c_literal(instr.attrs.epsilon, DType.FLOAT32)
     return "\n".join(line for line in [
         f"const float *x = {em.pointer(x, const=True)};",
         f"float *y = {em.pointer(out)};",
@@ -131,7 +131,7 @@ def emit_layer_norm(em: Emitter, instr: Instr) -> str:
         f"    for (long j = 0; j < {size}; j++) sum += xr[j];",
         f"    float mean = sum / {size}.0f, var = 0.0f;",
         f"    for (long j = 0; j < {size}; j++) {{ float d = xr[j] - mean; var += d * d; }}",
-        f"    float rstd = 1.0f / sqrtf(var / {size}.0f + {eps}f);",
+        f"    float rstd = 1.0f / sqrtf(var / {size}.0f + {eps});",
         f"    for (long j = 0; j < {size}; j++) yr[j] = (xr[j] - mean) * rstd * scale[j]"
         + (" + bias[j];" if bias_ptr else ";"),
         "}",
@@ -161,7 +161,7 @@ def _row_threads(options: KernelOptions, rows: int, work: int) -> int:
 
 
 def _double(value: float) -> str:
-    return float(value).hex()
+    return c_literal(value, DType.FLOAT64)  # NaN and inf too: attributes are the model's
 
 
 def _empty(out: Buffer) -> str | None:

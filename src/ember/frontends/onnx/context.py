@@ -60,6 +60,13 @@ _ATTR_TYPE_NAMES: dict[int, str] = {
 }
 
 
+def _text(value: bytes, name: str) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ModelImportError(f"attribute '{name}' is not valid UTF-8 text: {value[:40]!r}") from None
+
+
 class NodeContext:
     """What a converter sees of one ONNX node. Errors raised here carry no node location;
     the importer prefixes it (`node 'n' (Conv): ...`)."""
@@ -196,11 +203,11 @@ class NodeContext:
 
     def attr_str(self, name: str, default: Any = _REQUIRED) -> str:
         value = self._attr(name, AttributeProto.STRING, default)
-        return value.decode("utf-8") if isinstance(value, bytes) else value
+        return _text(value, name) if isinstance(value, bytes) else value
 
     def attr_strs(self, name: str, default: Any = _REQUIRED) -> tuple[str, ...] | None:
         value = self._attr(name, AttributeProto.STRINGS, default)
-        return value if value is None else tuple(v.decode("utf-8") if isinstance(v, bytes) else v for v in value)
+        return value if value is None else tuple(_text(v, name) if isinstance(v, bytes) else v for v in value)
 
     @overload
     def attr_tensor(self, name: str) -> np.ndarray: ...

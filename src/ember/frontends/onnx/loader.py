@@ -75,6 +75,33 @@ def _check_model(proto: ModelProto, label: str) -> None:
                                "(the file is truncated or not an ONNX model)")
     if not proto.graph.output:
         raise ModelImportError(f"{label}: the ONNX graph declares no outputs (is the file truncated?)")
+    _check_text(proto.graph, label)
+
+
+def _check_text(graph: GraphProto, label: str) -> None:
+    """ONNX's proto2 strings are not checked for UTF-8 by protobuf: invalid bytes come back as
+    `bytes`, not `str`, and would break every name-handling step later. Node names only label
+    things, so they are decoded with escapes; a tensor name is how values are wired and named
+    by the user, so an invalid one is refused."""
+    def tensor_name(name: str | bytes, where: str) -> None:
+        if isinstance(name, bytes):
+            raise ModelImportError(f"{label}: {where} name {name[:60]!r} is not valid UTF-8 text")
+
+    for vi in [*graph.input, *graph.output, *graph.value_info]:
+        tensor_name(vi.name, "a graph input/output")
+    for tensor in graph.initializer:
+        tensor_name(tensor.name, "an initializer")
+    for node in graph.node:
+        if isinstance(node.name, bytes):
+            node.name = node.name.decode("utf-8", "backslashreplace")
+        for name in [*node.input, *node.output]:
+            tensor_name(name, f"a tensor of node '{node.name}'")
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                _check_text(attr.g, label)
+            elif attr.type == AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    _check_text(sub, label)
 
 
 def _default_opset(proto: ModelProto, label: str) -> int:

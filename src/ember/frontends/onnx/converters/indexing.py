@@ -210,6 +210,9 @@ def compress(ctx: NodeContext) -> Value:
 @converter("NonZero")
 def non_zero(ctx: NodeContext) -> Value:
     data = data_dependent(ctx, 0, "X")
+    # A scalar counts as one element of a 1-D tensor, as in ONNX Runtime (the result is [1, n];
+    # NumPy refuses nonzero on 0-d arrays).
+    data = np.atleast_1d(data)
     return ctx.constant_result(np.array(np.nonzero(data), dtype=np.int64).reshape(data.ndim, -1))
 
 

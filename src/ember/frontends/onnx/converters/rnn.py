@@ -72,6 +72,8 @@ def rnn(ctx: NodeContext) -> list[Value | None]:
     if op == "LSTM" and ctx.attr_bool("input_forget", False):
         raise UnsupportedError("input_forget=1 (coupled input and forget gates) is not supported")
     names, alphas, betas = _activations(ctx, op, _DIRECTIONS[direction])
+    if x.type.rank != 3 or w.type.rank != 3 or r.type.rank != 3:
+        raise ModelImportError(f"X {x.type}, W {w.type} and R {r.type} must have rank 3")
     hidden = ctx.attr_int("hidden_size", r.type.shape[-1])
     attrs = RecurrentAttrs(hidden, direction, names, alphas, betas, ctx.attr_float("clip", None))
     count = 8 if op == "LSTM" else 6
@@ -91,8 +93,8 @@ def gru(ctx: NodeContext) -> list[Value | None]:
     if activations is not None and tuple(a.lower() for a in activations) != default:
         raise UnsupportedError(f"activations {list(activations)} are not supported; Ember's GRU uses "
                                f"Sigmoid and Tanh (the default)")
-    if x.type.rank != 3 or r.type.rank != 3:
-        raise ModelImportError(f"X {x.type} and R {r.type} must have rank 3")
+    if x.type.rank != 3 or w.type.rank != 3 or r.type.rank != 3:
+        raise ModelImportError(f"X {x.type}, W {w.type} and R {r.type} must have rank 3")
     hidden = ctx.attr_int("hidden_size", r.type.shape[-1])
     if seq_lens is not None:
         lengths = ctx.constant(4, "sequence_lens")
