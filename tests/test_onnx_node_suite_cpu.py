@@ -18,9 +18,18 @@ TIMEOUT_S = 300.0
 EXEMPT_REASONS = ("no C kernel for ", "quantized tensor types have no C kernels", "only 2-D (NCHW) ",
                   "the GEMM kernels run float32", "the normalization kernels run float32",
                   "LayerNormalization with broadcast")
-_TYPE_REASON = re.compile(r"\w+: no C kernels for this element type yet|the \w+ kernel runs float32 and float64, not ")
+_TYPE_REASON = re.compile(r"\w+: no C kernels for this element type|the \w+ kernel runs float32 and float64, not ")
 # One refusal entry: "Op (nodes: a, b): reason"; entries are joined by "; ".
 _ENTRY = re.compile(r"(\w+) \(nodes: [^)]*\): ")
+
+
+# Cases whose expected data the cpu backend misses by design, with the reason; a case listed
+# here that passes fails the test, so the table stays exact.
+CPU_DEVIATIONS = {
+    "test_attention_4d_causal_fp16_expanded":
+        "float16: the expanded softmax is recognized as one Softmax computed in float32 and rounded once; the "
+        "expected data rounds every step to float16 (2 ulp apart, above rtol 1e-3)",
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +54,9 @@ def test_node_case_on_cpu(name, results):
     if name in EXPECTED_FAILURES:
         pytest.skip(f"fails on the interpreter too: {EXPECTED_FAILURES[name]}")
     result = results[name]
+    if name in CPU_DEVIATIONS:
+        assert result.status == "fail", f"listed in CPU_DEVIATIONS but {result.status}: remove the entry"
+        pytest.skip(f"deviates on cpu by design: {CPU_DEVIATIONS[name]}")
     if result.status == "pass":
         return
     reasons = refusal_reasons(result.detail)

@@ -20,6 +20,10 @@ C_TYPES = {
     DType.UINT32: "uint32_t",
     DType.UINT64: "uint64_t",
     DType.BOOL: "uint8_t",  # NumPy stores bool as one byte holding 0 or 1
+    # 16-bit floats are stored as their bits and computed in float: only Cast and byte copies
+    # see them (codegen/kernels/table.py), the graph pass compute-halves-in-float32 widens the rest.
+    DType.FLOAT16: "uint16_t",
+    DType.BFLOAT16: "uint16_t",
 }
 
 
@@ -34,6 +38,9 @@ def c_literal(value: float | int | bool, dtype: DType) -> str:
     """A C literal of `dtype` for `value` (exact for floats: hex float notation)."""
     if dtype is DType.BOOL:
         return "1" if value else "0"
+    if dtype in (DType.FLOAT16, DType.BFLOAT16):  # stored as bits
+        bits = np.asarray(value).astype(dtype.numpy).reshape(1).view(np.uint16)[0]
+        return f"((uint16_t)0x{int(bits):04x})"
     if dtype.is_float:
         x = float(np.asarray(value).astype(dtype.numpy))
         if math.isnan(x):

@@ -20,6 +20,7 @@ from ember.transforms import (  # noqa: F401  (registration)
     recognize_swish,
     reshapes,
     transposes,
+    widen_halves,
 )
 from ember.transforms.pipeline import CANONICAL_PIPELINE, DEFAULT_PIPELINE
 

@@ -18,6 +18,7 @@ from ember.backends.cpu.build import build_library
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
+from ember.codegen.kernels.table import as_float32
 from ember.graph import Graph, Node
 from ember.lir.ir import Program
 from ember.lir.passes import DEFAULT_LIR_PIPELINE
@@ -62,7 +63,8 @@ class CpuBackend(Backend):
     def refusal(self, node: Node) -> str | None:
         """Why no kernel of the registry runs `node` (None when one does); a non-primitive op
         without a kernel is lowered instead, so this is the reason only for primitives."""
-        return self.kernels.refusal(OpView.of_node(node))
+        # 16-bit floats: the cpu pipeline computes them in float32 (compute-halves-in-float32).
+        return self.kernels.refusal(as_float32(OpView.of_node(node)))
 
     def cost(self, graph: Graph) -> float:
         # Generated C: about 40 GFLOP/s a thread in its GEMM and convolution kernels, ~10 GB/s
@@ -73,7 +75,9 @@ class CpuBackend(Backend):
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and
         # activation ops: fold them back into FullyConnected epilogues.
-        return ["constant-fold", "form-fully-connected", "fuse-activations", "cse", "dce"]
+        # float16/bfloat16 ops compute in float32 between Casts (the constant ones fold).
+        return ["compute-halves-in-float32", "constant-fold", "form-fully-connected", "fuse-activations", "cse",
+                "dce"]
 
     def lir_pipeline(self) -> list[str]:
         return [*DEFAULT_LIR_PIPELINE, "fuse-elementwise", "select-kernels"]

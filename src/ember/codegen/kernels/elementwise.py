@@ -21,6 +21,10 @@ from ember.types import DType
 Expr = Callable[[list[str], DType, Any], str]
 
 
+# 16-bit floats: (to float32, from float32) conversions of runtime/ember_math.h.
+HALVES = {DType.FLOAT16: ("ember_f16_to_f32", "ember_f32_to_f16"),
+          DType.BFLOAT16: ("ember_bf16_to_f32", "ember_f32_to_bf16")}
+
 # float32 versions that vectorize (runtime/ember_math.h); other widths use libm.
 _VECTOR_MATH = {"exp": "ember_expf", "erf": "ember_erff", "tanh": "ember_tanhf"}
 
@@ -110,6 +114,18 @@ def _clip(a, t, attrs):
 
 def _cast(a, t, attrs):
     target = attrs.to
+    x = a[0]
+    if t in HALVES:  # stored as bits (c_types.py): widen exactly first
+        x, t = f"{HALVES[t][0]}({x})", DType.FLOAT32
+    if target in HALVES:
+        # float16 rounds wider types once, as NumPy does (round to odd on the way through
+        # float); bfloat16 goes through float32 like ml_dtypes and ONNX Runtime (the
+        # interpreter's answer, which can differ in the last bit from one rounding).
+        exact = t is DType.FLOAT32 or (t.is_int and t.itemsize <= 2)
+        if exact or target is DType.BFLOAT16:
+            return f"{HALVES[target][1]}((float){x})"
+        return f"{HALVES[target][1]}(ember_f64_to_f32_odd((double){x}))"
+    a = [x]
     if target is DType.BOOL:
         return f"({a[0]} != 0)"
     if t.is_float and target.is_int:

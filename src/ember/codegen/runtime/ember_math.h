@@ -6,6 +6,7 @@
 #ifndef EMBER_MATH_H
 #define EMBER_MATH_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -70,6 +71,89 @@ static inline __attribute__((always_inline)) float ember_tanhf(float x)
 static inline __attribute__((always_inline)) float ember_sigmoidf(float x)
 {
     return 1.0f / (1.0f + ember_expf(-x));
+}
+
+/* 16-bit floats (IEEE half and bfloat16) are stored as their bits (uint16_t) and computed in
+ * float: these convert exactly one way and with round-to-nearest-even the other, as NumPy,
+ * ml_dtypes and ONNX's Cast do. Plain integer and float arithmetic, so any C99 target has them
+ * and loops over them vectorize. */
+static inline __attribute__((always_inline)) float ember_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu, bits;
+    if (exp == 0x1fu) {
+        bits = sign | 0x7f800000u | (mant << 13);                /* inf, NaN (payload kept) */
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (mant << 13);        /* normal: rebias 15 -> 127 */
+    } else {
+        float sub = (float)mant * 0x1p-24f;                      /* zero or subnormal: exact */
+        memcpy(&bits, &sub, sizeof bits);
+        bits |= sign;
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline __attribute__((always_inline)) uint16_t ember_f32_to_f16(float value)
+{
+    /* F. Giesen's float_to_half_fast3_rtne: subnormal results by adding a magic number (the
+     * float adder rounds to nearest even), normal ones by rebiasing with a rounding bias. */
+    const uint32_t denorm_magic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+    uint32_t f;
+    memcpy(&f, &value, sizeof f);
+    uint32_t sign = f & 0x80000000u;
+    f ^= sign;
+    uint16_t out;
+    if (f >= (127u + 16u) << 23) {                                /* >= 65536, inf or NaN */
+        out = f > 0x7f800000u ? (uint16_t)(0x7e00u | ((f >> 13) & 0x3ffu)) : 0x7c00u;
+    } else if (f < 113u << 23) {                                  /* below half's normal range */
+        float x, magic;
+        memcpy(&x, &f, sizeof x);
+        memcpy(&magic, &denorm_magic, sizeof magic);
+        x += magic;
+        uint32_t bits;
+        memcpy(&bits, &x, sizeof bits);
+        out = (uint16_t)(bits - denorm_magic);
+    } else {
+        uint32_t odd = (f >> 13) & 1u;
+        f += (uint32_t)(15 - 127) * (1u << 23) + 0xfffu + odd;    /* unsigned wrap-around intended */
+        out = (uint16_t)(f >> 13);
+    }
+    return (uint16_t)(out | (sign >> 16));
+}
+
+static inline __attribute__((always_inline)) float ember_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+static inline __attribute__((always_inline)) uint16_t ember_f32_to_bf16(float value)
+{
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((bits >> 16) | 0x40u);                  /* NaN stays a quiet NaN */
+    return (uint16_t)((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+}
+
+/* double -> float rounding to odd: the float keeps a sticky last bit, so rounding it again to
+ * half or bfloat16 (11 and 8 bits, both at most 24 / 2 - 1) gives the correctly rounded result
+ * of the double, with no double rounding. */
+static inline float ember_f64_to_f32_odd(double d)
+{
+    float f = (float)d;
+    if (f == f && (double)f != d) {
+        if ((d < 0 ? -(double)f : (double)f) > (d < 0 ? -d : d))
+            f = nextafterf(f, 0.0f);                              /* toward zero: truncated */
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= 1u;
+        memcpy(&f, &bits, sizeof f);
+    }
+    return f;
 }
 
 #endif

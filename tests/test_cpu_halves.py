@@ -1,0 +1,149 @@
+"""float16 and bfloat16 on the cpu backend: stored as bits, converted exactly one way and with
+round-to-nearest-even the other (runtime/ember_math.h), computed in float32 between Casts
+(the graph pass compute-halves-in-float32). The conversions are checked bit for bit against
+NumPy and ml_dtypes over every 16-bit pattern and millions of float32 and float64 values;
+models on 16-bit floats against the interpreter."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+ONNX_TYPES = {np.dtype(np.float16): TensorProto.FLOAT16, BF16: TensorProto.BFLOAT16,
+              np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
+              np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64,
+              np.dtype(np.uint8): TensorProto.UINT8}
+
+
+def _cast_model(source: np.dtype, target: np.dtype, count: int):
+    node = helper.make_node("Cast", ["x"], ["y"], to=ONNX_TYPES[target])
+    graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info("x", ONNX_TYPES[source], [count])],
+                              [helper.make_tensor_value_info("y", ONNX_TYPES[target], [count])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def _cast_on_cpu(x: np.ndarray, target) -> np.ndarray:
+    model = ember.compile(_cast_model(x.dtype, np.dtype(target), x.size), backend="cpu", num_threads=1)
+    return model.run({"x": x})["y"]
+
+
+def _assert_same_bits(actual: np.ndarray, expected: np.ndarray) -> None:
+    """Equal bit patterns, except that any NaN matches any NaN (payloads are not specified)."""
+    assert actual.dtype == expected.dtype
+    with np.errstate(invalid="ignore"):
+        a, e = actual.astype(np.float64), expected.astype(np.float64)
+    nan = np.isnan(e)
+    np.testing.assert_array_equal(np.isnan(a), nan)
+    width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[actual.dtype.itemsize]
+    bad = np.flatnonzero((actual.view(width) != expected.view(width)) & ~nan)
+    assert bad.size == 0, (f"{bad.size} values differ, e.g. input #{bad[0]}: "
+                           f"{actual[bad[0]]!r} != {expected[bad[0]]!r}")
+
+
+@pytest.mark.parametrize("half", [np.float16, BF16], ids=["f16", "bf16"])
+def test_every_16_bit_pattern_widens_exactly(half):
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(half)
+    for target in (np.float32, np.float64):
+        _assert_same_bits(_cast_on_cpu(x, target), x.astype(target))
+
+
+def _float32_samples() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    random_bits = rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    # Every rounding boundary: the halfway points between neighbouring 16-bit values and their
+    # float32 neighbours (ties to even), overflow thresholds, subnormals, signed zeros.
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+    bf = (np.arange(1 << 16, dtype=np.uint32) << 16).view(np.float32)
+    finite = np.concatenate([halves[np.isfinite(halves)], bf[np.isfinite(bf)]])
+    finite.sort()
+    mid = (finite[:-1].astype(np.float64) + finite[1:]) / 2
+    mids = mid.astype(np.float32)
+    edges = np.array([65504, 65519.99, 65520, 65535.9, 65536, 3.4e38, np.inf, -np.inf, np.nan, 0.0, -0.0,
+                      2.0**-24, 2.0**-25, 1.5 * 2.0**-25, 2.0**-14, 2.0**-133, 1e-45], np.float32)
+    return np.concatenate([random_bits, mids, np.nextafter(mids, np.float32(np.inf)),
+                           np.nextafter(mids, np.float32(-np.inf)), edges, -edges])
+
+
+@pytest.mark.parametrize("half", [np.float16, BF16], ids=["f16", "bf16"])
+def test_float32_rounds_to_nearest_even(half):
+    x = _float32_samples()
+    with np.errstate(over="ignore", invalid="ignore"):
+        _assert_same_bits(_cast_on_cpu(x, half), x.astype(half))
+
+
+@pytest.mark.parametrize("half", [np.float16, BF16], ids=["f16", "bf16"])
+def test_float64_rounds_like_the_interpreter(half):
+    """double -> float16 rounds once, as NumPy does (round to odd in between); double ->
+    bfloat16 rounds through float32, as ml_dtypes and ONNX Runtime do."""
+    rng = np.random.default_rng(1)
+    exact = _float32_samples()[-200_000:].astype(np.float64)
+    # Just above or below a float32 halfway point: rounding to float32 first would give the tie.
+    nudged = np.concatenate([np.nextafter(exact, np.inf), np.nextafter(exact, -np.inf)])
+    x = np.concatenate([rng.standard_normal(100_000) * 10.0 ** rng.integers(-8, 6, 100_000), nudged])
+    with np.errstate(over="ignore", invalid="ignore"):
+        _assert_same_bits(_cast_on_cpu(x, half), x.astype(half))
+
+
+def test_integers_and_other_16_bit_types_convert():
+    ints = np.concatenate([np.arange(-70000, 70000, 7), [2**31 - 1, -2**31]]).astype(np.int32)
+    with np.errstate(over="ignore"):
+        _assert_same_bits(_cast_on_cpu(ints, np.float16), ints.astype(np.float16))
+        _assert_same_bits(_cast_on_cpu(ints.astype(np.int64) * 977, BF16), (ints.astype(np.int64) * 977).astype(BF16))
+    x = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    _assert_same_bits(_cast_on_cpu(x, BF16), x.astype(np.float32).astype(BF16))
+    small = np.linspace(-300, 300, 6001).astype(np.float16)
+    np.testing.assert_array_equal(_cast_on_cpu(small, np.int32), small.astype(np.float32).astype(np.int32))
+
+
+def _model(half, nodes, inputs, outputs, inits):
+    t = ONNX_TYPES[np.dtype(half)]
+    graph = helper.make_graph(nodes, "halves", [helper.make_tensor_value_info(n, t, s) for n, s in inputs],
+                              [helper.make_tensor_value_info(n, t, s) for n, s in outputs],
+                              [numpy_helper.from_array(a.astype(half), n) for n, a in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("half", [np.float16, BF16], ids=["f16", "bf16"])
+def test_a_convolutional_block_on_16_bit_floats_matches_the_interpreter(half):
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fb"], ["g"], transB=1),
+             helper.make_node("Softmax", ["g"], ["y"])]
+    inits = [("w", rng.standard_normal((8, 3, 3, 3)) * 0.3), ("b", rng.standard_normal(8) * 0.1),
+             ("fc", rng.standard_normal((5, 8))), ("fb", rng.standard_normal(5))]
+    model = _model(half, nodes, [("x", [2, 3, 9, 9])], [("y", [2, 5])], inits)
+    x = rng.standard_normal((2, 3, 9, 9)).astype(half)
+    expected = ember.compile(model, backend="interpreter").run({"x": x})["y"]
+    compiled = ember.compile(model, backend="cpu", num_threads=2)
+    actual = compiled.run({"x": x})["y"]
+    assert actual.dtype == np.dtype(half)
+    # One 16-bit rounding per op in both; the interpreter accumulates in 16 bits in places.
+    tolerance = 2e-2 if half is np.float16 else 6e-2
+    np.testing.assert_allclose(actual.astype(np.float32), expected.astype(np.float32), rtol=tolerance, atol=tolerance)
+    lowered = compiled.stats["ops"]["lowered"]
+    assert lowered.get("Cast", 0) >= 2 and "FusedConv" in lowered or "Conv" in lowered, lowered
+
+
+def test_ops_that_fix_a_16_bit_result_type_are_not_widened():
+    """DequantizeLinear's `to` names float16: its float32 form would give another type, so
+    the pass leaves it and the backend answers for the node as it is."""
+    from ember.codegen.kernels import OpView
+    from ember.codegen.kernels.table import as_float32
+    from ember.ops.quant import QuantizeAttrs
+    from ember.ops.registry import NoAttrs
+    from ember.types import DType, TensorType
+
+    f16, f32, i8 = (TensorType(d, (3,)) for d in (DType.FLOAT16, DType.FLOAT32, DType.INT8))
+    scalar16 = TensorType(DType.FLOAT16, ())
+    view = OpView("DequantizeLinear", QuantizeAttrs(DType.FLOAT16, 0), (f16,),
+                  (i8, scalar16, TensorType(DType.INT8, ())), (False, True, True), "dq")
+    assert as_float32(view) is view
+    add = OpView("Add", NoAttrs(), (f16,), (f16, f16), (False, False), "add")
+    assert as_float32(add).results == (f32,) and as_float32(add).operands == (f32, f32)
