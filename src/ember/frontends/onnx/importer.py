@@ -20,7 +20,7 @@ from ember.frontends.onnx import converters as _converters  # noqa: F401  (regis
 from ember.frontends.onnx.context import ConstantRequired, NodeContext
 from ember.frontends.onnx.dtypes import onnx_type_name, tensor_to_array, to_dtype
 from ember.frontends.onnx.loader import DEFAULT_DOMAINS, load_model
-from ember.frontends.onnx.registry import CONVERTERS
+from ember.frontends.onnx.registry import DOMAIN_CONVERTERS, find_converter
 from ember.graph.ir import Graph, Value
 from ember.graph.verify import verify_graph
 from ember.support.errors import (
@@ -81,14 +81,14 @@ def check_supported(graph: GraphProto, names: Sequence[str], opset: int) -> None
     bad: dict[str, list[str]] = {}
     notes: dict[str, str] = {}
     for node, name in zip(graph.node, names, strict=True):
-        if node.domain not in DEFAULT_DOMAINS:
-            key = f"{node.domain}.{node.op_type}"
+        found = find_converter(node.domain, node.op_type)
+        key = node.op_type if node.domain in DEFAULT_DOMAINS else f"{node.domain}.{node.op_type}"
+        if node.domain not in DEFAULT_DOMAINS and node.domain not in DOMAIN_CONVERTERS:
             notes[key] = f"domain '{node.domain}' is not supported"
-        elif node.op_type not in CONVERTERS:
-            key = node.op_type
-        elif not CONVERTERS[node.op_type].supports(opset):
-            key = node.op_type
-            notes[key] = f"supported in {CONVERTERS[node.op_type].describe_range()}"
+        elif found is None:
+            pass
+        elif not found.supports(opset):
+            notes[key] = f"supported in {found.describe_range()}"
         else:
             continue
         bad.setdefault(key, []).append(name)
@@ -268,7 +268,9 @@ def _convert_node(graph: Graph, node: NodeProto, name: str, opset: int, env: dic
     try:
         if node.domain in DEFAULT_DOMAINS:
             check_against_schema(node, opset)
-        results = CONVERTERS[node.op_type].fn(ctx)
+        found = find_converter(node.domain, node.op_type)
+        assert found is not None  # check_supported refused the node otherwise
+        results = found.fn(ctx)
         if isinstance(results, Value):
             results = [results]
         results = list(results)

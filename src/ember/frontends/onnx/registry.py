@@ -39,17 +39,31 @@ class Converter:
 
 CONVERTERS: dict[str, Converter] = {}
 
+# Converters of other operator domains (e.g. 'com.microsoft', ONNX Runtime's contrib ops):
+# domain -> op type -> Converter. Their min/max_opset bound the default-domain opset too.
+DOMAIN_CONVERTERS: dict[str, dict[str, Converter]] = {}
+_DEFAULT_DOMAINS = ("", "ai.onnx")
 
-def converter(*op_types: str, min_opset: int = 1, max_opset: int | None = None) -> Callable[[ConverterFn], ConverterFn]:
-    """Registers the decorated function for each of `op_types`."""
+
+def converter(*op_types: str, min_opset: int = 1, max_opset: int | None = None,
+              domain: str = "") -> Callable[[ConverterFn], ConverterFn]:
+    """Registers the decorated function for each of `op_types` (of `domain`, default ONNX's)."""
     if not op_types:
         raise ValueError("converter() needs at least one op type")
+    table = CONVERTERS if domain in _DEFAULT_DOMAINS else DOMAIN_CONVERTERS.setdefault(domain, {})
 
     def register(fn: ConverterFn) -> ConverterFn:
         for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise ValueError(f"ONNX op {op_type} has two converters")
-            CONVERTERS[op_type] = Converter(op_type, fn, min_opset, max_opset)
+            if op_type in table:
+                raise ValueError(f"ONNX op {domain + '.' if domain else ''}{op_type} has two converters")
+            table[op_type] = Converter(op_type, fn, min_opset, max_opset)
         return fn
 
     return register
+
+
+def find_converter(domain: str, op_type: str) -> Converter | None:
+    """The converter of `op_type` in `domain`, or None."""
+    if domain in _DEFAULT_DOMAINS:
+        return CONVERTERS.get(op_type)
+    return DOMAIN_CONVERTERS.get(domain, {}).get(op_type)

@@ -3,6 +3,7 @@ ember.frontends.onnx.registry.CONVERTERS."""
 # Families added for ONNX conformance:
 from ember.frontends.onnx.converters import (  # noqa: F401  # noqa: F401  # noqa: F401
     attention,
+    contrib,
     control,
     conv,
     elementwise,

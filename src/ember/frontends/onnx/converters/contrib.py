@@ -1,0 +1,667 @@
+"""Converters for the com.microsoft contrib operators that ONNX Runtime's transformer optimizer
+and quantization tools write into models: Gelu, BiasGelu, FastGelu, QuickGelu, FusedMatMul,
+SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization, Attention,
+MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearAdd, QLinearMul,
+QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool and QLinearConcat.
+
+Each is expressed through Ember's own ops at import (so the cpu backend's kernels run them and
+the graph passes see the usual patterns), with ONNX Runtime's CPU kernels as the reference for
+every detail a spec leaves open: default epsilons (1e-12), -10000 for masked attention keys,
+how the quantized ops round (the arithmetic of MLAS's kernels, in float32), which zero points
+and mask forms exist. Forms ONNX Runtime's CPU kernels do not implement (4-D Megatron masks,
+shared past/present buffers, rotary attention) are refused, naming the form."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ember.frontends.onnx.context import NodeContext
+from ember.frontends.onnx.converters.tensor import normalize_axis
+from ember.frontends.onnx.registry import ConverterFn, converter
+from ember.graph.ir import Constant, Value
+from ember.ops.activations import GeluAttrs
+from ember.ops.attention import AttentionAttrs
+from ember.ops.elementwise import AlphaAttrs, CastAttrs, ClipAttrs
+from ember.ops.normalization import LayerNormAttrs, RMSNormAttrs
+from ember.ops.quant import QuantizeAttrs
+from ember.ops.reduce import ReduceAttrs
+from ember.ops.tensor import AxisAttrs, ReshapeAttrs, SliceAttrs, TransposeAttrs
+from ember.support.errors import ModelImportError, UnsupportedError
+from ember.types import DType
+
+DOMAIN = "com.microsoft"
+# ONNX Runtime's default epsilon of its fused layer normalizations.
+DEFAULT_EPSILON = 1e-12
+
+
+def contrib(op_type: str, inputs: int, outputs: int, attrs: Sequence[str] = ()) -> Callable[[ConverterFn], ConverterFn]:
+    """Registers a com.microsoft converter. The node's arity and attribute names are checked
+    against ONNX Runtime's schema of the op first: an unknown attribute is refused, never ignored."""
+    allowed = frozenset(attrs)
+
+    def register(fn: ConverterFn) -> ConverterFn:
+        def convert(ctx: NodeContext):
+            where = f"{DOMAIN}.{op_type}"
+            if ctx.num_inputs > inputs:
+                raise ModelImportError(f"{ctx.num_inputs} inputs given, but {where} takes at most {inputs}")
+            if ctx.num_outputs > outputs:
+                raise ModelImportError(f"{ctx.num_outputs} outputs given, but {where} has at most {outputs}")
+            unknown = sorted({a.name for a in ctx.node.attribute} - allowed)
+            if unknown:
+                known = ", ".join(sorted(allowed)) or "none"
+                raise ModelImportError(f"unknown attribute{'s' if len(unknown) > 1 else ''} "
+                                       f"{', '.join(map(repr, unknown))} ({where} has: {known})")
+            return fn(ctx)
+
+        converter(op_type, domain=DOMAIN)(convert)
+        return fn
+
+    return register
+
+
+# helpers ------------------------------------------------------------------------------------
+
+def _const(ctx: NodeContext, value, dtype: DType, label: str) -> Value:
+    return ctx.add_constant(np.asarray(value, dtype.numpy), f"{ctx.name}_{label}")
+
+
+def _cast(ctx: NodeContext, x: Value, dtype: DType) -> Value:
+    return x if x.type.dtype is dtype else ctx.emit1("Cast", [x], CastAttrs(dtype))
+
+
+def _require_float(ctx: NodeContext, x: Value, what: str) -> None:
+    if not x.type.dtype.is_float:
+        raise ModelImportError(f"{what} must be a float tensor, got {x.type}")
+
+
+def _hidden_param(ctx: NodeContext, value: Value | None, hidden: int, what: str) -> None:
+    if value is not None and value.type.shape != (hidden,):
+        raise ModelImportError(f"{what} {value.type} must be 1-D of the hidden size {hidden}")
+
+
+# activations --------------------------------------------------------------------------------
+
+@contrib("Gelu", 1, 1)
+def gelu(ctx: NodeContext) -> list[Value]:
+    return ctx.result("Gelu", [ctx.require(0, "X")], GeluAttrs("none"))
+
+
+def _bias_add(ctx: NodeContext, x: Value, bias: Value | None) -> Value:
+    """x + bias, the bias 1-D of x's last dimension (as ONNX Runtime requires)."""
+    if bias is None:
+        return x
+    if bias.type.rank != 1 or not x.type.rank or bias.type.shape[0] != x.type.shape[-1]:
+        raise ModelImportError(f"bias {bias.type} must be 1-D of the input's last dimension (input {x.type})")
+    return ctx.emit1("Add", [x, bias])
+
+
+@contrib("BiasGelu", 2, 1)
+def bias_gelu(ctx: NodeContext) -> list[Value]:
+    x = _bias_add(ctx, ctx.require(0, "A"), ctx.require(1, "B"))
+    return ctx.result("Gelu", [x], GeluAttrs("none"))
+
+
+@contrib("FastGelu", 2, 1)
+def fast_gelu(ctx: NodeContext) -> list[Value]:
+    """0.5 x (1 + tanh(0.797885 x + 0.035677 x^3)): Gelu's tanh approximation."""
+    x = _bias_add(ctx, ctx.require(0, "X"), ctx.input(1))
+    return ctx.result("Gelu", [x], GeluAttrs("tanh"))
+
+
+@contrib("QuickGelu", 1, 1, ("alpha",))
+def quick_gelu(ctx: NodeContext) -> list[Value]:
+    """x * sigmoid(alpha x), alpha 1.702 by default (1 is Silu)."""
+    x = ctx.require(0, "X")
+    _require_float(ctx, x, "X")
+    alpha = ctx.attr_float("alpha", 1.702)
+    if alpha == 1.0:
+        return ctx.result("Silu", [x])
+    scaled = ctx.emit1("Mul", [x, _const(ctx, alpha, x.type.dtype, "alpha")])
+    return ctx.result("Mul", [x, ctx.emit1("Sigmoid", [scaled])])
+
+
+# FusedMatMul ------------------------------------------------------------------------------------
+
+def _fused_operand(ctx: NodeContext, x: Value, trans: bool, trans_batch: bool, what: str) -> Value:
+    """transBatch moves the first dimension behind the batch dimensions (perm 1..r-2, 0, r-1);
+    trans then swaps the last two (as ONNX Runtime's MatMulComputeHelper does)."""
+    rank = x.type.rank
+    if not (trans or trans_batch):
+        return x
+    if rank < 2:
+        raise ModelImportError(f"trans{what} needs input {what} of rank >= 2, got {x.type}")
+    perm = list(range(rank))
+    if trans_batch:
+        perm = list(range(1, rank - 1)) + [0, rank - 1]
+    if trans:
+        perm[-2], perm[-1] = perm[-1], perm[-2]
+    return ctx.emit1("Transpose", [x], TransposeAttrs(tuple(perm)))
+
+
+@contrib("FusedMatMul", 2, 1, ("alpha", "transA", "transB", "transBatchA", "transBatchB"))
+def fused_matmul(ctx: NodeContext) -> list[Value]:
+    """alpha * (A' @ B'), A' and B' A and B transposed as the attributes ask."""
+    a, b = ctx.require(0, "A"), ctx.require(1, "B")
+    batch_a, batch_b = ctx.attr_bool("transBatchA", False), ctx.attr_bool("transBatchB", False)
+    if (batch_a or batch_b) and not (a.type.rank == b.type.rank and a.type.rank >= 3):
+        raise ModelImportError(f"transBatchA/transBatchB need A and B of equal rank >= 3, got {a.type} and {b.type}")
+    a = _fused_operand(ctx, a, ctx.attr_bool("transA", False), batch_a, "A")
+    b = _fused_operand(ctx, b, ctx.attr_bool("transB", False), batch_b, "B")
+    alpha = ctx.attr_float("alpha", 1.0)
+    if alpha == 1.0:
+        return ctx.result("MatMul", [a, b])
+    product = ctx.emit1("MatMul", [a, b])
+    return ctx.result("Mul", [product, _const(ctx, alpha, product.type.dtype, "alpha")])
+
+
+# layer normalizations -----------------------------------------------------------------------------
+
+def _statistics(ctx: NodeContext, x: Value, simplified: bool) -> tuple[Value, Value]:
+    """The optional mean and inv_std_var outputs ([..., 1], float32) of a normalization over the
+    last axis: 1 / sqrt(var + eps), or 1 / sqrt(mean(x^2) + eps) and a zero mean when simplified
+    (as ONNX Runtime writes them)."""
+    epsilon = ctx.attr_float("epsilon", DEFAULT_EPSILON)
+    xs = _cast(ctx, x, DType.FLOAT32)
+    reduce = ReduceAttrs((x.type.rank - 1,), keepdims=True)
+    stat_shape = x.type.shape[:-1] + (1,)
+    if simplified:
+        mean = ctx.add_constant(np.zeros(stat_shape, np.float32), ctx.output_name(1) or f"{ctx.name}_mean")
+        spread = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [xs, xs])], reduce)
+    else:
+        mean = ctx.emit("ReduceMean", [xs], reduce, [ctx.output_name(1) or f"{ctx.name}_mean"])[0]
+        centered = ctx.emit1("Sub", [xs, mean])
+        spread = ctx.emit1("ReduceMean", [ctx.emit1("Mul", [centered, centered])], reduce)
+    std = ctx.emit1("Sqrt", [ctx.emit1("Add", [spread, _const(ctx, epsilon, DType.FLOAT32, "epsilon")])])
+    inv = ctx.emit("Reciprocal", [std], None, [ctx.output_name(2) or f"{ctx.name}_inv_std_var"])[0]
+    return mean, inv
+
+
+def _skip_layer_norm(ctx: NodeContext, simplified: bool) -> list[Value | None]:
+    x, skip, gamma = ctx.require(0, "input"), ctx.require(1, "skip"), ctx.require(2, "gamma")
+    beta = None if simplified else ctx.input(3)
+    bias = ctx.input(3 if simplified else 4)
+    _require_float(ctx, x, "input")
+    if x.type.rank not in (2, 3):
+        raise ModelImportError(f"input {x.type} must be 3-D (batch, sequence, hidden) or 2-D (tokens, hidden)")
+    hidden = x.type.shape[-1]
+    tail = x.type.shape[-skip.type.rank:] if skip.type.rank <= x.type.rank else None
+    if tail is None or skip.type.shape[-1] != hidden or any(d not in (1, t) for d, t in zip(skip.type.shape, tail,
+                                                                                          strict=True)):
+        raise ModelImportError(f"skip {skip.type} does not fit input {x.type} (ONNX Runtime takes the input's "
+                               "shape, (1, sequence, hidden) or (sequence, hidden))")
+    for value, what in ((gamma, "gamma"), (beta, "beta"), (bias, "bias")):
+        _hidden_param(ctx, value, hidden, what)
+    total = ctx.emit1("Add", [x, skip])  # (input + skip) + bias, in ONNX Runtime's order
+    if bias is not None:
+        total = ctx.emit1("Add", [total, bias])
+    epsilon = ctx.attr_float("epsilon", DEFAULT_EPSILON)
+    if simplified:
+        (y,) = ctx.result("RMSNormalization", [total, gamma], RMSNormAttrs(-1, epsilon))
+    else:
+        (y,) = ctx.result("LayerNormalization", [total, gamma, beta], LayerNormAttrs(-1, epsilon))
+    mean = inv = None
+    if ctx.output_used(1) or ctx.output_used(2):
+        mean, inv = _statistics(ctx, total, simplified)
+    return [y, mean, inv, total]
+
+
+@contrib("SkipLayerNormalization", 5, 4, ("epsilon",))
+def skip_layer_norm(ctx: NodeContext) -> list[Value | None]:
+    """LayerNormalization(input + skip [+ bias]) over the last axis; optional outputs: mean,
+    inv_std_var ([..., 1]) and input_skip_bias_sum."""
+    return _skip_layer_norm(ctx, simplified=False)
+
+
+@contrib("SkipSimplifiedLayerNormalization", 4, 4, ("epsilon",))
+def skip_simplified_layer_norm(ctx: NodeContext) -> list[Value | None]:
+    """RMSNormalization(input + skip [+ bias]) * gamma; the optional mean output is zeros."""
+    return _skip_layer_norm(ctx, simplified=True)
+
+
+@contrib("EmbedLayerNormalization", 9, 3, ("epsilon", "mask_index_type"))
+def embed_layer_norm(ctx: NodeContext) -> list[Value | None]:
+    """LayerNormalization(word[input_ids] + position[position_ids or 0..S-1] (+ segment[segment_ids]));
+    mask_index[b] counts the ones in mask row b (zeros without a mask); embedding_sum is the
+    sum before normalizing. Out-of-range ids fail at run time (Gather's check), as ONNX
+    Runtime refuses them."""
+    ids, segment_ids = ctx.require(0, "input_ids"), ctx.input(1)
+    word, position, segment = ctx.require(2, "word_embedding"), ctx.require(3, "position_embedding"), ctx.input(4)
+    gamma, beta, mask, position_ids = ctx.require(5, "gamma"), ctx.require(6, "beta"), ctx.input(7), ctx.input(8)
+    ctx.attr_int("mask_index_type", 1)  # only steers ONNX Runtime's shape inference
+    for value, what in ((ids, "input_ids"), (segment_ids, "segment_ids"), (mask, "mask"),
+                        (position_ids, "position_ids")):
+        if value is not None and (value.type.dtype is not DType.INT32 or value.type.rank != 2):
+            raise ModelImportError(f"{what} {value.type} must be a 2-D i32 tensor")
+    if (segment_ids is None) != (segment is None):
+        raise ModelImportError("segment_ids and segment_embedding go together (one is given without the other)")
+    batch, seq = ids.type.shape
+    _require_float(ctx, word, "word_embedding")
+    hidden = word.type.shape[-1]
+    for table, what in ((word, "word_embedding"), (position, "position_embedding"), (segment, "segment_embedding")):
+        if table is not None and (table.type.rank != 2 or table.type.shape[1] != hidden):
+            raise ModelImportError(f"{what} {table.type} must be 2-D with {hidden} columns")
+    _hidden_param(ctx, gamma, hidden, "gamma")
+    _hidden_param(ctx, beta, hidden, "beta")
+    for value, what in ((segment_ids, "segment_ids"), (mask, "mask")):
+        if value is not None and value.type.shape != (batch, seq):
+            raise ModelImportError(f"{what} {value.type} must have the shape of input_ids [{batch}, {seq}]")
+    if position_ids is not None and position_ids.type.shape not in ((batch, seq), (1, seq)):
+        raise ModelImportError(f"position_ids {position_ids.type} must be [{batch}, {seq}] or [1, {seq}]")
+    total = ctx.emit1("Gather", [word, ids], AxisAttrs(0))
+    if position_ids is not None:
+        positions = ctx.emit1("Gather", [position, position_ids], AxisAttrs(0))
+    else:
+        if seq > position.type.shape[0]:
+            raise ModelImportError(f"sequence length {seq} exceeds the {position.type.shape[0]} positions of "
+                                   "position_embedding")
+        positions = ctx.emit1("Slice", [position], SliceAttrs((0,), (0,), (seq,), (1,)))
+    total = ctx.emit1("Add", [total, positions])
+    if segment is not None and segment_ids is not None:
+        total = ctx.emit1("Add", [total, ctx.emit1("Gather", [segment, segment_ids], AxisAttrs(0))])
+    attrs = LayerNormAttrs(-1, ctx.attr_float("epsilon", DEFAULT_EPSILON))
+    (y,) = ctx.result("LayerNormalization", [total, gamma, beta], attrs)
+    mask_index: Value | None = None
+    if ctx.output_used(1):
+        if mask is None:
+            mask_index = ctx.constant_result(np.zeros((batch,), np.int32), 1)
+        else:
+            ones = ctx.emit1("Equal", [mask, _const(ctx, 1, DType.INT32, "one")])
+            counts = ctx.emit1("Cast", [ones], CastAttrs(DType.INT32))
+            mask_index = ctx.emit("ReduceSum", [counts], ReduceAttrs((1,), keepdims=False),
+                                  [ctx.output_name(1)])[0]
+    return [y, mask_index, total]
+
+
+# Attention ------------------------------------------------------------------------------------
+
+def _columns(ctx: NodeContext, x: Value, start: int, end: int) -> Value:
+    axis = x.type.rank - 1
+    if (start, end) == (0, x.type.shape[axis]):
+        return x
+    return ctx.emit1("Slice", [x], SliceAttrs((axis,), (start,), (end,), (1,)))
+
+
+def _attention_mask(ctx: NodeContext, mask: Value, batch: int, seq: int, total: int, dtype: DType,
+                    filter_value: float) -> Value:
+    """mask_index as an additive mask [B, 1, S or 1, T] (0 where attended, mask_filter_value
+    where not), for each form ONNX Runtime's CPU kernel reads: 1-D end positions [B] (and start
+    positions [2B]), a raw 0/1 mask [B, T] or [B, S, T]."""
+    if mask.type.dtype is not DType.INT32:
+        raise ModelImportError(f"mask_index {mask.type} must be i32")
+    shape = mask.type.shape
+    zero, masked = _const(ctx, 0.0, dtype, "zero"), _const(ctx, filter_value, dtype, "mask_filter")
+    if shape in ((batch,), (2 * batch,)):
+        positions = _const(ctx, np.arange(total).reshape(1, total), DType.INT32, "positions")
+
+        def bound(start: int) -> Value:
+            part = ctx.emit1("Slice", [mask], SliceAttrs((0,), (start,), (start + batch,), (1,)))
+            return ctx.emit1("Reshape", [part], ReshapeAttrs((batch, 1)))
+
+        outside = ctx.emit1("GreaterOrEqual", [positions, bound(0)])  # right padding: j >= end
+        if shape == (2 * batch,):  # left padding too: j < start
+            outside = ctx.emit1("Or", [outside, ctx.emit1("Less", [positions, bound(batch)])])
+        additive = ctx.emit1("Where", [outside, masked, zero])
+        return ctx.emit1("Reshape", [additive], ReshapeAttrs((batch, 1, 1, total)))
+    if shape == (batch, total):
+        kept = ctx.emit1("Greater", [mask, _const(ctx, 0, DType.INT32, "zero_i")])
+        return ctx.emit1("Reshape", [ctx.emit1("Where", [kept, zero, masked])], ReshapeAttrs((batch, 1, 1, total)))
+    if shape == (batch, seq, total):
+        kept = ctx.emit1("Greater", [mask, _const(ctx, 0, DType.INT32, "zero_i")])
+        return ctx.emit1("Reshape", [ctx.emit1("Where", [kept, zero, masked])], ReshapeAttrs((batch, 1, seq, total)))
+    if len(shape) == 4:
+        raise UnsupportedError(f"mask_index {mask.type}: the 4-D (Megatron) mask form is not supported "
+                               "(ONNX Runtime's CPU kernel does not implement it either)")
+    if shape == (3 * batch + 2,):
+        raise UnsupportedError(f"mask_index {mask.type}: the (3 * batch + 2) index form is not supported "
+                               "(ONNX Runtime implements it on GPUs only)")
+    raise ModelImportError(f"mask_index {mask.type} fits none of the forms [{batch}], [{2 * batch}], "
+                           f"[{batch}, {total}] or [{batch}, {seq}, {total}] (batch {batch}, sequence {seq}, "
+                           f"total sequence {total})")
+
+
+@contrib("Attention", 7, 2, ("num_heads", "unidirectional", "qkv_hidden_sizes", "past_present_share_buffer",
+                             "do_rotary", "rotary_embedding_dim", "mask_filter_value", "scale"))
+def attention(ctx: NodeContext) -> list[Value | None]:
+    """Self-attention with packed Q/K/V projection weights: input @ weights + bias split into
+    Q, K, V, then Ember's Attention (3-D, num_heads heads) with mask_index turned into an
+    additive mask, attention_bias added to it, unidirectional as the causal mask, past [2, B, N,
+    P, H] split into past key and value and present stacked back."""
+    x, weights, bias = ctx.require(0, "input"), ctx.require(1, "weights"), ctx.input(2)
+    mask, past, attention_bias = ctx.input(3), ctx.input(4), ctx.input(5)
+    if ctx.input(6) is not None:
+        raise UnsupportedError("input 6 (past_sequence_length) is not supported: it belongs to "
+                               "past_present_share_buffer, which Ember does not support")
+    if ctx.attr_bool("past_present_share_buffer", False):
+        raise UnsupportedError("past_present_share_buffer=1 is not supported (past and present would share "
+                               "a buffer of the maximum sequence length)")
+    if ctx.attr_bool("do_rotary", False):
+        raise UnsupportedError("do_rotary=1 (rotary position embedding inside Attention) is not supported")
+    ctx.attr_int("rotary_embedding_dim", 0)  # read only with do_rotary
+    heads = ctx.attr_int("num_heads")
+    _require_float(ctx, x, "input")
+    if x.type.rank != 3 or weights.type.rank != 2 or weights.type.shape[0] != x.type.shape[2]:
+        raise ModelImportError(f"input {x.type} must be 3-D (batch, sequence, input_hidden) and weights "
+                               f"{weights.type} 2-D (input_hidden, q + k + v hidden)")
+    batch, seq, _ = x.type.shape
+    packed = weights.type.shape[1]
+    sizes = ctx.attr_ints("qkv_hidden_sizes", None)
+    if sizes is None:
+        if packed % 3:
+            raise ModelImportError(f"weights {weights.type}: without qkv_hidden_sizes the second dimension must be "
+                                   "divisible by 3")
+        sizes = (packed // 3,) * 3
+    if len(sizes) != 3 or sum(sizes) != packed or sizes[0] != sizes[1] or heads < 1 \
+            or any(s <= 0 or s % heads for s in sizes):
+        raise ModelImportError(f"qkv_hidden_sizes {list(sizes)} must be three positive multiples of num_heads "
+                               f"{heads} summing to {packed}, with Q and K equal")
+    if bias is not None and bias.type.shape != (packed,):
+        raise ModelImportError(f"bias {bias.type} must be 1-D of {packed}")
+    head, v_head = sizes[0] // heads, sizes[2] // heads
+
+    projections = []
+    start = 0
+    for size in sizes:
+        projection = ctx.emit1("MatMul", [x, _columns(ctx, weights, start, start + size)])
+        if bias is not None:
+            projection = ctx.emit1("Add", [projection, _columns(ctx, bias, start, start + size)])
+        projections.append(projection)
+        start += size
+    q, k, v = projections
+
+    past_key = past_value = None
+    past_len = 0
+    if past is not None:
+        if head != v_head:
+            raise ModelImportError("past needs Q, K and V of equal hidden sizes")
+        if past.type.rank != 5 or past.type.shape[:3] != (2, batch, heads) or past.type.shape[4] != head:
+            raise ModelImportError(f"past {past.type} must be [2, {batch}, {heads}, past_sequence, {head}]")
+        past_len = past.type.shape[3]
+        cache = past.type.shape[1:]
+        past_key = ctx.reshape(ctx.emit1("Slice", [past], SliceAttrs((0,), (0,), (1,), (1,))), cache)
+        past_value = ctx.reshape(ctx.emit1("Slice", [past], SliceAttrs((0,), (1,), (2,), (1,))), cache)
+    total = past_len + seq
+    dtype = x.type.dtype
+    additive = None
+    if mask is not None:
+        additive = _attention_mask(ctx, mask, batch, seq, total, dtype, ctx.attr_float("mask_filter_value", -10000.0))
+    if attention_bias is not None:
+        b_shape = attention_bias.type.shape
+        if attention_bias.type.rank != 4 or b_shape[0] not in (1, batch) or b_shape[1] not in (1, heads) \
+                or b_shape[2:] != (seq, total):
+            raise ModelImportError(f"attention_bias {attention_bias.type} must be [{batch} or 1, {heads} or 1, "
+                                   f"{seq}, {total}]")
+        additive = attention_bias if additive is None else ctx.emit1("Add", [additive, attention_bias])
+    scale = ctx.attr_float("scale", 0.0)
+    attrs = AttentionAttrs(is_causal=ctx.attr_bool("unidirectional", False) and seq > 1, q_num_heads=heads,
+                           kv_num_heads=heads, scale=scale if scale else None)
+    outputs = ctx.emit("Attention", [q, k, v, additive, past_key, past_value], attrs,
+                       [ctx.output_name(0) or f"{ctx.name}_y", f"{ctx.name}_present_key",
+                        f"{ctx.name}_present_value", f"{ctx.name}_qk"])
+    present = None
+    if ctx.output_used(1):
+        stacked = (1, batch, heads, total, head)
+        parts = [ctx.reshape(outputs[1], stacked), ctx.reshape(outputs[2], stacked)]
+        present = ctx.emit("Concat", parts, AxisAttrs(0), [ctx.output_name(1)])[0]
+    return [outputs[0], present]
+
+
+# quantized matrix products ------------------------------------------------------------------
+
+def _per_tensor(ctx: NodeContext, value: Value | None, what: str) -> None:
+    if value is not None and value.type.size != 1:
+        raise UnsupportedError(f"{what} {value.type}: only a per-tensor (one-element) {what} is supported "
+                               "(ONNX Runtime's CPU kernel takes no other)")
+
+
+def _per_column(ctx: NodeContext, value: Value | None, columns: int, what: str) -> None:
+    if value is not None and value.type.size != 1 and value.type.shape != (columns,):
+        raise ModelImportError(f"{what} {value.type} must be a scalar or 1-D of B's {columns} columns")
+
+
+def _scalar(ctx: NodeContext, value: Value) -> Value:
+    return ctx.reshape(value, ()) if value.type.rank else value
+
+
+def _integer_matmul_to_float(ctx: NodeContext, a: Value, b: Value, a_zero: Value | None, b_zero: Value | None,
+                             a_scale: Value, b_scale: Value, bias: Value | None) -> list[Value]:
+    """float(MatMulInteger(A, B)) * (a_scale * b_scale) + bias, in ONNX Runtime's order (the
+    scales multiplied first, in float32)."""
+    columns = b.type.shape[-1]
+    _per_column(ctx, b_scale, columns, "b_scale")
+    _per_column(ctx, b_zero, columns, "b_zero_point")
+    if bias is not None and bias.type.shape != (columns,):
+        raise ModelImportError(f"bias {bias.type} must be 1-D of B's {columns} columns")
+    b_scale = b_scale if b_scale.type.size != 1 else _scalar(ctx, b_scale)
+    b_zero = b_zero if b_zero is None or b_zero.type.size != 1 else _scalar(ctx, b_zero)
+    product = ctx.emit1("MatMulInteger", [a, b, a_zero, b_zero])
+    multiplier = ctx.emit1("Mul", [a_scale, b_scale])
+    scaled = ctx.emit1("Mul", [ctx.emit1("Cast", [product], CastAttrs(a_scale.type.dtype)), multiplier])
+    return [scaled] if bias is None else ctx.result("Add", [scaled, bias])
+
+
+@contrib("MatMulIntegerToFloat", 7, 1)
+def matmul_integer_to_float(ctx: NodeContext) -> list[Value]:
+    a, b = ctx.require(0, "A"), ctx.require(1, "B")
+    a_scale, b_scale = ctx.require(2, "a_scale"), ctx.require(3, "b_scale")
+    a_zero, b_zero, bias = ctx.input(4), ctx.input(5), ctx.input(6)
+    _per_tensor(ctx, a_scale, "a_scale")
+    _per_tensor(ctx, a_zero, "a_zero_point")
+    if a_scale.type.dtype is not DType.FLOAT32:
+        raise UnsupportedError(f"a_scale {a_scale.type}: only float32 outputs are supported")
+    a_zero = None if a_zero is None else _scalar(ctx, a_zero)
+    return _integer_matmul_to_float(ctx, a, b, a_zero, b_zero, _scalar(ctx, a_scale), b_scale, bias)
+
+
+@contrib("DynamicQuantizeMatMul", 5, 1)
+def dynamic_quantize_matmul(ctx: NodeContext) -> list[Value]:
+    """A quantized to uint8 at run time (DynamicQuantizeLinear: its range including 0 over
+    255 levels), then as MatMulIntegerToFloat."""
+    a, b, b_scale, b_zero, bias = ctx.require(0, "A"), ctx.require(1, "B"), ctx.require(2, "b_scale"), \
+        ctx.input(3), ctx.input(4)
+    if a.type.dtype is not DType.FLOAT32:
+        raise ModelImportError(f"A {a.type} must be float32")
+    a_q, a_scale, a_zero = ctx.emit("DynamicQuantizeLinear", [a])
+    return _integer_matmul_to_float(ctx, a_q, b, a_zero, b_zero, a_scale, b_scale, bias)
+
+
+# quantized elementwise ops --------------------------------------------------------------------
+
+_RANGES = {DType.UINT8: (0, 255), DType.INT8: (-128, 127)}
+
+
+def _quantized(ctx: NodeContext, x: Value, what: str, dtype: DType | None = None) -> DType:
+    if x.type.dtype not in _RANGES:
+        raise ModelImportError(f"{what} {x.type} must be u8 or i8")
+    if dtype is not None and x.type.dtype is not dtype:
+        raise ModelImportError(f"{what} {x.type} must have the element type {dtype} of the other operands")
+    return x.type.dtype
+
+
+def _scale(ctx: NodeContext, value: Value, what: str) -> Value:
+    if value.type.dtype is not DType.FLOAT32 or value.type.size != 1:
+        raise UnsupportedError(f"{what} {value.type}: only a per-tensor float32 scale (one element) is supported")
+    return _scalar(ctx, value)
+
+
+def _zero_point(ctx: NodeContext, value: Value | None, dtype: DType, what: str, to: DType) -> Value:
+    """A per-tensor zero point as a scalar of type `to` (0 when absent)."""
+    if value is None:
+        return _const(ctx, 0, to, f"{what}_default")
+    _quantized(ctx, value, what, dtype)
+    if value.type.size != 1:
+        raise UnsupportedError(f"{what} {value.type}: only a per-tensor zero point (one element) is supported")
+    return _cast(ctx, _scalar(ctx, value), to)
+
+
+def _requantize_result(ctx: NodeContext, y: Value, dtype: DType) -> list[Value]:
+    """round half to even, saturate to `dtype`'s range, convert: the end of every MLAS kernel."""
+    lo, hi = _RANGES[dtype]
+    clipped = ctx.emit1("Clip", [ctx.emit1("Round", [y])], ClipAttrs(float(lo), float(hi)))
+    return ctx.result("Cast", [clipped], CastAttrs(dtype))
+
+
+def _qlinear_binary(ctx: NodeContext, op: str) -> list[Value]:
+    a, a_scale, a_zero = ctx.require(0, "A"), ctx.require(1, "A_scale"), ctx.input(2)
+    b, b_scale, b_zero = ctx.require(3, "B"), ctx.require(4, "B_scale"), ctx.input(5)
+    c_scale, c_zero = ctx.require(6, "C_scale"), ctx.input(7)
+    dtype = _quantized(ctx, a, "A")
+    _quantized(ctx, b, "B", dtype)
+    sa, sb, sc = _scale(ctx, a_scale, "A_scale"), _scale(ctx, b_scale, "B_scale"), _scale(ctx, c_scale, "C_scale")
+    f32, i32 = DType.FLOAT32, DType.INT32
+    zc = _zero_point(ctx, c_zero, dtype, "C_zero_point", f32)
+    if op == "Add":
+        # MLAS: A * (sA / sC) + (B * (sB / sC) + (zC - (sA / sC * zA + sB / sC * zB))), rounded.
+        za = _zero_point(ctx, a_zero, dtype, "A_zero_point", f32)
+        zb = _zero_point(ctx, b_zero, dtype, "B_zero_point", f32)
+        ratio_a, ratio_b = ctx.emit1("Div", [sa, sc]), ctx.emit1("Div", [sb, sc])
+        shift = ctx.emit1("Add", [ctx.emit1("Mul", [ratio_a, za]), ctx.emit1("Mul", [ratio_b, zb])])
+        fixed = ctx.emit1("Sub", [zc, shift])
+        b_part = ctx.emit1("Add", [ctx.emit1("Mul", [_cast(ctx, b, f32), ratio_b]), fixed])
+        y = ctx.emit1("Add", [ctx.emit1("Mul", [_cast(ctx, a, f32), ratio_a]), b_part])
+    else:
+        # MLAS: float((A - zA) * (B - zB)) * (sA * sB / sC) + zC, rounded; the product is exact.
+        za = _zero_point(ctx, a_zero, dtype, "A_zero_point", i32)
+        zb = _zero_point(ctx, b_zero, dtype, "B_zero_point", i32)
+        centered_a = ctx.emit1("Sub", [_cast(ctx, a, i32), za])
+        product = ctx.emit1("Mul", [centered_a, ctx.emit1("Sub", [_cast(ctx, b, i32), zb])])
+        ratio = ctx.emit1("Div", [ctx.emit1("Mul", [sa, sb]), sc])
+        y = ctx.emit1("Add", [ctx.emit1("Mul", [_cast(ctx, product, f32), ratio]), zc])
+    return _requantize_result(ctx, y, dtype)
+
+
+@contrib("QLinearAdd", 8, 1)
+def qlinear_add(ctx: NodeContext) -> list[Value]:
+    return _qlinear_binary(ctx, "Add")
+
+
+@contrib("QLinearMul", 8, 1)
+def qlinear_mul(ctx: NodeContext) -> list[Value]:
+    return _qlinear_binary(ctx, "Mul")
+
+
+def _scalar_value(value: Value | None, default: float) -> float | None:
+    """The one number a constant holds (`default` when absent), None when computed at run time."""
+    if value is None:
+        return default
+    if isinstance(value, Constant) and value.data.size == 1:
+        return value.data.reshape(()).item()
+    return None
+
+
+FloatFn = Callable[[np.ndarray], np.ndarray]
+
+
+def _lookup(ctx: NodeContext, x: Value, x_scale: Value, x_zero: Value | None, y_scale: Value,
+            y_zero: Value | None, fn: FloatFn, emit_fn: Callable[[Value], Value], dtype: DType,
+            final: bool = True) -> Value:
+    """y = quantize(fn(dequantize(x))), as ONNX Runtime's lookup-table kernels compute it: with
+    constant scales and zero points, a 256-entry table built here in float32 (dequantize as
+    scale * (x - zero), fn, divide by the output scale, round half to even, saturate) and a
+    Gather; otherwise DequantizeLinear, the op, QuantizeLinear."""
+    x_dtype = _quantized(ctx, x, "X")
+    if y_zero is not None:
+        _quantized(ctx, y_zero, "Y_zero_point", dtype)
+    if x_zero is not None:
+        _quantized(ctx, x_zero, "X_zero_point", x_dtype)
+    _scale(ctx, x_scale, "X_scale")
+    _scale(ctx, y_scale, "Y_scale")
+    xs, xz = _scalar_value(x_scale, 1.0), _scalar_value(x_zero, 0)
+    ys, yz = _scalar_value(y_scale, 1.0), _scalar_value(y_zero, 0)
+    names = [ctx.output_name(0)] if final else None
+    if xs is not None and xz is not None and ys is not None and yz is not None:
+        lo, hi = _RANGES[x_dtype]
+        codes = np.arange(lo, hi + 1, dtype=np.int64)
+        with np.errstate(all="ignore"):
+            dequantized = np.float32(xs) * (codes - int(xz)).astype(np.float32)
+            out = fn(dequantized).astype(np.float32)
+            q = np.rint(out / np.float32(ys)).astype(np.float64) + float(yz)
+        y_lo, y_hi = _RANGES[dtype]
+        table = ctx.add_constant(np.clip(np.nan_to_num(q, nan=0.0), y_lo, y_hi).astype(dtype.numpy),
+                                 f"{ctx.name}_table")
+        index = _cast(ctx, x, DType.INT32)
+        if lo:
+            index = ctx.emit1("Sub", [index, _const(ctx, lo, DType.INT32, "table_start")])
+        return ctx.emit("Gather", [table, index], AxisAttrs(0), names)[0]
+    dequantized_v = ctx.emit1("DequantizeLinear", [x, _scalar(ctx, x_scale), None if x_zero is None else
+                                                   _scalar(ctx, x_zero)], QuantizeAttrs(DType.FLOAT32, 1, 0))
+    zero = _scalar(ctx, y_zero) if y_zero is not None else _const(ctx, 0, dtype, "Y_zero_point_default")
+    return ctx.emit("QuantizeLinear", [emit_fn(dequantized_v), _scalar(ctx, y_scale), zero],
+                    QuantizeAttrs(dtype, 1, 0, True), names)[0]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(np.float32)
+
+
+@contrib("QLinearSigmoid", 5, 1)
+def qlinear_sigmoid(ctx: NodeContext) -> Value:
+    x = ctx.require(0, "X")
+    return _lookup(ctx, x, ctx.require(1, "X_scale"), ctx.input(2), ctx.require(3, "Y_scale"), ctx.input(4),
+                   _sigmoid, lambda v: ctx.emit1("Sigmoid", [v]), x.type.dtype)
+
+
+@contrib("QLinearLeakyRelu", 5, 1, ("alpha",))
+def qlinear_leaky_relu(ctx: NodeContext) -> Value:
+    x = ctx.require(0, "X")
+    alpha = ctx.attr_float("alpha", 0.01)
+    a32 = np.float32(alpha)
+
+    def leaky(v: np.ndarray) -> np.ndarray:
+        return np.where(v >= 0, v, v * a32).astype(np.float32)
+
+    return _lookup(ctx, x, ctx.require(1, "X_scale"), ctx.input(2), ctx.require(3, "Y_scale"), ctx.input(4),
+                   leaky, lambda v: ctx.emit1("LeakyRelu", [v], AlphaAttrs(alpha)), x.type.dtype)
+
+
+@contrib("QLinearGlobalAveragePool", 5, 1, ("channels_last",))
+def qlinear_global_average_pool(ctx: NodeContext) -> list[Value]:
+    """MLAS: sum over the image in int32, minus x_zero_point * image size, times
+    x_scale / (y_scale * image size) in float32, rounded half to even, plus y_zero_point,
+    saturated. NCHW, or NHWC with channels_last=1; spatial dims become 1."""
+    x, x_scale, x_zero = ctx.require(0, "X"), ctx.require(1, "x_scale"), ctx.require(2, "x_zero_point")
+    y_scale, y_zero = ctx.require(3, "y_scale"), ctx.require(4, "y_zero_point")
+    dtype = _quantized(ctx, x, "X")
+    if x.type.rank < 3:
+        raise ModelImportError(f"X {x.type} must have rank >= 3 (batch, channels and at least one spatial dim)")
+    rank = x.type.rank
+    axes = tuple(range(1, rank - 1)) if ctx.attr_bool("channels_last", False) else tuple(range(2, rank))
+    image = math.prod(x.type.shape[a] for a in axes)
+    f32, i32 = DType.FLOAT32, DType.INT32
+    sx, sy = _scale(ctx, x_scale, "x_scale"), _scale(ctx, y_scale, "y_scale")
+    zx = _zero_point(ctx, x_zero, dtype, "x_zero_point", i32)
+    zy = _zero_point(ctx, y_zero, dtype, "y_zero_point", f32)
+    total = ctx.emit1("ReduceSum", [_cast(ctx, x, i32)], ReduceAttrs(axes, keepdims=True))
+    biased = ctx.emit1("Sub", [total, ctx.emit1("Mul", [zx, _const(ctx, image, i32, "image_size")])])
+    scale = ctx.emit1("Div", [sx, ctx.emit1("Mul", [sy, _const(ctx, float(image), f32, "image_size_f")])])
+    y = ctx.emit1("Add", [ctx.emit1("Round", [ctx.emit1("Mul", [_cast(ctx, biased, f32), scale])]), zy])
+    lo, hi = _RANGES[dtype]
+    clipped = ctx.emit1("Clip", [y], ClipAttrs(float(lo), float(hi)))
+    return ctx.result("Cast", [clipped], CastAttrs(dtype))
+
+
+@contrib("QLinearConcat", 2 + 3 * 64, 1, ("axis",))
+def qlinear_concat(ctx: NodeContext) -> list[Value]:
+    """Each (X, X_scale, X_zero_point) requantized to (Y_scale, Y_zero_point) (left as is where
+    its parameters are Y's), then concatenated."""
+    y_scale, y_zero = ctx.require(0, "Y_scale"), ctx.require(1, "Y_zero_point")
+    rest = ctx.num_inputs - 2
+    if rest < 3 or rest % 3:
+        raise ModelImportError(f"{ctx.num_inputs} inputs given: QLinearConcat takes Y_scale, Y_zero_point and then "
+                               "(X, X_scale, X_zero_point) triples")
+    dtype = _quantized(ctx, y_zero, "Y_zero_point")
+    target = (_scalar_value(y_scale, 1.0), _scalar_value(y_zero, 0))
+    parts = []
+    for i in range(2, ctx.num_inputs, 3):
+        x, x_scale, x_zero = ctx.require(i, "X"), ctx.require(i + 1, "X_scale"), ctx.require(i + 2, "X_zero_point")
+        _quantized(ctx, x, f"input {i}", dtype)
+        same = target[0] is not None and target[1] is not None and \
+            (_scalar_value(x_scale, 1.0), _scalar_value(x_zero, 0)) == target
+        if same or (x_scale is y_scale and x_zero is y_zero):
+            parts.append(x)
+        else:
+            parts.append(_lookup(ctx, x, x_scale, x_zero, y_scale, y_zero, lambda v: v, lambda v: v, dtype,
+                                 final=False))
+    rank = parts[0].type.rank
+    return ctx.result("Concat", parts, AxisAttrs(normalize_axis(ctx.attr_int("axis"), rank)))
