@@ -1,7 +1,8 @@
 """Ember cpu vs ONNX Runtime on BERT models that carry ONNX Runtime's com.microsoft contrib ops,
 made as users make them: the shared bert_synthetic (4 layers, hidden 256, 4 heads, sequence
 128) through onnxruntime.transformers' optimizer (SkipLayerNormalization, BiasGelu) and through
-ONNX Runtime's own graph optimizer (Gelu, SkipLayerNormalization, FusedMatMul), and a BERT of
+ONNX Runtime's own graph optimizer (Gelu, SkipLayerNormalization, FusedMatMul), quantized by
+quantize_dynamic and fused by ONNX Runtime (MatMulIntegerToFloat, DynamicQuantizeMatMul), and a BERT of
 the same size in the export form the transformer optimizer fuses completely (plus
 EmbedLayerNormalization and Attention), with the unoptimized models for reference.
 
@@ -34,8 +35,8 @@ from tests.contrib_models import (  # noqa: E402
 )
 
 SHARED = REPO.parent / "shared" / "models"
-MODELS = ("bert_synthetic", "bert_synthetic+transformers", "bert_synthetic+ort", "classic_bert",
-          "classic_bert+transformers")
+MODELS = ("bert_synthetic", "bert_synthetic+transformers", "bert_synthetic+ort", "bert_synthetic+quantized",
+          "classic_bert", "classic_bert+transformers")
 
 
 def cpu_name() -> str:
@@ -70,6 +71,12 @@ def build(name: str, folder: Path) -> Path:
         transformer_optimized(source, path, num_heads=4, hidden_size=256)
     elif name.endswith("+ort"):
         runtime_optimized(source, path)
+    elif name.endswith("+quantized"):  # quantize_dynamic, then ONNX Runtime's fusions (MatMulIntegerToFloat...)
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantized = folder / f"{base}_q.onnx"
+        quantize_dynamic(source, quantized, weight_type=QuantType.QInt8)
+        runtime_optimized(quantized, path)
     else:
         path.write_bytes(source.read_bytes())
     np.savez(path.with_suffix(".ref.npz"), **feeds)

@@ -362,6 +362,72 @@ def test_dynamic_quantize_matmul(b_type, per_column, zero_point, bias):
     check(m)
 
 
+def _lstm_model(m: Model, seq: int, batch: int, features: int, hidden: int, direction: str, weight_type,
+                per_channel: bool, extras: bool, **attrs) -> None:
+    """A DynamicQuantizeLSTM with weights quantized here (u8 with a zero point, or symmetric i8);
+    `extras`: bias, initial states, peepholes, full-length sequence_lens."""
+    dirs = 2 if direction == "bidirectional" else 1
+    columns = 4 * hidden
+    inputs = [m.feed("x", m.randn(seq, batch, features))]
+    params = []
+    for name, rows in (("W", features), ("R", hidden)):
+        real = m.randn(dirs, rows, columns, scale=0.4)
+        span = np.abs(real).max(axis=1) if per_channel else np.abs(real).reshape(dirs, -1).max(axis=1)
+        scale = (span / 127).astype(np.float32)
+        zero = np.full(scale.shape, 128 if weight_type == np.uint8 else 0, weight_type)
+        full_scale = scale[:, None, :] if per_channel else scale[:, None, None]
+        q = np.clip(np.rint(real / full_scale) + zero.astype(np.float32).reshape(full_scale.shape),
+                    np.iinfo(weight_type).min, np.iinfo(weight_type).max).astype(weight_type)
+        inputs.append(m.const(name, q))
+        params += [m.const(f"{name}_scale", scale), m.const(f"{name}_zero_point", zero)]
+    if extras:
+        inputs += [m.const("B", m.randn(dirs, 2 * columns, scale=0.2)),
+                   m.const("sequence_lens", np.full(batch, seq, np.int32)),
+                   m.feed("initial_h", m.randn(dirs, batch, hidden, scale=0.5)),
+                   m.feed("initial_c", m.randn(dirs, batch, hidden, scale=0.5)),
+                   m.const("P", m.randn(dirs, 3 * hidden, scale=0.3))]
+    else:
+        inputs += [""] * 5
+    m.node("DynamicQuantizeLSTM", inputs + params, ["y", "y_h", "y_c"], hidden_size=hidden, direction=direction,
+           **attrs)
+    m.output("y", "y_h", "y_c")
+
+
+@pytest.mark.parametrize("direction, weight_type, per_channel, extras, attrs", [
+    ("forward", np.int8, False, False, {}),
+    ("bidirectional", np.int8, True, True, {}),
+    ("reverse", np.uint8, False, True, {"clip": 0.8}),
+    ("forward", np.uint8, True, True, {"input_forget": 1}),
+])
+def test_dynamic_quantize_lstm(direction, weight_type, per_channel, extras, attrs):
+    """Unrolled: X quantized once, the hidden state at every step, as ONNX Runtime does on one
+    thread (it quantizes per block of batch rows when it splits the batch across threads)."""
+    m = Model(22)
+    _lstm_model(m, 5, 3, 10, 8, direction, weight_type, per_channel, extras, **attrs)
+    check(m, tol=1e-5)
+
+
+def test_dynamic_quantize_lstm_from_quantizer(tmp_path):
+    """quantize_dynamic turns an LSTM into DynamicQuantizeLSTM (weights transposed to
+    [dirs, input, 4 * hidden], i8, per channel here)."""
+    quantization = pytest.importorskip("onnxruntime.quantization")
+    import onnx
+    from onnx import numpy_helper
+
+    m = Model(23)
+    x = m.feed("x", m.randn(7, 2, 12))
+    weights = [numpy_helper.from_array(m.randn(2, 4 * 16, rows, scale=0.3), name) for name, rows in (("W", 12),
+                                                                                                    ("R", 16))]
+    m.inits += weights + [numpy_helper.from_array(m.randn(2, 8 * 16, scale=0.1), "B")]
+    m.node("LSTM", [x, "W", "R", "B"], ["y", "y_h", "y_c"], domain="", hidden_size=16, direction="bidirectional")
+    m.output("y", "y_h", "y_c")
+    source, quantized = tmp_path / "lstm.onnx", tmp_path / "lstm_q.onnx"
+    onnx.save(m.proto(), source)
+    quantization.quantize_dynamic(source, quantized, weight_type=quantization.QuantType.QInt8, per_channel=True)
+    assert op_counts(quantized)[(MS, "DynamicQuantizeLSTM")] == 1
+    _compare_model(quantized, m.feeds, 1e-5)
+
+
 # quantized elementwise ops ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
@@ -461,6 +527,10 @@ def test_refusals_name_node_op_and_form():
     m.node("MatMulIntegerToFloat", inputs, ["y"])
     m.output("y")
     _refused(m, UnsupportedOpError, r"a_scale f32\[4\]: only a per-tensor")
+
+    m = Model(48)
+    _lstm_model(m, 3, 2, 4, 4, "forward", np.int8, False, False, activations=["Sigmoid", "Relu", "Tanh"])
+    _refused(m, UnsupportedOpError, r"\(DynamicQuantizeLSTM\): activations \['Sigmoid', 'Relu', 'Tanh'\]")
 
     m = Model(46)
     m.node("NotAnOp", [m.feed("x", m.randn(3))], ["y"])

@@ -1,7 +1,7 @@
 """Converters for the com.microsoft contrib operators that ONNX Runtime's transformer optimizer
 and quantization tools write into models: Gelu, BiasGelu, FastGelu, QuickGelu, FusedMatMul,
 SkipLayerNormalization, SkipSimplifiedLayerNormalization, EmbedLayerNormalization, Attention,
-MatMulIntegerToFloat, DynamicQuantizeMatMul, QLinearAdd, QLinearMul,
+MatMulIntegerToFloat, DynamicQuantizeMatMul, DynamicQuantizeLSTM, QLinearAdd, QLinearMul,
 QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool and QLinearConcat.
 
 Each is expressed through Ember's own ops at import (so the cpu backend's kernels run them and
@@ -224,8 +224,9 @@ def skip_simplified_layer_norm(ctx: NodeContext) -> list[Value | None]:
 def embed_layer_norm(ctx: NodeContext) -> list[Value | None]:
     """LayerNormalization(word[input_ids] + position[position_ids or 0..S-1] (+ segment[segment_ids]));
     mask_index[b] counts the ones in mask row b (zeros without a mask); embedding_sum is the
-    sum before normalizing. Out-of-range ids fail at run time (Gather's check), as ONNX
-    Runtime refuses them."""
+    sum before normalizing. Ids past the end of a table fail at run time (Gather's check), as
+    ONNX Runtime refuses them; negative ids count from the end (Gather's semantics) where ONNX
+    Runtime refuses them too."""
     ids, segment_ids = ctx.require(0, "input_ids"), ctx.input(1)
     word, position, segment = ctx.require(2, "word_embedding"), ctx.require(3, "position_embedding"), ctx.input(4)
     gamma, beta, mask, position_ids = ctx.require(5, "gamma"), ctx.require(6, "beta"), ctx.input(7), ctx.input(8)
@@ -641,7 +642,7 @@ def qlinear_global_average_pool(ctx: NodeContext) -> list[Value]:
     return ctx.result("Cast", [clipped], CastAttrs(dtype))
 
 
-@contrib("QLinearConcat", 2 + 3 * 64, 1, ("axis",))
+@contrib("QLinearConcat", 1 << 20, 1, ("axis",))  # variadic
 def qlinear_concat(ctx: NodeContext) -> list[Value]:
     """Each (X, X_scale, X_zero_point) requantized to (Y_scale, Y_zero_point) (left as is where
     its parameters are Y's), then concatenated."""
@@ -665,3 +666,154 @@ def qlinear_concat(ctx: NodeContext) -> list[Value]:
                                  final=False))
     rank = parts[0].type.rank
     return ctx.result("Concat", parts, AxisAttrs(normalize_axis(ctx.attr_int("axis"), rank)))
+
+
+# DynamicQuantizeLSTM --------------------------------------------------------------------------
+
+_LSTM_DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
+
+
+def _take(ctx: NodeContext, x: Value, axis: int, start: int, end: int, shape: Sequence[int] | None = None) -> Value:
+    part = ctx.emit1("Slice", [x], SliceAttrs((axis,), (start,), (end,), (1,)))
+    return part if shape is None else ctx.reshape(part, shape)
+
+
+def _direction_zero_point(ctx: NodeContext, i: int, what: str, direction: int, dtype: DType) -> Value:
+    """Direction `direction`'s weight zero point as a scalar. ONNX Runtime reads one zero point
+    per direction (the first), and refuses per-channel ones that are not all equal (zero for i8)."""
+    data = ctx.constant(i, what)
+    if data.dtype != dtype.numpy:
+        raise ModelImportError(f"{what} {data.dtype} must have the weights' type {dtype}")
+    row = data.reshape(data.shape[0], -1)[direction] if data.ndim else data.reshape(1)
+    if np.any(row != row[0]) or (dtype is DType.INT8 and data.ndim == 2 and np.any(row != 0)):
+        raise UnsupportedError(f"{what} {row.tolist()} of direction {direction}: per-channel zero points must all "
+                               "be equal (zero for i8 weights), as ONNX Runtime requires")
+    return ctx.add_constant(np.asarray(row[0], dtype.numpy), f"{ctx.name}_{what}_{direction}")
+
+
+def _direction_scale(ctx: NodeContext, scale: Value, direction: int, dirs: int, columns: int, what: str) -> Value:
+    """Direction `direction`'s scale: a scalar, or [4 * hidden] per output column."""
+    if scale.type.dtype is not DType.FLOAT32:
+        raise ModelImportError(f"{what} {scale.type} must be float32")
+    if scale.type.shape == (dirs,):
+        return _take(ctx, scale, 0, direction, direction + 1, ())
+    if scale.type.shape == (dirs, columns):
+        return _take(ctx, scale, 0, direction, direction + 1, (columns,))
+    raise ModelImportError(f"{what} {scale.type} must be [{dirs}] or [{dirs}, {columns}]")
+
+
+def _quantized_product(ctx: NodeContext, x: Value, weights: Value, zero: Value, scale: Value) -> Value:
+    """x quantized at run time (DynamicQuantizeLinear over the whole tensor) times the
+    quantized weights, back in float: float(acc) * (x_scale * w_scale), as ONNX Runtime's
+    quantized RNN GEMM computes it."""
+    x_q, x_scale, x_zero = ctx.emit("DynamicQuantizeLinear", [x])
+    product = ctx.emit1("MatMulInteger", [x_q, weights, x_zero, zero])
+    return ctx.emit1("Mul", [ctx.emit1("Cast", [product], CastAttrs(DType.FLOAT32)),
+                             ctx.emit1("Mul", [x_scale, scale])])
+
+
+@contrib("DynamicQuantizeLSTM", 12, 3, ("activations", "activation_alpha", "activation_beta", "clip", "direction",
+                                        "hidden_size", "input_forget"))
+def dynamic_quantize_lstm(ctx: NodeContext) -> list[Value | None]:
+    """An LSTM with quantized weights W [dirs, input, 4H] and R [dirs, hidden, 4H] (gates i, o,
+    f, c), unrolled over the sequence as ONNX Runtime computes it: X quantized once over all
+    steps, the hidden state quantized again at every step (one scale for the whole batch, as
+    ONNX Runtime does on one thread; with several it quantizes per block of batch rows), gate
+    pre-activations X W + H R (+ peephole) + (Wb + Rb), clipped, then the default activations."""
+    x, w, r = ctx.require(0, "X"), ctx.require(1, "W"), ctx.require(2, "R")
+    bias, lengths, h0, c0, peephole = (ctx.input(i) for i in range(3, 8))
+    w_scale, r_scale = ctx.require(8, "W_scale"), ctx.require(10, "R_scale")
+    direction = ctx.attr_str("direction", "forward")
+    if direction not in _LSTM_DIRECTIONS:
+        raise ModelImportError(f"direction '{direction}' is not forward, reverse or bidirectional")
+    dirs = _LSTM_DIRECTIONS[direction]
+    if x.type.dtype is not DType.FLOAT32 or x.type.rank != 3:
+        raise ModelImportError(f"X {x.type} must be float32 [sequence, batch, input]")
+    seq, batch, features = x.type.shape
+    hidden = ctx.attr_int("hidden_size", r.type.shape[1] if r.type.rank == 3 else 0)
+    gates = 4 * hidden
+    for weights, rows, what in ((w, features, "W"), (r, hidden, "R")):
+        if weights.type.dtype not in _RANGES or weights.type.shape != (dirs, rows, gates):
+            raise ModelImportError(f"{what} {weights.type} must be u8 or i8 [{dirs}, {rows}, {gates}]")
+    activations = ctx.attr_strs("activations", None)
+    default = ("sigmoid", "tanh", "tanh") * dirs
+    if activations is not None and tuple(a.lower() for a in activations) != default:
+        raise UnsupportedError(f"activations {list(activations)} are not supported; only the default Sigmoid, "
+                               "Tanh, Tanh")
+    clip = ctx.attr_float("clip", None)
+    input_forget = ctx.attr_bool("input_forget", False)
+    if lengths is not None:
+        data = ctx.constant(4, "sequence_lens")
+        if not np.all(data == seq):
+            raise UnsupportedError(f"sequence_lens {data.tolist()} differ from the sequence length {seq}: only "
+                                   "full-length sequences are supported")
+    for value, shape, what in ((bias, (dirs, 2 * gates), "B"), (h0, (dirs, batch, hidden), "initial_h"),
+                               (c0, (dirs, batch, hidden), "initial_c"), (peephole, (dirs, 3 * hidden), "P")):
+        if value is not None and value.type.shape != shape:
+            raise ModelImportError(f"{what} {value.type} must be {list(shape)}")
+    f32 = DType.FLOAT32
+    zero_state = ctx.add_constant(np.zeros((batch, hidden), np.float32), f"{ctx.name}_zero_state")
+    one = _const(ctx, 1.0, f32, "one")
+
+    def gate(pre: Value, bias_part: Value | None, fn: str) -> Value:
+        if bias_part is not None:
+            pre = ctx.emit1("Add", [pre, bias_part])
+        if clip is not None:
+            pre = ctx.emit1("Clip", [pre], ClipAttrs(-clip, clip))
+        return ctx.emit1(fn, [pre])
+
+    ys, final_h, final_c = [], [], []
+    for d in range(dirs):
+        reverse = direction == "reverse" or d == 1
+        xs = x if not reverse else ctx.emit1("Gather", [x, _const(ctx, np.arange(seq - 1, -1, -1), DType.INT64,
+                                                                  "reversed")], AxisAttrs(0))
+        w_d = _take(ctx, w, 0, d, d + 1, (features, gates))
+        r_d = _take(ctx, r, 0, d, d + 1, (hidden, gates))
+        w_zero = _direction_zero_point(ctx, 9, "W_zero_point", d, w.type.dtype)
+        r_zero = _direction_zero_point(ctx, 11, "R_zero_point", d, r.type.dtype)
+        projected = _quantized_product(ctx, xs, w_d, w_zero, _direction_scale(ctx, w_scale, d, dirs, gates, "W_scale"))
+        r_scale_d = _direction_scale(ctx, r_scale, d, dirs, gates, "R_scale")
+        biases: list[Value | None] = [None] * 4
+        if bias is not None:  # Wb + Rb, summed once (as ONNX Runtime does)
+            b_d = _take(ctx, bias, 0, d, d + 1, (2 * gates,))
+            fused = ctx.emit1("Add", [_take(ctx, b_d, 0, 0, gates), _take(ctx, b_d, 0, gates, 2 * gates)])
+            biases = [_take(ctx, fused, 0, k * hidden, (k + 1) * hidden) for k in range(4)]
+        peep: list[Value | None] = [None] * 3
+        if peephole is not None:  # i, o, f
+            p_d = _take(ctx, peephole, 0, d, d + 1, (3 * hidden,))
+            peep = [_take(ctx, p_d, 0, k * hidden, (k + 1) * hidden) for k in range(3)]
+        h = zero_state if h0 is None else _take(ctx, h0, 0, d, d + 1, (batch, hidden))
+        c = zero_state if c0 is None else _take(ctx, c0, 0, d, d + 1, (batch, hidden))
+        outputs = []
+        for t in range(seq):
+            step = ctx.emit1("Add", [_take(ctx, projected, 0, t, t + 1, (batch, gates)),
+                                     _quantized_product(ctx, h, r_d, r_zero, r_scale_d)])
+            pre_i, pre_o, pre_f, pre_c = (_take(ctx, step, 1, k * hidden, (k + 1) * hidden) for k in range(4))
+            if peep[0] is not None:
+                pre_i = ctx.emit1("Add", [pre_i, ctx.emit1("Mul", [c, peep[0]])])
+            i_gate = gate(pre_i, biases[0], "Sigmoid")
+            if input_forget:
+                f_gate = ctx.emit1("Sub", [one, i_gate])
+            else:
+                if peep[2] is not None:
+                    pre_f = ctx.emit1("Add", [pre_f, ctx.emit1("Mul", [c, peep[2]])])
+                f_gate = gate(pre_f, biases[2], "Sigmoid")
+            candidate = gate(pre_c, biases[3], "Tanh")
+            c = ctx.emit1("Add", [ctx.emit1("Mul", [c, f_gate]), ctx.emit1("Mul", [i_gate, candidate])])
+            if peep[1] is not None:
+                pre_o = ctx.emit1("Add", [pre_o, ctx.emit1("Mul", [c, peep[1]])])
+            o_gate = gate(pre_o, biases[1], "Sigmoid")
+            h = ctx.emit1("Mul", [ctx.emit1("Tanh", [c]), o_gate])
+            outputs.append(ctx.reshape(h, (1, 1, batch, hidden)))
+        if reverse:
+            outputs.reverse()
+        ys.append(outputs[0] if seq == 1 else ctx.emit1("Concat", outputs, AxisAttrs(0)))
+        final_h.append(ctx.reshape(h, (1, batch, hidden)))
+        final_c.append(ctx.reshape(c, (1, batch, hidden)))
+
+    def stacked(parts: list[Value], axis: int, i: int) -> Value | None:
+        if not ctx.output_name(i):
+            return None
+        return parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, AxisAttrs(axis), [ctx.output_name(i)])[0]
+
+    return [stacked(ys, 1, 0), stacked(final_h, 0, 1), stacked(final_c, 0, 2)]
