@@ -1,8 +1,9 @@
-"""float16 and bfloat16 on the cpu backend: stored as bits, converted exactly one way and with
-round-to-nearest-even the other (runtime/ember_math.h), computed in float32 between Casts
-(the graph pass compute-halves-in-float32). The conversions are checked bit for bit against
-NumPy and ml_dtypes over every 16-bit pattern and millions of float32 and float64 values;
-models on 16-bit floats against the interpreter."""
+"""float16 and bfloat16, and the narrow types (float8, float4, int4, int2), on the cpu backend:
+stored as bits, converted exactly one way and with round-to-nearest-even the other
+(runtime/ember_math.h), computed in float32 between Casts (the graph pass
+compute-halves-in-float32). The conversions are checked bit for bit against NumPy and
+ml_dtypes over every 16-bit pattern, every narrow value and millions of float32 and float64
+values; models on 16-bit floats against the interpreter."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -11,12 +12,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
+from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-ONNX_TYPES = {np.dtype(np.float16): TensorProto.FLOAT16, BF16: TensorProto.BFLOAT16,
-              np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
-              np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64,
-              np.dtype(np.uint8): TensorProto.UINT8}
+ONNX_TYPES = {dtype.numpy: code for code, dtype in ONNX_TO_DTYPE.items()}
 
 
 def _cast_model(source: np.dtype, target: np.dtype, count: int):
@@ -147,3 +146,66 @@ def test_ops_that_fix_a_16_bit_result_type_are_not_widened():
     assert as_float32(view) is view
     add = OpView("Add", NoAttrs(), (f16,), (f16, f16), (False, False), "add")
     assert as_float32(add).results == (f32,) and as_float32(add).operands == (f32, f32)
+
+
+# The narrow types: one element per byte; C converts them (runtime/ember_math.h) like ml_dtypes.
+NARROW_FLOATS = [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+                 ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn]
+NARROW_INTS = {ml_dtypes.int4: 4, ml_dtypes.uint4: 4, ml_dtypes.int2: 2, ml_dtypes.uint2: 2}
+
+
+def _codes(narrow) -> np.ndarray:
+    """Every value of a narrow type, as ml_dtypes stores it (float4 and the integers keep their
+    bits in the low part of the byte)."""
+    bits = NARROW_INTS.get(narrow, 4 if narrow is ml_dtypes.float4_e2m1fn else 8)
+    return np.arange(1 << bits, dtype=np.uint8).view(narrow)
+
+
+@pytest.mark.parametrize("narrow", NARROW_FLOATS + list(NARROW_INTS), ids=lambda t: np.dtype(t).name)
+def test_every_narrow_value_widens_exactly(narrow):
+    x = _codes(narrow)
+    for target in (np.float32, np.float64, np.float16):
+        with np.errstate(invalid="ignore"):
+            _assert_same_bits(_cast_on_cpu(x, target), x.astype(target))
+    if narrow in NARROW_INTS:
+        np.testing.assert_array_equal(_cast_on_cpu(x, np.int32), x.astype(np.int32))
+
+
+@pytest.mark.parametrize("narrow", NARROW_FLOATS, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_float32_rounds_to_narrow_floats_like_ml_dtypes(narrow, saturate):
+    """Round to nearest even; out of range saturates to the largest value (saturate=1, and
+    always for float4) or gives infinity or NaN, as the type has them."""
+    codes = _codes(narrow).astype(np.float32)
+    finite = np.unique(codes[np.isfinite(codes)])
+    mids = ((finite[:-1].astype(np.float64) + finite[1:]) / 2).astype(np.float32)
+    x = np.concatenate([_float32_samples()[::5], mids, np.nextafter(mids, np.float32(np.inf)),
+                        np.nextafter(mids, np.float32(-np.inf)), finite * 1.5, -finite * 1.5])
+    node = helper.make_node("Cast", ["x"], ["y"], to=ONNX_TYPES[np.dtype(narrow)], saturate=saturate)
+    graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info("y", ONNX_TYPES[np.dtype(narrow)], [x.size])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    expected = ember.compile(model, backend="interpreter").run({"x": x})["y"]
+    actual = ember.compile(model, backend="cpu", num_threads=1).run({"x": x})["y"]
+    _assert_same_bits(actual, expected)
+
+
+@pytest.mark.parametrize("narrow", list(NARROW_INTS), ids=lambda t: np.dtype(t).name)
+def test_numbers_truncate_and_wrap_into_narrow_integers(narrow):
+    floats = np.concatenate([np.linspace(-40, 40, 3201), [np.nan, np.inf, -np.inf, 1e30, -1e30]]).astype(np.float32)
+    ints = np.arange(-300, 300, dtype=np.int64)
+    for x in (floats, floats.astype(np.float64), ints, ints.astype(np.int16)):
+        with np.errstate(invalid="ignore", over="ignore"):
+            expected = x.astype(narrow)
+        actual = _cast_on_cpu(x, narrow)
+        np.testing.assert_array_equal(actual.view(np.uint8), expected.view(np.uint8), err_msg=str(x.dtype))
+
+
+def test_bitcast_is_a_byte_copy():
+    x = np.arange(-5, 5, dtype=np.int16)
+    node = helper.make_node("BitCast", ["x"], ["y"], to=TensorProto.FLOAT16)
+    graph = helper.make_graph([node], "bitcast", [helper.make_tensor_value_info("x", TensorProto.INT16, [10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [10])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    actual = ember.compile(model, backend="cpu", num_threads=1).run({"x": x})["y"]
+    np.testing.assert_array_equal(actual.view(np.int16), x)

@@ -24,7 +24,23 @@ C_TYPES = {
     # see them (codegen/kernels/table.py), the graph pass compute-halves-in-float32 widens the rest.
     DType.FLOAT16: "uint16_t",
     DType.BFLOAT16: "uint16_t",
+    # The narrow types likewise, one element per byte (as ml_dtypes stores them): only Cast,
+    # BitCast and byte copies see them.
+    **dict.fromkeys((DType.FLOAT8E4M3FN, DType.FLOAT8E4M3FNUZ, DType.FLOAT8E5M2, DType.FLOAT8E5M2FNUZ,
+                     DType.FLOAT4E2M1, DType.INT4, DType.UINT4, DType.INT2, DType.UINT2), "uint8_t"),
 }
+
+# The narrow float formats for ember_math.h's converters: exponent bits, mantissa bits, bias
+# and kind (which codes are infinities and NaNs).
+NARROW_FLOATS = {
+    DType.FLOAT8E4M3FN: (4, 3, 7, "EMBER_NARROW_FN"),
+    DType.FLOAT8E4M3FNUZ: (4, 3, 8, "EMBER_NARROW_FNUZ"),
+    DType.FLOAT8E5M2: (5, 2, 15, "EMBER_NARROW_IEEE"),
+    DType.FLOAT8E5M2FNUZ: (5, 2, 16, "EMBER_NARROW_FNUZ"),
+    DType.FLOAT4E2M1: (2, 1, 1, "EMBER_NARROW_E2M1"),
+}
+# The narrow integers: value bits and signedness.
+NARROW_INTS = {DType.INT4: (4, True), DType.UINT4: (4, False), DType.INT2: (2, True), DType.UINT2: (2, False)}
 
 
 def c_type(dtype: DType) -> str:

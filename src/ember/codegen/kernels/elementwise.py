@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.codegen.c_types import c_literal, c_type, libm
+from ember.codegen.c_types import NARROW_FLOATS, NARROW_INTS, c_literal, c_type, libm
 from ember.codegen.emitter import Emitter
 from ember.codegen.kernels.registry import broadcast_strides, collapse, loop_nest
 from ember.codegen.kernels.table import C_KERNELS
@@ -117,6 +117,22 @@ def _cast(a, t, attrs):
     x = a[0]
     if t in HALVES:  # stored as bits (c_types.py): widen exactly first
         x, t = f"{HALVES[t][0]}({x})", DType.FLOAT32
+    elif t in NARROW_FLOATS:
+        e, m, bias, kind = NARROW_FLOATS[t]
+        x, t = f"ember_narrow_to_f32({x}, {e}, {m}, {bias}, {kind})", DType.FLOAT32
+    elif t in NARROW_INTS:
+        bits, signed = NARROW_INTS[t]
+        x = f"((int8_t)(uint8_t)({x} << {8 - bits}) >> {8 - bits})" if signed else f"({x} & {(1 << bits) - 1})"
+        t = DType.INT8
+    if target in NARROW_FLOATS:  # from float32, as ml_dtypes converts (saturating where asked)
+        e, m, bias, kind = NARROW_FLOATS[target]
+        saturate = int(attrs.saturate and target is not DType.FLOAT4E2M1)
+        return f"ember_f32_to_narrow((float){x}, {e}, {m}, {bias}, {kind}, {saturate})"
+    if target in NARROW_INTS:
+        bits = NARROW_INTS[target][0]
+        if t.is_float:
+            return f"ember_float_to_narrow_int((double){x}, {bits})"
+        return f"((uint8_t)((int64_t){x} & {(1 << bits) - 1}))"
     if target in HALVES:
         # float16 rounds wider types once, as NumPy does (round to odd on the way through
         # float); bfloat16 goes through float32 like ml_dtypes and ONNX Runtime (the

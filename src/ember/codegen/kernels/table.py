@@ -14,7 +14,10 @@ from ember.types import DType, TensorType
 # Stored as bits: converted by Cast, moved by byte copies, computed in float32 otherwise (the
 # graph pass compute-halves-in-float32 puts Casts around every other op on them).
 HALF_TYPES = (DType.FLOAT16, DType.BFLOAT16)
-HALF_OPS = ("Cast", "copy", "Reshape")
+HALF_OPS = ("Cast", "copy", "Reshape", "BitCast")
+# Likewise the narrow types (float8, float4, int4, int2: one element per byte), which nothing
+# but conversions and copies reads.
+NARROW_TYPES = tuple(t for t in DType if t.is_narrow)
 
 
 def c_types_only(view: OpView) -> str | None:
@@ -27,7 +30,7 @@ def c_types_only(view: OpView) -> str | None:
             return "quantized tensor types have no C kernels (they run on the interpreter)"
         if tensor.dtype not in C_TYPES:
             return f"{tensor.dtype}: no C kernels for this element type (it runs on the interpreter)"
-    if any(t.dtype in HALF_TYPES for t in tensors):
+    if any(t.dtype in HALF_TYPES or t.dtype in NARROW_TYPES for t in tensors):
         return _half_refusal(view)
     return None
 
@@ -58,12 +61,14 @@ def _half_refusal(view: OpView) -> str | None:
         values = infer_steps(steps, sources)
         for step, value in zip(steps, values, strict=True):
             args = [values[int(a[1:])] if a[0] == "v" else sources[int(a[1:])] for a in step.args]
-            if step.op != "Cast" and any(t.dtype in HALF_TYPES for t in (*args, value)):
+            if step.op != "Cast" and any(t.dtype in HALF_TYPES + NARROW_TYPES for t in (*args, value)):
                 break
         else:
             return None
-    return (f"{view.op} on 16-bit floats: the C kernels compute them in float32 "
-            "(the pass compute-halves-in-float32 converts around the op)")
+    types = sorted({str(t.dtype) for t in (*view.results, *view.operands)
+                    if t is not None and (t.dtype in NARROW_TYPES or t.dtype in HALF_TYPES)})
+    return (f"{types[0]}: no C kernels for this element type in {view.op} (C converts and copies 16-bit and "
+            "narrow types; compute-halves-in-float32 computes other ops on 16-bit floats in float32)")
 
 
 C_KERNELS = KernelRegistry("C", precondition=c_types_only)

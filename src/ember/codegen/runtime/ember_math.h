@@ -156,4 +156,70 @@ static inline float ember_f64_to_f32_odd(double d)
     return f;
 }
 
+/* The narrow types (float8 in four flavours, float4 E2M1, int4/uint4, int2/uint2) are stored
+ * one element per byte, as ml_dtypes stores them, and only converted: from float32 with
+ * round-to-nearest-even, to float32 exactly. A float format is its exponent and mantissa widths,
+ * its bias and how it spends the top codes (kind). The parameters are compile-time constants at
+ * every call, so the compiler folds the branches away. */
+enum { EMBER_NARROW_FN = 0,      /* no infinities; NaN = all exponent and mantissa bits (e4m3fn) */
+       EMBER_NARROW_IEEE = 1,    /* infinities and NaNs as in IEEE (e5m2) */
+       EMBER_NARROW_FNUZ = 2,    /* no infinities, no -0; NaN = the -0 code 0x80 (e4m3fnuz, e5m2fnuz) */
+       EMBER_NARROW_E2M1 = 3 };  /* no infinities, no NaN (float4 e2m1) */
+
+static inline __attribute__((always_inline)) float ember_narrow_to_f32(uint8_t b, int E, int M, int bias,
+                                                                      int kind)
+{
+    int sign = (b >> (E + M)) & 1, e = (b >> M) & ((1 << E) - 1), m = b & ((1 << M) - 1);
+    if (kind == EMBER_NARROW_FNUZ && b == 0x80)
+        return NAN;
+    if (kind == EMBER_NARROW_FN && e == (1 << E) - 1 && m == (1 << M) - 1)
+        return sign ? -NAN : NAN;
+    if (kind == EMBER_NARROW_IEEE && e == (1 << E) - 1)
+        return m ? (sign ? -NAN : NAN) : (sign ? -INFINITY : INFINITY);
+    float v = e ? ldexpf((float)((1 << M) | m), e - bias - M) : ldexpf((float)m, 1 - bias - M);
+    return sign ? -v : v;
+}
+
+static inline __attribute__((always_inline)) uint8_t ember_f32_to_narrow(float x, int E, int M, int bias,
+                                                                        int kind, int saturate)
+{
+    uint8_t sign = signbit(x) ? (uint8_t)(1u << (E + M)) : 0;
+    if (x != x)  /* NaN; float4 has none: ml_dtypes gives it the zero of the opposite sign */
+        return kind == EMBER_NARROW_FNUZ ? 0x80 : kind == EMBER_NARROW_E2M1 ? (uint8_t)(sign ^ (1u << (E + M)))
+             : (uint8_t)(sign | (kind == EMBER_NARROW_FN ? 0x7f : 0x7e));
+    int top = kind == EMBER_NARROW_IEEE ? (1 << E) - 2 : (1 << E) - 1;   /* largest finite exponent code */
+    int max_code = (top << M) | ((1 << M) - 1 - (kind == EMBER_NARROW_FN));
+    float a = fabsf(x);
+    int code = max_code + 1;                                             /* overflow unless found below */
+    if (a < ldexpf(1.0f, 1 - bias)) {                                    /* zero or subnormal */
+        code = (int)nearbyintf(ldexpf(a, bias - 1 + M));                 /* 2^M: the smallest normal */
+    } else if (a <= ldexpf(2.0f, top - bias)) {
+        int e;
+        frexpf(a, &e);                                                   /* a = f * 2^e, f in [0.5, 1) */
+        int n = (int)nearbyintf(ldexpf(a, M - (e - 1)));                 /* 2^M..2^(M+1): carries over */
+        code = ((e - 1 + bias) << M) + n - (1 << M);
+    }
+    if (code > max_code) {
+        if (saturate || kind == EMBER_NARROW_E2M1)
+            code = max_code;
+        else if (kind == EMBER_NARROW_IEEE)
+            return (uint8_t)(sign | (((1 << E) - 1) << M));              /* infinity */
+        else
+            return kind == EMBER_NARROW_FNUZ ? 0x80 : (uint8_t)(sign | 0x7f);
+    }
+    if (kind == EMBER_NARROW_FNUZ && code == 0)
+        return 0;
+    return (uint8_t)(sign | code);
+}
+
+/* int4/uint4/int2/uint2 from a float: truncated toward zero and wrapped, as ml_dtypes does;
+ * NaN and infinities give 0. The byte keeps the low `bits` bits. */
+static inline __attribute__((always_inline)) uint8_t ember_float_to_narrow_int(double v, int bits)
+{
+    if (!(v == v) || isinf(v))
+        return 0;
+    double t = fmod(trunc(v), (double)(1 << bits));
+    return (uint8_t)((int64_t)t & ((1 << bits) - 1));
+}
+
 #endif
