@@ -193,9 +193,11 @@ def _skip_layer_norm(ctx: NodeContext, simplified: bool) -> list[Value | None]:
                                "shape, (1, sequence, hidden) or (sequence, hidden))")
     for value, what in ((gamma, "gamma"), (beta, "beta"), (bias, "bias")):
         _hidden_param(ctx, value, hidden, what)
-    total = ctx.emit1("Add", [x, skip])  # (input + skip) + bias, in ONNX Runtime's order
-    if bias is not None:
-        total = ctx.emit1("Add", [total, bias])
+    # (input + bias) + skip: the input is usually a MatMul's output, whose bias and residual
+    # Adds then both become the epilogue of one FullyConnected kernel. ONNX Runtime adds the
+    # skip first; the two orders differ in the last bit at most.
+    total = x if bias is None else ctx.emit1("Add", [x, bias])
+    total = ctx.emit1("Add", [total, skip])
     epsilon = ctx.attr_float("epsilon", DEFAULT_EPSILON)
     if simplified:
         (y,) = ctx.result("RMSNormalization", [total, gamma], RMSNormAttrs(-1, epsilon))
