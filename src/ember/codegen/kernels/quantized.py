@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
-from ember.codegen.c_types import c_type, libm
+from ember.codegen.c_types import NARROW_FLOATS, NARROW_INTS, c_type, libm
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param, threads_pragma
 from ember.codegen.kernels.gemm import _batch_offsets
@@ -46,8 +47,27 @@ def _name(dtype: DType) -> str:
 
 
 def _bounds(dtype: DType) -> tuple[int, int]:
-    info = np.iinfo(dtype.numpy)
+    info = ml_dtypes.iinfo(dtype.numpy)
     return int(info.min), int(info.max)
+
+
+# The stored-only types the linear kernels convert on the fly (runtime/ember_math.h).
+HALVES = {DType.FLOAT16: ("ember_f16_to_f32", "ember_f32_to_f16"),
+          DType.BFLOAT16: ("ember_bf16_to_f32", "ember_f32_to_bf16")}
+NARROW_Q = tuple(NARROW_FLOATS) + tuple(NARROW_INTS)
+
+
+def _load(dtype: DType, expr: str) -> str:
+    """`expr` (an element of `dtype`) as a float, or as an integer for the integer types."""
+    if dtype in HALVES:
+        return f"{HALVES[dtype][0]}({expr})"
+    if dtype in NARROW_FLOATS:
+        e, m, bias, kind = NARROW_FLOATS[dtype]
+        return f"ember_narrow_to_f32({expr}, {e}, {m}, {bias}, {kind})"
+    if dtype in NARROW_INTS:
+        bits, signed = NARROW_INTS[dtype]
+        return f"((int8_t)(uint8_t)({expr} << {8 - bits}) >> {8 - bits})" if signed else f"({expr} & {(1 << bits) - 1})"
+    return f"(float){expr}"
 
 
 # QuantizeLinear / DequantizeLinear ---------------------------------------------------------
@@ -55,7 +75,7 @@ def _bounds(dtype: DType) -> tuple[int, int]:
 
 def _accepts_quantize(view: OpView) -> str | None:
     x, to = view.operand(0), view.results[0].dtype
-    if to not in INT_Q:
+    if to not in INT_Q + NARROW_Q:
         return f"QuantizeLinear to {_name(to)} has no C kernel"
     if x.dtype not in REALS + (DType.INT32,):
         return f"QuantizeLinear from {_name(x.dtype)} has no C kernel"
@@ -66,11 +86,11 @@ def _accepts_quantize(view: OpView) -> str | None:
 
 def _accepts_dequantize(view: OpView) -> str | None:
     x, to = view.operand(0), view.results[0].dtype
-    if x.dtype not in DEQ_IN:
+    if x.dtype not in DEQ_IN + NARROW_Q:
         return f"DequantizeLinear from {_name(x.dtype)} has no C kernel"
-    if to not in REALS:
+    if to not in REALS + tuple(HALVES):
         return f"DequantizeLinear to {_name(to)} has no C kernel"
-    if view.operand(1).dtype not in REALS:
+    if view.operand(1).dtype not in REALS + tuple(HALVES):
         return f"DequantizeLinear with a {_name(view.operand(1).dtype)} scale has no C kernel"
     return None
 
@@ -126,20 +146,33 @@ def emit_quantize(em: Emitter, instr: Instr) -> str:
     out, x, _, zero = instr.base_operands[:4]
     assert out is not None and x is not None
     ct = DType.FLOAT64 if x.type.dtype is DType.FLOAT64 else DType.FLOAT32  # the interpreter's division type
-    t = c_type(ct)
-    lo, hi = _bounds(out.type.dtype)
-    z = f" + ({t})zp[pz]" if zero is not None else ""
+    t, to = c_type(ct), out.type.dtype
+    if to in NARROW_FLOATS:  # no rounding to integers: the scaled value converts (saturating where asked)
+        e, m, bias, kind = NARROW_FLOATS[to]
+        z = f" + {_load(to, 'zp[pz]')}" if zero is not None and to is DType.FLOAT4E2M1 else ""
+        saturate = int(instr.attrs.saturate and to is not DType.FLOAT4E2M1)
+        body = (f"float q = (float)(({t})x[e] / ({t})sp[p]){z}; "
+                f"y[e] = ember_f32_to_narrow(q, {e}, {m}, {bias}, {kind}, {saturate});")
+        return _linear_loops(em, instr, body)
+    lo, hi = _bounds(to)
+    z = f" + ({t}){_load(to, 'zp[pz]')}" if zero is not None else ""
+    store = f"(uint8_t)((int)q & {(1 << NARROW_INTS[to][0]) - 1})" if to in NARROW_INTS else f"({c_type(to)})q"
     body = (f"{t} q = {libm('nearbyint', ct)}(({t})x[e] / ({t})sp[p]){z}; "
-            f"q = q > {lo} ? q : {lo}; q = q < {hi} ? q : {hi}; y[e] = ({c_type(out.type.dtype)})q;")
+            f"q = q > {lo} ? q : {lo}; q = q < {hi} ? q : {hi}; y[e] = {store};")
     return _linear_loops(em, instr, body)
 
 
 @C_KERNELS.kernel("dequantize_linear", "DequantizeLinear", accepts=_accepts_dequantize, plan=_plan_elementwise)
 def emit_dequantize(em: Emitter, instr: Instr) -> str:
-    out, _, _, zero = instr.base_operands[:4]
-    assert out is not None
-    z = " - (float)zp[pz]" if zero is not None else ""
-    return _linear_loops(em, instr, f"y[e] = ({c_type(out.type.dtype)})(((float)x[e]{z}) * (float)sp[p]);")
+    out, x, scale, zero = instr.base_operands[:4]
+    assert out is not None and x is not None and scale is not None
+    dt = x.type.dtype
+    # A float8 zero point does not shift (the reference ignores it); float4's neither.
+    z = f" - {_load(dt, 'zp[pz]')}" if zero is not None and dt not in NARROW_FLOATS else ""
+    value = f"(((float){_load(dt, 'x[e]')}{z}) * {_load(scale.type.dtype, 'sp[p]')})"
+    to = out.type.dtype
+    store = f"{HALVES[to][1]}({value})" if to in HALVES else f"({c_type(to)}){value}"
+    return _linear_loops(em, instr, f"y[e] = {store};")
 
 
 def _accepts_dynamic(view: OpView) -> str | None:

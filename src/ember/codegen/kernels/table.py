@@ -52,8 +52,12 @@ def as_float32(view: OpView) -> OpView:
     return replace(view, results=results, operands=operands) if inferred == results else view
 
 
+# Kernels that convert 16-bit and narrow operands themselves (their accepts decide which).
+CONVERTING_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
 def _half_refusal(view: OpView) -> str | None:
-    if view.op in HALF_OPS:
+    if view.op in HALF_OPS or view.op in CONVERTING_OPS:
         return None
     if view.op == ELEMENTWISE_CHAIN:
         steps = chain_steps(view.attrs)
