@@ -30,7 +30,7 @@ def normalized_index(var: str, expr: str, size: int) -> str:
     return f"int64_t {var} = (int64_t)({expr}); if ({var} < 0) {var} += {size};"
 
 
-@C_KERNELS.kernel("copy_bytes", "copy", "Reshape")
+@C_KERNELS.kernel("copy_bytes", "copy", "Reshape", "BitCast")
 def emit_copy(em: Emitter, instr: Instr) -> str:
     out, src = instr.required()[:2]
     return copy_bytes(em, out, src)
