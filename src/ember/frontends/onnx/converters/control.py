@@ -10,6 +10,7 @@ from onnx import GraphProto
 
 from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.converters.tensor import normalize_axis
+from ember.frontends.onnx.converters.vectorize import move_axis, reverse_leading, vectorized_scan
 from ember.frontends.onnx.dtypes import to_dtype
 from ember.frontends.onnx.registry import converter
 from ember.graph.ir import Constant, Value
@@ -131,6 +132,15 @@ def scan(ctx: NodeContext) -> list[Value]:
     if len(lengths) != 1:
         raise ModelImportError(f"scan inputs have different sequence lengths {sorted(lengths)}")
     length = lengths.pop()
+    mapped = vectorized_scan(ctx, body, states, sequences, axes, in_dirs, length)
+    if mapped is not None:  # independent iterations: computed at once, no unrolling
+        results = list(states)
+        for j, stacked in enumerate(mapped):
+            if out_dirs[j]:
+                stacked = reverse_leading(ctx, stacked)
+            axis = normalize_axis(out_axes[j], stacked.type.rank)
+            results.append(move_axis(ctx, stacked, 0, axis))
+        return results
     if length > MAX_UNROLL:
         raise UnsupportedError(f"the scan runs {length} iterations; Ember unrolls scans at import and refuses "
                                f"more than {MAX_UNROLL}")
