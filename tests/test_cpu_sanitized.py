@@ -16,7 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 # The kernel test files whose cpu-versus-interpreter tests (named *matches_interpreter* or
 # *cpu_matches*) run under the sanitizers: every C kernel family's edge shapes.
 SANITIZED_FILES = ("test_cpu_ops.py", "test_cpu_conv_kernels.py", "test_cpu_attention.py", "test_cpu_einsum.py",
-                   "test_cpu_loss.py", "test_cpu_rnn.py", "test_cpu_misc_ops.py", "test_cpu_quantized.py")
+                   "test_cpu_loss.py", "test_cpu_rnn.py", "test_cpu_misc_ops.py", "test_cpu_quantized.py",
+                   "test_cpu_conv_nd.py")
 
 
 def _runtime(name: str) -> str | None:

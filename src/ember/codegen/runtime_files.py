@@ -33,6 +33,7 @@ EXPORTS: dict[str, str] = {
     "ember_gemm": "ember_gemm.c",
     # im2col packing and direct convolution
     "ember_pack_im2col": "ember_conv.c",
+    "ember_pack_im2col3d": "ember_conv.c",
     "ember_conv_direct_scratch_bytes": "ember_conv.c",
     "ember_conv_direct_offsets": "ember_conv.c",
     "ember_conv_direct": "ember_conv.c",

@@ -3,6 +3,7 @@ their own modules; importing this package registers them all."""
 from ember.codegen.kernels import (  # noqa: F401  (registration)
     cast,
     conv,
+    conv_nd,
     conv_transpose,
     data_movement,
     elementwise,
@@ -10,6 +11,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     indexing,
     linalg,
     normalization,
+    pooling,
     quantized,
     reduce,
     resize,

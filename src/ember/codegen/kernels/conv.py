@@ -1,4 +1,6 @@
-"""Convolution and pooling kernels (NCHW), one registry entry per algorithm.
+"""Convolution and pooling kernels (NCHW), one registry entry per algorithm. A 1-D convolution
+[N, C, W] runs as a 2-D one with H = 1 (ConvShape inserts the unit row), so it gets every
+2-D algorithm; 3-D convolutions are in conv_nd.py, pooling beyond 2-D in pooling.py.
 
 Conv variants, tried in this order (the first that applies is selected; `ember dump --stage
 lir` shows which, with its scratch and packed weights):
@@ -32,7 +34,7 @@ from ember.codegen.kernels.layouts import (
     pack_panels,
     threads_for,
 )
-from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
+from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.ops.fused import FusedConvAttrs
@@ -42,10 +44,13 @@ CONV_OPS = ("Conv", "FusedConv")
 
 
 def accepts_conv(view: OpView) -> str | None:
-    """The convolution kernels read the weights as the GEMM's A operand: they need them
-    constant; and they cover 2-D float32 convolutions."""
-    if view.operand(0).rank != 4 or view.results[0].dtype is not DType.FLOAT32 or not view.constant[1]:
-        return "only 2-D (NCHW) float32 convolutions with constant weights have C kernels"
+    """The convolution kernels cover 1-D and 2-D float32 convolutions. They read the weights
+    in place as the GEMM's A operand, so the weights may arrive at run time (the variants that
+    transform them at compile time, Winograd and the transposed 1x1, need them constant)."""
+    if view.results[0].dtype is not DType.FLOAT32:
+        return "the GEMM kernels run float32 (convolutions included)"
+    if view.operand(0).rank not in (3, 4):
+        return "only 1-D, 2-D (NCHW) and 3-D convolutions have C kernels"
     return None
 
 
@@ -65,17 +70,26 @@ class ConvShape:
             self.activation = ("none", 0.0, 0.0)
             conv = attrs
         self.conv = conv
-        self.n_batch, self.channels, self.height, self.width = self.x.type.shape
-        self.out_channels, self.cg, self.kh, self.kw = self.w.type.shape
+        x_shape, w_shape, y_shape = self.x.type.shape, self.w.type.shape, self.out.type.shape
+        strides, dilations, pads = tuple(conv.strides), tuple(conv.dilations), tuple(conv.pads)
+        if len(x_shape) == 3:
+            # 1-D as 2-D with H = 1: a unit row, no padding along it, and the W axis's stride
+            # and dilation on both axes (they never move along H, and equal strides keep
+            # conv_direct's rule).
+            x_shape, w_shape, y_shape = ((t[0], t[1], 1, t[2]) for t in (x_shape, w_shape, y_shape))
+            strides, dilations, pads = strides * 2, dilations * 2, (0, pads[0], 0, pads[1])
+        self.strides, self.dilations, self.pads = strides, dilations, pads
+        self.n_batch, self.channels, self.height, self.width = x_shape
+        self.out_channels, self.cg, self.kh, self.kw = w_shape
         self.groups = conv.group
-        self.oh, self.ow = self.out.type.shape[2:]
-        (self.sh, self.sw), (self.dh, self.dw) = conv.strides, conv.dilations
-        self.pt, self.pl = conv.pads[0], conv.pads[1]
+        self.oh, self.ow = y_shape[2:]
+        (self.sh, self.sw), (self.dh, self.dw) = strides, dilations
+        self.pt, self.pl = pads[0], pads[1]
         self.pixels = self.oh * self.ow
         self.mg = self.out_channels // self.groups
         self.k = self.cg * self.kh * self.kw
         self.depthwise = self.cg == 1 and self.out_channels == self.groups
-        self.pointwise = self.kh == self.kw == 1 and conv.strides == (1, 1) and conv.pads == (0, 0, 0, 0)
+        self.pointwise = self.kh == self.kw == 1 and strides == (1, 1) and pads == (0, 0, 0, 0)
 
     def geometry(self, name: str, x: str) -> str:
         """`ember_conv_geom name = { .x = x, .C = ..., ... };` for this convolution."""
@@ -136,7 +150,7 @@ def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
 
 def _winograd_applies(instr: Instr, options: KernelOptions) -> bool:
     s = ConvShape(instr)
-    return options.winograd and s.groups == 1 and WinogradLayout.applies(
+    return options.winograd and s.groups == 1 and is_whole_weight(s.w) and WinogradLayout.applies(
         (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
 
 
@@ -166,7 +180,7 @@ def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
 
 def _direct_applies(instr: Instr, options: KernelOptions) -> bool:
     s = ConvShape(instr)
-    return s.sh == s.sw and s.dh == s.dw == 1 and not (s.kh == s.kw == 1 and s.sh == 1 and s.conv.pads == (0, 0, 0, 0))
+    return s.sh == s.sw and s.dh == s.dw == 1 and not (s.kh == s.kw == 1 and s.sh == 1 and s.pads == (0, 0, 0, 0))
 
 
 def _direct_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
@@ -197,7 +211,8 @@ def emit_conv_direct(em: Emitter, instr: Instr) -> str:
 
 def _pointwise_t_applies(instr: Instr, options: KernelOptions) -> bool:
     s = ConvShape(instr)
-    return s.pointwise and s.groups == 1 and s.pixels < 64 and s.pixels % 32 != 0 and s.mg >= 64
+    return (s.pointwise and s.groups == 1 and s.pixels < 64 and s.pixels % 32 != 0 and s.mg >= 64
+            and is_whole_weight(s.w))
 
 
 def _pointwise_t_plan(instr: Instr, options: KernelOptions) -> KernelPlan:

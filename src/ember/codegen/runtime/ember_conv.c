@@ -34,8 +34,8 @@ void ember_pack_im2col(float *panel, const void *ctx, long col0)
                     long iw0 = seg_ow[s] * g->SW - g->PW + v * g->DW;
                     if (g->SW == 1) {
                         long lo = iw0 < 0 ? -iw0 : 0, hi = g->W - iw0 < len ? g->W - iw0 : len;
+                        if (lo > len) lo = len;  /* a segment wholly inside the padding */
                         if (hi < lo) hi = lo;
-                        if (lo > len) lo = len;
                         memset(dst + j0, 0, (size_t)lo * sizeof(float));
                         memcpy(dst + j0 + lo, row + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
                         memset(dst + j0 + hi, 0, (size_t)(len - hi) * sizeof(float));
@@ -48,6 +48,58 @@ void ember_pack_im2col(float *panel, const void *ctx, long col0)
                 }
                 for (int j = ncols; j < EMBER_NR; j++) dst[j] = 0.0f;
             }
+    }
+}
+
+/* The 3-D im2col: as above, a segment being the columns that share one output row (od, oh). */
+void ember_pack_im2col3d(float *panel, const void *ctx, long col0)
+{
+    const ember_conv3d_geom *g = (const ember_conv3d_geom *)ctx;
+    long plane = g->OH * g->OW, n = g->OD * plane;
+    int ncols = n - col0 < EMBER_NR ? (int)(n - col0) : EMBER_NR;
+    int seg_start[EMBER_NR + 1], segments = 0;
+    long seg_od[EMBER_NR], seg_oh[EMBER_NR], seg_ow[EMBER_NR];
+    for (int j = 0; j < ncols;) {
+        long q = col0 + j, r = q % plane, ow = r % g->OW;
+        int len = (int)(g->OW - ow);
+        if (len > ncols - j) len = ncols - j;
+        seg_start[segments] = j; seg_od[segments] = q / plane; seg_oh[segments] = r / g->OW; seg_ow[segments] = ow;
+        segments++;
+        j += len;
+    }
+    seg_start[segments] = ncols;
+    long taps = g->KD * g->KH * g->KW;
+    for (long c = 0; c < g->C; c++) {
+        const float *xc = g->x + c * g->D * g->H * g->W;
+        for (long a = 0; a < g->KD; a++)
+            for (long u = 0; u < g->KH; u++)
+                for (long v = 0; v < g->KW; v++) {
+                    float *dst = panel + (c * taps + (a * g->KH + u) * g->KW + v) * EMBER_NR;
+                    for (int s = 0; s < segments; s++) {
+                        int j0 = seg_start[s], len = seg_start[s + 1] - j0;
+                        long id = seg_od[s] * g->SD - g->PD + a * g->DD, ih = seg_oh[s] * g->SH - g->PH + u * g->DH;
+                        if (id < 0 || id >= g->D || ih < 0 || ih >= g->H) {
+                            memset(dst + j0, 0, (size_t)len * sizeof(float));
+                            continue;
+                        }
+                        const float *row = xc + (id * g->H + ih) * g->W;
+                        long iw0 = seg_ow[s] * g->SW - g->PW + v * g->DW;
+                        if (g->SW == 1) {
+                            long lo = iw0 < 0 ? -iw0 : 0, hi = g->W - iw0 < len ? g->W - iw0 : len;
+                            if (lo > len) lo = len;
+                            if (hi < lo) hi = lo;
+                            memset(dst + j0, 0, (size_t)lo * sizeof(float));
+                            memcpy(dst + j0 + lo, row + iw0 + lo, (size_t)(hi - lo) * sizeof(float));
+                            memset(dst + j0 + hi, 0, (size_t)(len - hi) * sizeof(float));
+                        } else {
+                            for (int t = 0; t < len; t++) {
+                                long iw = iw0 + t * g->SW;
+                                dst[j0 + t] = (iw >= 0 && iw < g->W) ? row[iw] : 0.0f;
+                            }
+                        }
+                    }
+                    for (int j = ncols; j < EMBER_NR; j++) dst[j] = 0.0f;
+                }
     }
 }
 

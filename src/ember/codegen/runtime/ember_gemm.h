@@ -73,6 +73,14 @@ typedef struct {
 } ember_conv_geom;
 void ember_pack_im2col(float *panel, const void *ctx, long col0);
 
+/* B = im2col of one image group of a 3-D convolution (NCDHW): ctx is an ember_conv3d_geom;
+ * K = C * KD * KH * KW (weights [M][C][KD][KH][KW]) and N = OD * OH * OW. */
+typedef struct {
+    const float *x;
+    long C, D, H, W, KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, OD, OH, OW;
+} ember_conv3d_geom;
+void ember_pack_im2col3d(float *panel, const void *ctx, long col0);
+
 /* C[M, N] = A[M, K] * B[K, N] + epilogue, on `nthreads` OpenMP threads.
  * A: element (i, k) at a[(i / 8) * a_block + (i % 8) * a_rs + k * a_ks] (row-major: a_block =
  * 8 * lda, a_rs = lda, a_ks = 1; packed 8-row blocks: a_block = 8 * K, a_rs = 1, a_ks = 8).
