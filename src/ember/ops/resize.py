@@ -115,10 +115,11 @@ def _source_coordinates(attrs: ResizeAttrs, axis: int, size_in: int, size_out: i
     return x, outside
 
 
-def _resize_axis(attrs: ResizeAttrs, data: np.ndarray, axis: int, size_out: int) -> np.ndarray:
-    size_in = data.shape[axis]
-    if size_out == 0:
-        return np.take(data, [], axis=axis)
+def axis_taps(attrs: ResizeAttrs, axis: int, size_in: int, size_out: int):
+    """One axis's resampling as tables: (taps [size_out, n] in [0, size_in), coefficients
+    [size_out, n] in float64, outside: [size_out] bool or None). Output position j is
+    sum_k coefficients[j, k] * input[taps[j, k]], or extrapolation_value where outside[j]
+    (the C kernels precompute these tables; size_in and size_out must be non-zero)."""
     x, outside = _source_coordinates(attrs, axis, size_in, size_out)
     base = np.floor(x)
     ratio = np.where(x == base, 1.0, x - base)  # prefer the input on the left of x
@@ -134,7 +135,22 @@ def _resize_axis(attrs: ResizeAttrs, data: np.ndarray, axis: int, size_out: int)
         coeffs = np.where((taps < 0) | (taps >= size_in), 0.0, coeffs)
         total = coeffs.sum(axis=1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
-    gathered = np.take(data, np.clip(taps, 0, size_in - 1), axis=axis)
+    return np.clip(taps, 0, size_in - 1), coeffs, outside
+
+
+def resized_axes(attrs: ResizeAttrs, shape: tuple[int, ...]) -> list[int]:
+    """The axes the reference resamples, in order (the others keep their size at scale 1)."""
+    return [axis for axis, size_out in enumerate(attrs.sizes)
+            if not (size_out == shape[axis] and math.isclose(attrs.scales[axis], 1.0) and (
+                not attrs.roi or (attrs.roi[axis] == 0.0 and attrs.roi[axis + len(shape)] == 1.0)))]
+
+
+def _resize_axis(attrs: ResizeAttrs, data: np.ndarray, axis: int, size_out: int) -> np.ndarray:
+    size_in = data.shape[axis]
+    if size_out == 0:
+        return np.take(data, [], axis=axis)
+    taps, coeffs, outside = axis_taps(attrs, axis, size_in, size_out)
+    gathered = np.take(data, taps, axis=axis)
     shape = (1,) * axis + coeffs.shape + (1,) * (data.ndim - axis - 1)
     out = (gathered * coeffs.reshape(shape)).sum(axis=axis + 1)
     if outside is not None and outside.any():
@@ -146,11 +162,8 @@ def _resize_axis(attrs: ResizeAttrs, data: np.ndarray, axis: int, size_out: int)
 def _resize(attrs: ResizeAttrs, arrays):
     (x,) = arrays
     y = x.astype(np.float64)
-    for axis, size_out in enumerate(attrs.sizes):
-        trivial = size_out == x.shape[axis] and math.isclose(attrs.scales[axis], 1.0) and (
-            not attrs.roi or (attrs.roi[axis] == 0.0 and attrs.roi[axis + x.ndim] == 1.0))
-        if not trivial:
-            y = _resize_axis(attrs, y, axis, size_out)
+    for axis in resized_axes(attrs, x.shape):
+        y = _resize_axis(attrs, y, axis, attrs.sizes[axis])
     if x.dtype.kind in "iu":
         info = np.iinfo(x.dtype)
         y = np.clip(np.rint(y), info.min, info.max)
@@ -159,4 +172,4 @@ def _resize(attrs: ResizeAttrs, arrays):
 
 define_op(OpDef("Resize", ("x",), ("y",), _resize_infer, _resize, attrs=ResizeAttrs))
 
-__all__ = ["MODES", "NEAREST_MODES", "TRANSFORMS", "ResizeAttrs"]
+__all__ = ["MODES", "NEAREST_MODES", "TRANSFORMS", "ResizeAttrs", "axis_taps", "resized_axes"]
