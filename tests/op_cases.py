@@ -346,3 +346,16 @@ add(Case("FusedConv", [(F32, (1, 24, 7, 7)), _w(64, 24, 1, 1), None, None],
 # Residual and activation together, batch 2: the tiles' transposed store adds the residual first.
 add(Case("FusedConv", [(F32, (2, 48, 7, 7)), _w(72, 48, 1, 1), _w(72, seed=8), (F32, (2, 72, 7, 7))],
          FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "relu"), name="FusedConv_pointwise_small_map_residual_relu"))
+
+# A forest of two trees over 3 features: tree 0 splits x0 <= 0.1 then x2 < -0.3 (NaN tracked
+# to the true branch), tree 1 is x1 != 0.5; leaves weigh targets 0 and 1, base values added.
+from ember.ops.ml import TreeEnsembleAttrs  # noqa: E402
+
+_FOREST = [("const", np.array([[0, 1, 1, 2], [2, 2 | 8, 3, 4], [0, 0, 0, 2], [0, 0, 2, 3], [0, 0, 3, 5],
+                                [1, 6, 6, 7], [0, 0, 5, 6], [0, 0, 6, 7]], np.int32)),
+           ("const", np.array([0.1, -0.3, 0, 0, 0, 0.5, 0, 0], np.float32)),
+           ("const", np.array([0, 1, 0, 1, 0, 1, 0], np.int32)),
+           ("const", np.array([1.5, -2.0, 0.25, 3.0, -1.0, 0.75, 2.5], np.float32)),
+           ("const", np.array([0, 5], np.int32))]
+add(Case("TreeEnsemble", [(F32, (6, 3)), *_FOREST], TreeEnsembleAttrs(2, "SUM", (0.5, -0.5))))
+add(Case("TreeEnsemble", [(F32, (6, 3)), *_FOREST], TreeEnsembleAttrs(2, "MAX"), name="TreeEnsemble_max"))

@@ -10,6 +10,7 @@ from ember.ops import (  # noqa: F401  (registration)
     linalg,
     loss,
     math,
+    ml,
     nn,
     normalization,
     quant,

@@ -17,6 +17,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     resize,
     sorting,
     spectral,
+    trees,
 )
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, KernelRegistry, OpView
 from ember.codegen.kernels.table import C_KERNELS

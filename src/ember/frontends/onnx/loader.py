@@ -106,6 +106,8 @@ def _check_text(graph: GraphProto, label: str) -> None:
 
 def _default_opset(proto: ModelProto, label: str) -> int:
     versions = [o.version for o in proto.opset_import if o.domain in DEFAULT_DOMAINS]
+    if not versions and proto.opset_import and all(n.domain not in DEFAULT_DOMAINS for n in proto.graph.node):
+        return MAX_OPSET  # only other domains (e.g. ai.onnx.ml): no default-domain op to version
     if not versions:
         raise ModelImportError(f"{label} imports no opset of the default ONNX domain "
                                "(the file is truncated or not an ONNX model)")

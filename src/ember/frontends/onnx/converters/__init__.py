@@ -9,6 +9,8 @@ from ember.frontends.onnx.converters import (  # noqa: F401  # noqa: F401  # noq
     elementwise,
     indexing,
     math,
+    ml,
+    ml_trees,
     nn,
     normalization,
     quant,
