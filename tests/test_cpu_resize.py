@@ -45,9 +45,11 @@ def _cpu(threads: int, march: str | None = None):
 
 
 def run_nodes(op: str, inputs: list[np.ndarray], cases: dict[str, tuple[list[int], object]], threads: int = 1,
-              march: str | None = None):
+              march: str | None = None, repeat: int = 1):
     """One graph: for each case name, node `op` over the inputs listed (indices) with the
-    attributes given; returns (interpreter results, cpu results, the generated C)."""
+    attributes given; returns (interpreter results, cpu results, the generated C). With
+    `repeat`, the cpu runs that many times and must give the same results every time (threads
+    that shared scratch would race)."""
 
     def build() -> tuple[Graph, dict[str, np.ndarray]]:
         g = Graph(op)
@@ -63,7 +65,12 @@ def run_nodes(op: str, inputs: list[np.ndarray], cases: dict[str, tuple[list[int
     expected = compile_graph(graph, "interpreter").run(feeds)
     graph, _ = build()
     compiled = compile_graph(graph, _cpu(threads, march))
-    return expected, compiled.run(feeds), compiled.executable.source
+    actual = compiled.run(feeds)
+    for _ in range(repeat - 1):
+        again = compiled.run(feeds)
+        for name, value in actual.items():
+            np.testing.assert_array_equal(again[name], value, err_msg=f"{name}: differs between runs")
+    return expected, actual, compiled.executable.source
 
 
 def compare(expected: dict, actual: dict, exact: bool = False) -> None:
@@ -261,13 +268,13 @@ def test_resize_large_planes_split_across_threads_matches_interpreter(threads):
         "linear_antialias": ([1], resize_attrs(one, (1, 1, 0.3, 0.45), "linear", antialias=True)),
     }
     inputs = [_data(big, F32), _data(one, F32, seed=1)]
-    expected, actual, source = run_nodes("Resize", inputs, cases, THREADS[threads])
+    expected, actual, source = run_nodes("Resize", inputs, cases, THREADS[threads], repeat=20)
     compare(expected, actual)
     assert ("omp parallel" in source) == (threads == "t2")
     cases = {"cubic": ([0], resize_attrs(big, (1, 1, 1.7, 2.0), "cubic")),
              "linear_three_axes": ([0], resize_attrs(big, (1, 2.0, 1.5, 1.5), "linear"))}
     for dtype in (F64, np.int32):
-        expected, actual, source = run_nodes("Resize", [_data(big, dtype)], cases, THREADS[threads])
+        expected, actual, source = run_nodes("Resize", [_data(big, dtype)], cases, THREADS[threads], repeat=20)
         compare(expected, actual, exact=True)
         assert ("omp parallel" in source) == (threads == "t2")
 
@@ -342,9 +349,20 @@ def test_grid_sample_large_matches_interpreter(threads):
     cases = {"linear": ([0, 1], GridSampleAttrs("linear", "zeros", False)),
              "cubic": ([0, 1], GridSampleAttrs("cubic", "border", True)),
              "nearest": ([0, 1], GridSampleAttrs("nearest", "reflection", False))}
-    expected, actual, source = run_nodes("GridSample", [x, grid], cases, THREADS[threads])
+    expected, actual, source = run_nodes("GridSample", [x, grid], cases, THREADS[threads], repeat=20)
     compare(expected, actual)
     assert ("omp parallel" in source) == (threads == "t2")
+
+
+def test_grid_sample_threads_get_disjoint_scratch():
+    """Each thread's scratch holds a block of points' offsets and weights (int32 + float per
+    tap), and the next thread's starts after it (runs cannot show a race on a loaded machine)."""
+    x, grid = _data((1, 64, 30, 30), F32), _grid((1, 40, 40, 2), special=False).astype(F32)
+    for mode, taps in (("linear", 4), ("cubic", 16)):
+        _, _, source = run_nodes("GridSample", [x, grid], {"y": ([0, 1], GridSampleAttrs(mode))}, 2)
+        block = max(16, 4096 // taps)
+        assert "omp parallel" in source
+        assert f"(scratch + c * {block * taps * (4 + 4)})" in source
 
 
 def test_grid_sample_non_finite_grid_matches_interpreter():

@@ -694,14 +694,20 @@ def _grid_geometry(instr: Instr) -> tuple[int, int, tuple[int, ...], int, int, i
     return n, c, tuple(dims), points, taps, block
 
 
+def _grid_scratch(instr: Instr) -> int:
+    """Bytes of one thread's scratch: a block of points' tap offsets, then their weights."""
+    out, x, grid = instr.required()
+    n, c, dims, points, taps, block = _grid_geometry(instr)
+    wide = math.prod(dims) >= INT32_LIMIT
+    return block * taps * ((8 if wide else 4) + out.type.dtype.itemsize)
+
+
 def _grid_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     out, x, grid = instr.required()
     n, c, dims, points, taps, block = _grid_geometry(instr)
     tasks = n * -(-points // block)
     threads = max(1, min(threads_for(options.num_threads, out.type.size * taps), tasks))
-    wide = math.prod(dims) >= INT32_LIMIT
-    per_thread = block * taps * ((8 if wide else 4) + out.type.dtype.itemsize)
-    return KernelPlan({"threads": threads}, scratch_bytes=threads * per_thread if out.type.size else 0)
+    return KernelPlan({"threads": threads}, scratch_bytes=threads * _grid_scratch(instr) if out.type.size else 0)
 
 
 GRID_HELPERS = """\
@@ -789,7 +795,7 @@ def emit_grid_sample(em: Emitter, instr: Instr) -> str:
     body = [
         f"const long b = task / {blocks}, p0 = (task % {blocks}) * {block};",
         f"const long count = {points} - p0 < {block} ? {points} - p0 : {block};",
-        f"{idx_t} *restrict off = ({idx_t} *)(scratch + c * {block * taps * (8 if idx_t == 'int64_t' else 4)});",
+        f"{idx_t} *restrict off = ({idx_t} *)(scratch + c * {_grid_scratch(instr)});",
         f"{t} *restrict wt = ({t} *)(off + {block * taps});",
         "for (long q = 0; q < count; q++) {",
         "    const long p = p0 + q;",
