@@ -60,7 +60,8 @@ def _relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     return error / max(1.0, float(np.max(np.abs(expected.astype(np.float64)))))
 
 
-def _compare(model: PretrainedModel, compiled, feeds: Inputs, tolerance: float, what: str) -> dict[str, float]:
+def _compare(model: PretrainedModel, compiled, feeds: Inputs, tolerance: float, what: str,
+             argmax: bool = False) -> dict[str, float]:
     expected = _reference(model, feeds)
     # Fixups may freeze an input (silero's sample rate): Ember gets only what it declares.
     actual = compiled.run({k: v for k, v in feeds.items() if k in compiled.input_names})
@@ -72,6 +73,9 @@ def _compare(model: PretrainedModel, compiled, feeds: Inputs, tolerance: float, 
         assert got.dtype == reference.dtype, f"{what} output {name}: dtype {got.dtype} != {reference.dtype}"
         assert np.all(np.isfinite(got) == np.isfinite(reference)), f"{what} output {name}: non-finite values differ"
         errors[name] = _relative_error(got, reference)
+        if argmax:
+            agree = float(np.mean(got.argmax(-1) == reference.argmax(-1)))
+            assert agree == 1.0, f"{what} output {name}: argmax agrees on {100 * agree:.1f}% of rows"
     worst = max(errors.values(), default=0.0)
     assert worst <= tolerance, f"{what}: relative error {worst:.3g} > {tolerance:g} ({errors})"
     return errors
@@ -113,7 +117,8 @@ def test_matches_onnxruntime(model, backend, record_property):
         pytest.xfail(f"{model.name}: cpu refuses {sorted(ops)}: {err}")
     if backend == "auto":
         record_property("partition", str(compiled.stats.get("partition", "")).splitlines()[:1])
-    errors = _compare(model, compiled, feeds, TOLERANCE[backend], f"{model.name} on {backend}")
+    errors = _compare(model, compiled, feeds, model.quantized_tolerance or TOLERANCE[backend],
+                      f"{model.name} on {backend}", argmax=model.quantized_tolerance is not None)
     record_property("relative_errors", errors)
     assert not expect_refusal, (f"{model.name}: cpu now compiles it (errors {errors}): remove cpu_refuses "
                                 f"{sorted(model.cpu_refuses)} from tests/pretrained_models.py")
