@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ember.lowering  # noqa: F401  (registers lowering rules and the 'lower' pass)
+import ember.quant  # noqa: F401  (ember.quant.Profile, quantize_graph)
 import ember.transforms  # noqa: F401  (registers the optimization passes)
 from ember.driver import compile_model
 from ember.runtime import CompiledModel
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 def compile(model: Any, backend: str | Sequence[str] = "interpreter",
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             num_threads: int | None = None, dynamic: Mapping[str, Sequence[int]] | None = None,
+            quantize: Any = None, quantize_options: Mapping[str, Any] | None = None,
             ) -> CompiledModel | DynamicModel:
     """Compiles an ONNX model (a path or an onnx.ModelProto).
 
@@ -36,7 +38,11 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
     symbolic make a DynamicModel, compiled for each input shape on first use.
     dynamic: buckets for symbolic dimensions, {"batch": [1, 4, 16]}: a size is padded up to
     the next bucket (one compile per bucket) where the model keeps samples independent.
-    num_threads: threads for native backends (default: all cores)."""
+    num_threads: threads for native backends (default: all cores).
+    quantize: a quantization profile (ember.profile(...), or the path of one it saved) taken on
+    this model: Conv/MatMul/Gemm run as int8 (U8S8) where the backend has integer kernels;
+    quantize_options: keep_float (op types or node names), method ("minmax", "percentile"),
+    percentile. One backend by name and static shapes only, for now."""
     from ember.specialize import compile_dynamic, dynamic_inputs
 
     options = {} if num_threads is None else {"num_threads": num_threads}
@@ -46,11 +52,22 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
         return compile_dynamic(proto, inputs, backend, options, buckets=dynamic)
     if dynamic:
         raise EmberError(f"dynamic={dict(dynamic)!r}: the model has no symbolic dimensions left to bucket")
+    if quantize is not None and (symbolic is not None or not isinstance(backend, str) or backend == "auto"):
+        raise EmberError("quantize= needs one backend by name and static shapes (for now)")
     if isinstance(backend, str) and backend != "auto":
-        return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options)
+        return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options,
+                             quantize=quantize, quantize_options=quantize_options)
     from ember.heterogeneous import compile_model_partitioned
 
     return compile_model_partitioned(model, backend, input_shapes=input_shapes, backend_options=options)
+
+
+def profile(model: Any, calibration_inputs: Any, input_shapes: Mapping[str, Sequence[int]] | None = None):
+    """A quantization profile (ember.quant.Profile; .save(path) writes JSON) of an ONNX model
+    on calibration feeds, an iterable of {input name: array}; for compile(quantize=...)."""
+    from ember.driver import profile_model
+
+    return profile_model(model, calibration_inputs, input_shapes)
 
 
 def load(path: str | os.PathLike) -> CompiledModel:
@@ -83,4 +100,4 @@ def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bu
 
 
 __all__ = ["CompiledModel", "DynamicModel", "EmberError", "InputError", "ModelImportError", "QueueFullError",
-           "UnsupportedError", "bundle", "compile", "load"]
+           "UnsupportedError", "bundle", "compile", "load", "profile"]

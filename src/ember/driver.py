@@ -70,14 +70,33 @@ def lower_for_backend(graph: Graph, backend: Backend) -> None:
 def compile_model(model: Any, backend: str | Backend = "interpreter",
                   input_shapes: Mapping[str, Sequence[int]] | None = None,
                   observer: Observer | None = None, backend_options: Mapping[str, Any] | None = None,
+                  quantize: Any = None, quantize_options: Mapping[str, Any] | None = None,
                   ) -> CompiledModel:
-    """Imports an ONNX model and compiles it (see compile_graph)."""
+    """Imports an ONNX model and compiles it (see compile_graph); `quantize` (a Profile or the
+    path of one) inserts Q/DQ first (quant.quantize_graph, with `quantize_options`)."""
     started = time.perf_counter()
     target = get_backend(backend, **(backend_options or {})) if isinstance(backend, str) else backend
     graph = load_model(model, input_shapes)
+    if quantize is not None:
+        quantize_loaded(graph, quantize, quantize_options)
     compiled = compile_graph(graph, target, observer)
     compiled.stats["compile_seconds"] = time.perf_counter() - started
     return compiled
+
+
+def quantize_loaded(graph: Graph, quantize: Any, options: Mapping[str, Any] | None = None) -> int:
+    """Quantizes an imported graph in place with a Profile or a profile file's path."""
+    from ember.quant import Profile, quantize_graph
+
+    profile = quantize if isinstance(quantize, Profile) else Profile.load(quantize)
+    return quantize_graph(graph, profile, **(options or {}))
+
+
+def profile_model(model: Any, calibration_inputs: Any, input_shapes: Mapping[str, Sequence[int]] | None = None):
+    """Profiles an ONNX model on calibration feeds (quant.profile_graph on the imported graph)."""
+    from ember.quant import profile_graph
+
+    return profile_graph(load_model(model, input_shapes), calibration_inputs)
 
 
 def compile_graph(graph: Graph, backend: str | Backend = "interpreter",

@@ -11,6 +11,7 @@ from ember.transforms import (  # noqa: F401  (registration)
     eliminate_noops,
     fold_batchnorm,
     fold_conv_arithmetic,
+    fold_qdq,
     fully_connected,
     fuse_activations,
     merge_pad,

@@ -6,6 +6,7 @@ matters where one pass exposes work for another, as the comments say."""
 from __future__ import annotations
 
 DEFAULT_PIPELINE: list[str] = [
+    "fold-qdq",  # QDQ islands -> QLinearConv/QLinearMatMul, before constant-fold folds the weights' DQ
     "constant-fold",  # evaluate constant subgraphs (exporter shape arithmetic, weight transposes)
     "eliminate-noops",  # identity Reshape/Transpose/Cast/Pad/Slice/Expand, x*1, x+0, ...
     "cse",  # merge equal constants and nodes, so the patterns below see one value, not copies

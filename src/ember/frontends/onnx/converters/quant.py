@@ -7,9 +7,10 @@ from ember.frontends.onnx.context import NodeContext
 from ember.frontends.onnx.converters.nn import window_attrs
 from ember.frontends.onnx.dtypes import ONNX_TO_DTYPE, onnx_type_name
 from ember.frontends.onnx.registry import converter
-from ember.graph.ir import Value
+from ember.graph.ir import Constant, Value
 from ember.ops.nn import ConvAttrs
 from ember.ops.quant import QuantizeAttrs
+from ember.ops.registry import OpError
 from ember.support.errors import ModelImportError, UnsupportedError
 from ember.types import DType
 
@@ -47,6 +48,14 @@ def dequantize_linear(ctx: NodeContext) -> list[Value]:
     x, scale, zero = ctx.require(0, "x"), ctx.require(1, "x_scale"), ctx.input(2)
     to = _dtype_attr(ctx, "output_dtype") or scale.type.dtype
     attrs = QuantizeAttrs(to, ctx.attr_int("axis", 1), ctx.attr_int("block_size", 0))
+    if isinstance(x, Constant) and x.type.dtype in (DType.INT8, DType.UINT8, DType.INT32) and not attrs.block_size:
+        # Quantized weights and biases stay quantized: the fold-qdq pass needs them to form
+        # integer ops (constant-fold dequantizes whatever it leaves).
+        try:
+            return ctx.graph.add_node("DequantizeLinear", [x, scale, zero], attrs, name=ctx.name,
+                                      result_names=[ctx.output_name(0) or f"{ctx.name}_out0"])
+        except OpError as err:
+            raise ModelImportError(f"DequantizeLinear: {err}") from None
     return ctx.result("DequantizeLinear", [x, scale, zero], attrs)
 
 

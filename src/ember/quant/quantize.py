@@ -1,0 +1,172 @@
+"""Calibration (a profile's ranges -> scales and zero points) and the quantize rewrite that
+inserts QuantizeLinear / DequantizeLinear around Conv, MatMul and Gemm, in the QDQ form ONNX
+Runtime's quantizer writes, so that the `fold-qdq` pass of the optimizer turns each island into
+QLinearConv / QLinearMatMul on the cpu backend's integer (VNNI u8 x s8) kernels.
+
+Schema U8S8: activations asymmetric uint8 over [min(lo, 0), max(hi, 0)] (zero exactly
+representable); weights symmetric int8 per output channel (scale max|w| / 127); biases int32 at
+scale x_scale * w_scale. A degenerate range (a constant-zero tensor, a zero weight channel)
+gets scale 1, never a division by zero. Calibration: "minmax" (the profile's whole range) or
+"percentile" (the range holding `percentile` % of the |values|, from the histogram).
+
+What stays float, by design: only Conv / MatMul / Gemm whose weight (B) is a constant are
+quantized, so a MatMul of two activations (attention's Q.K^T and scores.V), Softmax and its
+inputs, and the additive attention-mask arithmetic (x + mask, with mask values like -1e9 that
+would wreck a min/max range) are never quantized; the keep-float list excludes more by op type
+or node name. Ranges are those of the float graph's tensors, so the profile must be taken on the
+graph being quantized (checked by hash).
+
+May import graph/, ops/, types and support/."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from ember.graph import Graph, Node, Value
+from ember.graph.ir import Constant
+from ember.ops.quant import QuantizeAttrs
+from ember.quant.profile import BINS, Profile, ProfileError, TensorStats
+from ember.support.errors import EmberError
+from ember.types import DType
+
+QUANTIZABLE = ("Conv", "MatMul", "Gemm")
+METHODS = ("minmax", "percentile")
+
+
+def activation_range(stats: TensorStats, method: str = "minmax", percentile: float = 99.99) -> tuple[float, float]:
+    if method == "minmax":
+        return stats.min, stats.max
+    if method != "percentile":
+        raise EmberError(f"unknown calibration method '{method}' (known: {', '.join(METHODS)})")
+    # |x| histogram: fold the symmetric bins, find the bin edge holding `percentile` % of values.
+    half = BINS // 2
+    counts = stats.hist[half:] + stats.hist[:half][::-1]
+    total = counts.sum()
+    if total == 0 or stats.amax == 0:
+        return stats.min, stats.max
+    edge = int(np.searchsorted(np.cumsum(counts), total * percentile / 100.0)) + 1
+    bound = stats.amax * min(edge, half) / half
+    return max(stats.min, -bound), min(stats.max, bound)
+
+
+def uint8_params(lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
+    """Asymmetric uint8 (scale, zero point) for [lo, hi], widened to hold 0."""
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    scale = np.float32((hi - lo) / 255.0)
+    if not np.isfinite(scale) or scale <= np.finfo(np.float32).tiny:
+        return np.asarray(1.0, np.float32), np.asarray(0, np.uint8)
+    zero = np.clip(np.rint(-lo / float(scale)), 0, 255)
+    return np.asarray(scale, np.float32), np.asarray(zero, np.uint8)
+
+
+def int8_per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 weights per channel on `axis`: (quantized, scales)."""
+    moved = np.moveaxis(w.astype(np.float64), axis, 0)
+    amax = np.max(np.abs(moved.reshape(moved.shape[0], -1)), axis=1) if moved.size else np.zeros(moved.shape[0])
+    scale = (amax / 127.0).astype(np.float32)
+    scale[scale <= np.finfo(np.float32).tiny] = 1.0
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, scale
+
+
+class _Inserter:
+    def __init__(self, graph: Graph, profile: Profile, method: str, percentile: float) -> None:
+        self.graph, self.profile, self.method, self.percentile = graph, profile, method, percentile
+        self.dequantized: dict[Value, Value] = {}
+        self.params: dict[Value, tuple[np.ndarray, np.ndarray]] = {}
+
+    def qparams(self, value: Value) -> tuple[np.ndarray, np.ndarray]:
+        if value not in self.params:
+            stats = self.profile.tensors.get(value.name)
+            if stats is None:
+                raise ProfileError(f"the profile has no range for '{value.name}'")
+            self.params[value] = uint8_params(*activation_range(stats, self.method, self.percentile))
+        return self.params[value]
+
+    def qdq(self, value: Value) -> Value:
+        """DQ(Q(value)) (one pair per value), with the value's calibrated parameters."""
+        if value not in self.dequantized:
+            scale, zero = self.qparams(value)
+            g = self.graph
+            s = g.add_constant(scale, f"{value.name}.scale")
+            z = g.add_constant(zero, f"{value.name}.zero")
+            q = g.add("QuantizeLinear", value, s, z, attrs=QuantizeAttrs(DType.UINT8), name=f"{value.name}.q")
+            dq = g.add("DequantizeLinear", q, s, z, attrs=QuantizeAttrs(DType.FLOAT32), name=f"{value.name}.dq")
+            self.dequantized[value] = self.dequantized[dq] = dq  # an island's input may be the last one's output
+            self.params[dq] = (scale, zero)
+        return self.dequantized[value]
+
+    def weight(self, node: Node, w: Constant, axis: int) -> tuple[Value, np.ndarray]:
+        q, scale = int8_per_channel(w.data, axis)
+        g = self.graph
+        dq = g.add("DequantizeLinear", g.add_constant(q, f"{node.name}.w_q"), g.add_constant(scale, f"{node.name}.w_s"),
+                   None, attrs=QuantizeAttrs(DType.FLOAT32, axis=axis), name=f"{node.name}.w_dq")
+        return dq, scale
+
+    def bias(self, node: Node, b: Constant, acc_scale: np.ndarray) -> Value:
+        g = self.graph
+        data = np.broadcast_to(b.data.astype(np.float64).reshape(-1), acc_scale.shape)
+        q = np.clip(np.rint(data / acc_scale.astype(np.float64)), -(2**31) + 1, 2**31 - 1).astype(np.int32)
+        return g.add("DequantizeLinear", g.add_constant(q, f"{node.name}.b_q"),
+                     g.add_constant(acc_scale.astype(np.float32), f"{node.name}.b_s"), None,
+                     attrs=QuantizeAttrs(DType.FLOAT32, axis=0), name=f"{node.name}.b_dq")
+
+
+def _output_of(graph: Graph, node: Node, users: dict) -> Value:
+    """The value to quantize after `node`: through a lone Relu/Clip (the fold keeps them
+    exact) and, for a MatMul, a lone bias Add of a constant."""
+    value = node.outputs[0]
+    for ops in (("Add",) if node.op == "MatMul" else (), ("Relu", "Clip")):
+        readers = users.get(value, [])
+        if len(readers) == 1 and readers[0][0].op in ops and value not in graph.output_values():
+            nxt = readers[0][0]
+            if nxt.op == "Add" and not any(isinstance(v, Constant) for v in nxt.inputs):
+                continue
+            value = nxt.outputs[0]
+    return value
+
+
+def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (), method: str = "minmax",
+                   percentile: float = 99.99) -> int:
+    """Inserts Q/DQ around every quantizable node; returns how many were quantized."""
+    profile.check_graph(graph)
+    if method not in METHODS:
+        raise EmberError(f"unknown calibration method '{method}' (known: {', '.join(METHODS)})")
+    keep = set(keep_float)
+    ins = _Inserter(graph, profile, method, percentile)
+    users = graph.users()
+    count = 0
+    for node in list(graph.nodes):
+        if node.op not in QUANTIZABLE or node.op in keep or node.name in keep:
+            continue
+        x, w = node.inputs[0], node.inputs[1]
+        if not isinstance(w, Constant) or isinstance(x, Constant) or x is None or x.type.dtype is not DType.FLOAT32:
+            continue
+        if node.op == "Gemm" and (node.attrs.transA or node.attrs.alpha != 1.0 or node.attrs.beta != 1.0):
+            continue
+        if node.op == "Conv" and x.type.rank != 4 or node.op != "Conv" and w.type.rank != 2:
+            continue
+        axis = 0 if node.op == "Conv" or node.op == "Gemm" and node.attrs.transB else 1
+        out = _output_of(graph, node, users)
+        x_scale, _ = ins.qparams(x)
+        ins.qparams(out)  # fails before any rewrite when the profile lacks the output
+        xd = ins.qdq(x)
+        wd, w_scale = ins.weight(node, w, axis)
+        node.inputs[0], node.inputs[1] = xd, wd
+        b = node.inputs[2] if len(node.inputs) > 2 else None
+        if isinstance(b, Constant) and b.type.rank <= 1 + (node.op == "Gemm"):
+            node.inputs[2] = ins.bias(node, b, (np.float32(x_scale) * w_scale).astype(np.float32))
+        readers = [(n, i) for n, i in graph.users().get(out, [])]
+        outputs = [o for o in graph.outputs if o.value is out]
+        dq = ins.qdq(out)
+        for reader, i in readers:
+            reader.inputs[i] = dq
+        for o in outputs:
+            o.value = dq
+        count += 1
+    graph.sort()
+    graph.remove_unused()
+    return count
