@@ -122,6 +122,7 @@ class Graph:
 
     def add_input(self, name: str, type_: TensorType) -> Placeholder:
         limits.check_tensor(type_.nbytes, f"input '{name}' ({type_})")
+        limits.check_rank(type_.rank, f"input '{name}'")
         placeholder = Placeholder(self._claim_exact(name), type_)
         self.inputs.append(placeholder)
         return placeholder
@@ -147,6 +148,7 @@ class Graph:
             raise VerificationError(f"{node.location}: {err}") from None
         for type_ in types:
             limits.check_tensor(type_.nbytes, f"{node.location}: result {type_}")
+            limits.check_rank(type_.rank, f"{node.location}: a result")
         if len(self.nodes) >= self._node_limit:
             raise limits.ResourceLimitError(
                 f"{node.location}: the graph would have more than {self._node_limit} nodes, the node limit "

@@ -44,14 +44,23 @@ def attention_heads(attrs: AttentionAttrs, q: TensorType, k: TensorType, v: Tens
     if q.rank == 4:
         if k.rank != 4 or v.rank != 4:
             raise OpError(f"Attention Q, K and V must all be 3-D or all 4-D, got {q}, {k}, {v}")
-        return q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
-    if q.rank != 3 or k.rank != 3 or v.rank != 3:
-        raise OpError(f"Attention Q, K and V must all be 3-D or all 4-D, got {q}, {k}, {v}")
-    qh, kvh = attrs.q_num_heads, attrs.kv_num_heads
-    if qh < 1 or kvh < 1 or q.shape[2] % qh or k.shape[2] % kvh or v.shape[2] % kvh:
-        raise OpError(f"Attention on 3-D inputs needs q_num_heads and kv_num_heads dividing the hidden sizes, "
-                      f"got {qh} and {kvh} for {q}, {k}, {v}")
-    return qh, kvh, q.shape[1], k.shape[1], q.shape[2] // qh, v.shape[2] // kvh
+        heads = q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3], v.shape[3]
+        v_heads, k_head = v.shape[1], k.shape[3]
+    else:
+        if q.rank != 3 or k.rank != 3 or v.rank != 3:
+            raise OpError(f"Attention Q, K and V must all be 3-D or all 4-D, got {q}, {k}, {v}")
+        qh, kvh = attrs.q_num_heads, attrs.kv_num_heads
+        if qh < 1 or kvh < 1 or q.shape[2] % qh or k.shape[2] % kvh or v.shape[2] % kvh:
+            raise OpError(f"Attention on 3-D inputs needs q_num_heads and kv_num_heads dividing the hidden sizes, "
+                          f"got {qh} and {kvh} for {q}, {k}, {v}")
+        heads = qh, kvh, q.shape[1], k.shape[1], q.shape[2] // qh, v.shape[2] // kvh
+        v_heads, k_head = kvh, k.shape[2] // kvh
+    # K and V must agree with Q on the batch, with each other on heads and keys, and K's head
+    # size must be Q's (QK^T contracts over it).
+    if not (k.shape[0] == v.shape[0] == q.shape[0] and v_heads == heads[1] and v.shape[-2 if q.rank == 4 else 1]
+            == heads[3] and k_head == heads[4] and heads[1] >= 1):
+        raise OpError(f"Attention Q, K and V do not fit together (batch, heads, keys, head size): {q}, {k}, {v}")
+    return heads
 
 
 def _attention_infer(attrs: AttentionAttrs, types):
@@ -59,6 +68,8 @@ def _attention_infer(attrs: AttentionAttrs, types):
     require_float(q, "Attention")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise OpError(f"Attention Q, K and V must share an element type, got {q}, {k}, {v}")
+    if mask is not None and mask.dtype not in (DType.BOOL, q.dtype):
+        raise OpError(f"Attention attn_mask must be bool or {q.dtype} like Q, got {mask.dtype}")
     qh, kvh, q_seq, kv_seq, head, v_head = attention_heads(attrs, q, k, v)
     if qh % kvh:
         raise OpError(f"Attention q heads ({qh}) must be a multiple of kv heads ({kvh})")
@@ -66,15 +77,21 @@ def _attention_infer(attrs: AttentionAttrs, types):
         raise OpError("Attention past_key and past_value go together")
     batch = q.shape[0]
     past = 0 if past_k is None else past_k.shape[2]
-    if past_k is not None and (past_k.shape != (batch, kvh, past, head) or past_v.shape[:3] != (batch, kvh, past)):
+    if past_k is not None and (past_k.shape != (batch, kvh, past, head) or past_v.shape != (batch, kvh, past, v_head)
+                               or past_k.dtype != q.dtype or past_v.dtype != q.dtype):
         raise OpError(f"Attention past_key {past_k} / past_value {past_v} do not fit the inputs")
     if nonpad is not None and (nonpad.shape != (batch,) or past_k is not None):
         raise OpError(f"Attention nonpad_kv_seqlen {nonpad} must be [{batch}] and cannot go with a past cache")
     if attrs.qk_matmul_output_mode not in (0, 1, 2, 3):
         raise OpError(f"Attention qk_matmul_output_mode {attrs.qk_matmul_output_mode} is not 0 to 3")
     total = past + kv_seq
-    if mask is not None and mask.shape[-1] > total:
-        raise OpError(f"Attention attn_mask {mask} is longer than the {total} keys")
+    if mask is not None:
+        if mask.rank < 1 or mask.rank > 4 or mask.shape[-1] > total:
+            raise OpError(f"Attention attn_mask {mask} must be 1-D to 4-D and at most {total} keys long")
+        scores = (batch, qh, q_seq, total)
+        padded = (*mask.shape[:-1], total)
+        if any(m not in (1, s) for m, s in zip(reversed(padded), reversed(scores), strict=False)):
+            raise OpError(f"Attention attn_mask {mask} does not broadcast to the scores {list(scores)}")
     y_shape = (batch, qh, q_seq, v_head) if q.rank == 4 else (batch, q_seq, qh * v_head)
     return (q.with_shape(y_shape), q.with_shape((batch, kvh, total, head)),
             q.with_shape((batch, kvh, total, v_head)), q.with_shape((batch, qh, q_seq, total)))
@@ -256,6 +273,12 @@ def _linear_attention_infer(attrs: LinearAttentionAttrs, types):
         raise OpError(f"LinearAttention '{attrs.update_rule}' takes decay only when gated and beta only for delta")
     b, t = q.shape[:2]
     d_k, d_v = q.shape[2] // qh, v.shape[2] // kvh
+    if k.shape[:2] != (b, t) or v.shape[:2] != (b, t) or k.shape[2] // kvh != d_k:
+        raise OpError(f"LinearAttention q, k and v must share batch, time and key size, got {q}, {k}, {v}")
+    if decay is not None and decay.shape not in ((b, t, kvh), (b, t, kvh * d_k)):
+        raise OpError(f"LinearAttention decay {decay} must be [{b}, {t}, {kvh}] or [{b}, {t}, {kvh * d_k}]")
+    if beta is not None and beta.shape not in ((b, t, kvh), (b, t, 1)):
+        raise OpError(f"LinearAttention beta {beta} must be [{b}, {t}, {kvh}] or [{b}, {t}, 1]")
     state_shape = (b, kvh, d_k, d_v)
     if state is not None and state.shape != state_shape:
         raise OpError(f"LinearAttention past_state {state} must have shape {list(state_shape)}")

@@ -38,6 +38,8 @@ def _conv_transpose_infer(attrs: ConvTransposeAttrs, types):
         raise OpError(f"ConvTranspose needs input and weight of equal rank >= 3, got {x} and {w}")
     if not (len(attrs.strides) == len(attrs.dilations) == spatial and len(attrs.pads) == 2 * spatial):
         raise OpError(f"ConvTranspose attributes do not match {spatial} spatial axes: {attrs}")
+    if any(s < 1 for s in attrs.strides) or any(d < 1 for d in attrs.dilations):
+        raise OpError(f"ConvTranspose needs positive strides and dilations: {attrs}")
     if attrs.group < 1 or x.shape[1] != w.shape[0] or x.shape[1] % attrs.group:
         raise OpError(f"ConvTranspose weight {w} does not fit input {x} with group {attrs.group}")
     out_channels = w.shape[1] * attrs.group

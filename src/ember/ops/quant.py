@@ -206,6 +206,12 @@ def _qlinear_matmul_infer(attrs, types):
     _int8(b, "QLinearMatMul", "B")
     _int8(y_zero, "QLinearMatMul", "y_zero_point")
     (y,) = _matmul_infer(None, [a.with_dtype(DType.INT32), b.with_dtype(DType.INT32)])
+    # Each scale and zero point: one value, or one per row of A (a_*) or per column (b_*, y_*).
+    rows, cols = a.shape[-2] if a.rank >= 2 else 1, b.shape[-1] if b.rank >= 2 else 1
+    for t, what, count in ((a_scale, "a_scale", rows), (a_zero, "a_zero_point", rows), (b_scale, "b_scale", cols),
+                           (b_zero, "b_zero_point", cols), (y_scale, "y_scale", cols), (y_zero, "y_zero_point", cols)):
+        if t.rank > 1 or t.size not in (1, count):
+            raise OpError(f"QLinearMatMul {what} must be a scalar or have {count} values, got {t}")
     return (y.with_dtype(y_zero.dtype),)
 
 

@@ -55,6 +55,8 @@ def require_rank(t: TensorType, rank: int, op: str, operand: str) -> None:
 def pooled_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int,
                 dilation: int, ceil_mode: bool) -> int:
     """Output length of a window op along one axis (ONNX Conv/Pool formula)."""
+    if kernel < 1 or stride < 1 or dilation < 1:
+        raise OpError(f"window of size {kernel}, stride {stride} and dilation {dilation}: each must be positive")
     extent = dilation * (kernel - 1) + 1
     span = size + pad_begin + pad_end - extent
     if span < 0:

@@ -140,6 +140,8 @@ class ShapeAttrs:
 
 def _expand_infer(attrs: ShapeAttrs, types):
     (t,) = types
+    if any(d < 0 for d in attrs.shape):
+        raise OpError(f"Expand to shape {list(attrs.shape)}: dimensions must not be negative")
     shape = broadcast_shapes(t.shape, attrs.shape)
     return (t.with_shape(shape),)
 
@@ -171,6 +173,12 @@ def _pad_infer(attrs: PadAttrs, types):
     shape = tuple(d + attrs.pads[i] + attrs.pads[i + t.rank] for i, d in enumerate(t.shape))
     if any(d < 0 for d in shape):
         raise OpError(f"Pad {list(attrs.pads)} crops {list(t.shape)} below zero")
+    if attrs.mode != "constant":
+        for i, d in enumerate(t.shape):
+            begin, end = attrs.pads[i], attrs.pads[i + t.rank]
+            if (begin > 0 or end > 0) and d - max(-begin, 0) - max(-end, 0) < 1:
+                raise OpError(f"Pad mode '{attrs.mode}' pads axis {i}, which is empty after cropping "
+                              f"({list(attrs.pads)} of {list(t.shape)}): there is nothing to repeat")
     return (t.with_shape(shape),)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ember.support.errors import EmberError
+from ember.support.errors import EmberError, UnsupportedError
 
 HOW_TO_RAISE = "raise the limit with the EMBER_MAX_* environment variables, see ember/support/limits.py"
 
@@ -65,6 +65,17 @@ def check_tensor(nbytes: int, what: str) -> None:
     if nbytes > limit:
         raise ResourceLimitError(f"{what} needs {nbytes} bytes, more than the tensor size limit of {limit} "
                                  f"bytes ({HOW_TO_RAISE})")
+
+
+# Not a budget but a hard limit: the interpreter and constant folding hold tensors in NumPy
+# arrays, which have at most 64 dimensions.
+MAX_RANK = 64
+
+
+def check_rank(rank: int, what: str) -> None:
+    """Refuses a tensor of more dimensions than MAX_RANK. `what` names it for the user."""
+    if rank > MAX_RANK:
+        raise UnsupportedError(f"{what} has rank {rank}, above {MAX_RANK}, the most Ember supports (NumPy's limit)")
 
 
 def may_fold(nbytes: int) -> bool:

@@ -172,7 +172,13 @@ def emit_pad(em: Emitter, instr: Instr) -> str:
         value = c_literal(attrs.value, out.type.dtype)
         body = f"y[{{o}}] = ({inside}) ? x[{offset}] : {value};"
     else:
-        mapped = [_index_map(attrs.mode, in_shape[a], src_coords[a]) for a in range(rank)]
+        # Negative pads crop first: edges, reflections and wraps are those of the cropped range.
+        ends = attrs.pads[rank:]
+        mapped = []
+        for a in range(rank):
+            low = max(-begins[a], 0)
+            kept = in_shape[a] - low - max(-ends[a], 0)
+            mapped.append(f"({low} + {_index_map(attrs.mode, kept, f'({idx[a]} - {max(begins[a], 0)})')})")
         offset = " + ".join(f"{m} * {in_strides[a]}" for a, m in enumerate(mapped)) or "0"
         body = f"y[{{o}}] = x[{offset}];"
     out_strides = contiguous_strides(out_shape)

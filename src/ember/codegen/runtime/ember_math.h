@@ -14,11 +14,13 @@ static inline __attribute__((always_inline)) float ember_expf(float x)
 {
     /* e^x = 2^n * e^r with r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split in two for accuracy.
      * NaN goes through as NaN: computed on 0 (converting NaN to an integer is undefined),
-     * then selected back, which stays a vector blend. */
+     * then selected back, which stays a vector blend. 2^n is applied as two halves, each a
+     * normal float, so results past FLT_MAX overflow to inf and tiny ones go subnormal or
+     * to 0 as expf's do (inputs clamped where the result already is inf or 0). */
     float nan_in = x;
     x = x != x ? 0.0f : x;
-    x = x > 88.3762626647949f ? 88.3762626647949f : x;
-    x = x < -87.3365447504f ? -87.3365447504f : x;
+    x = x > 89.0f ? 89.0f : x;
+    x = x < -104.0f ? -104.0f : x;
     /* Round to nearest by adding and removing 1.5 * 2^23: plain arithmetic, so it vectorizes
      * (roundf does not without -ffast-math). */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
@@ -31,10 +33,12 @@ static inline __attribute__((always_inline)) float ember_expf(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return nan_in != nan_in ? nan_in : p * scale;
+    int32_t half = (int32_t)n >> 1;
+    uint32_t bits1 = (uint32_t)(half + 127) << 23, bits2 = (uint32_t)((int32_t)n - half + 127) << 23;
+    float scale1, scale2;
+    memcpy(&scale1, &bits1, sizeof scale1);
+    memcpy(&scale2, &bits2, sizeof scale2);
+    return nan_in != nan_in ? nan_in : p * scale1 * scale2;
 }
 
 static inline __attribute__((always_inline)) float ember_erff(float x)

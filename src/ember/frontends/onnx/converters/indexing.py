@@ -85,8 +85,12 @@ def tensor_scatter(ctx: NodeContext) -> list[Value]:
 
 @converter("Trilu", min_opset=14)
 def trilu(ctx: NodeContext) -> list[Value]:
-    attrs = TriluAttrs(ctx.attr_bool("upper", True), _scalar_int(ctx, 1, "k", 0))
-    return ctx.result("Trilu", [ctx.require(0)], attrs)
+    x = ctx.require(0)
+    k = _scalar_int(ctx, 1, "k", 0)
+    if x.type.rank >= 2:  # beyond [-rows, cols] every k keeps the same elements; no overflow later
+        k = max(-x.type.shape[-2], min(k, x.type.shape[-1]))
+    attrs = TriluAttrs(ctx.attr_bool("upper", True), k)
+    return ctx.result("Trilu", [x], attrs)
 
 
 @converter("CumSum", "CumProd")
@@ -152,9 +156,13 @@ def split(ctx: NodeContext) -> list[Value]:
     if sizes is None:
         if ctx.opset >= 18 and ctx.has_attr("num_outputs"):
             count = ctx.attr_int("num_outputs")
+            if count != ctx.num_outputs:  # checked first: a huge count must not size a tuple
+                raise ModelImportError(f"num_outputs is {count}, but the node has {ctx.num_outputs} outputs")
             chunk = math.ceil(dim / count)
             sizes = tuple(min(chunk, max(dim - i * chunk, 0)) for i in range(count))
         else:
+            if count < 1:
+                raise ModelImportError("Split has no outputs")
             if dim % count:
                 raise ModelImportError(f"cannot split an axis of {dim} into {count} equal parts")
             sizes = (dim // count,) * count

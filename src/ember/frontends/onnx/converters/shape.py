@@ -88,6 +88,7 @@ def constant_of_shape(ctx: NodeContext) -> Value:
         raise ModelImportError("required input 0 (shape) is missing")
     if any(d < 0 for d in dims):
         raise ModelImportError(f"shape {list(dims)} has a negative dimension")
+    limits.check_rank(len(dims), "the result")
     value = ctx.attr_tensor("value", None)
     if value is None:
         value = np.zeros(1, dtype=np.float32)

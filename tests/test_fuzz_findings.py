@@ -1,0 +1,201 @@
+"""Regression tests for what the mutation fuzzer (bench/fuzz_models.py) found: each model here
+is the minimal form of a fuzz finding, a non-Ember exception, an "internal error", a hang or
+a result that differed from ONNX Runtime's. Each now is a clear refusal naming the node, or
+the right result."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.frontends.onnx import load_onnx
+from ember.support.errors import EmberError, ModelImportError, UnsupportedError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "finding", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _info(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _const(name, values, dtype=np.int64):
+    return numpy_helper.from_array(np.array(values, dtype), name)
+
+
+def _refused(model, match):
+    """Refused at import with an EmberError matching `match`, and not as an internal error."""
+    with pytest.raises(EmberError, match=match) as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)
+
+
+def test_constant_of_shape_past_numpy_rank_limit():
+    """A 1,048,576-element shape tensor asked NumPy for a 1,048,576-D array (internal error)."""
+    model = _model([helper.make_node("ConstantOfShape", ["s"], ["y"])], [], [_info("y", None)],
+                   [_const("s", [0] * 65)])
+    with pytest.raises(UnsupportedError, match=r"\(ConstantOfShape\): the result has rank 65, above 64"):
+        load_onnx(model)
+
+
+def test_result_past_numpy_rank_limit():
+    """Reshape to 65 dimensions imported, then failed in NumPy at run time."""
+    model = _model([helper.make_node("Reshape", ["x", "s"], ["y"])], [_info("x", [1])], [_info("y", None)],
+                   [_const("s", [1] * 65)])
+    _refused(model, r"\(Reshape\): a result has rank 65, above 64")
+
+
+def test_expand_to_negative_dims():
+    model = _model([helper.make_node("Expand", ["x", "s"], ["y"])], [_info("x", [1, 6])], [_info("y", None)],
+                   [_const("s", [-1000, 1, 6])])
+    _refused(model, r"\(Expand\): Expand to shape \[-1000, 1, 6\]: dimensions must not be negative")
+
+
+@pytest.mark.parametrize("count", [2**63 - 1, 2**31 - 1, 0, -1])
+def test_split_num_outputs_that_do_not_match(count):
+    """num_outputs 2**63-1 sized a tuple of that many parts (a hang), 0 divided by zero."""
+    node = helper.make_node("Split", ["x"], ["a", "b"], axis=0, num_outputs=count)
+    model = _model([node], [_info("x", [4])], [_info("a", None), _info("b", None)])
+    started = time.perf_counter()
+    _refused(model, rf"\(Split\): num_outputs is {count}, but the node has 2 outputs")
+    assert time.perf_counter() - started < 10
+
+
+def _attention(q, k, v, extra=(), attrs=None, mask_dtype=TensorProto.FLOAT):
+    names = ["q", "k", "v", *[name for name, _ in extra]]
+    inputs = [_info("q", q), _info("k", k), _info("v", v)]
+    inputs += [_info(name, shape, mask_dtype if name == "mask" else TensorProto.FLOAT) for name, shape in extra]
+    node = helper.make_node("Attention", names if len(extra) != 2 else ["q", "k", "v", "", *names[3:]], ["y"],
+                            **(attrs or {}))
+    return _model([node], inputs, [_info("y", None)], opset=23)
+
+
+@pytest.mark.parametrize("model, match", [
+    # K's head size differs from Q's: QK^T cannot contract (ValueError in NumPy's matmul).
+    (_attention([1, 2, 2, 8], [1, 2, 4, 6], [1, 2, 4, 8]), "do not fit together"),
+    # V has other keys than K.
+    (_attention([1, 2, 2, 8], [1, 2, 4, 8], [1, 2, 3, 8]), "do not fit together"),
+    # 3-D: kv_num_heads 1 makes K's head 24 wide where Q's is 6.
+    (_attention([2, 4, 24], [2, 6, 24], [2, 6, 24], attrs={"q_num_heads": 4, "kv_num_heads": 1}),
+     "do not fit together"),
+    # A 5-D mask.
+    (_attention([2, 3, 4, 8], [2, 3, 6, 8], [2, 3, 6, 8], [("mask", [2, 3, 4, 6, 3])]), "attn_mask .* 1-D to 4-D"),
+    # A mask that does not broadcast onto the scores.
+    (_attention([2, 3, 4, 8], [2, 3, 6, 8], [2, 3, 6, 8], [("mask", [5, 4, 6])]), "does not broadcast"),
+    # A mask of an integer type (neither bool nor Q's type).
+    (_attention([2, 3, 4, 8], [2, 3, 6, 8], [2, 3, 6, 8], [("mask", [4, 6])], mask_dtype=TensorProto.UINT32),
+     "attn_mask must be bool or f32"),
+    # past_value of rank 5.
+    (_attention([2, 3, 4, 8], [2, 3, 6, 8], [2, 3, 6, 8], [("past_key", [2, 3, 12, 8]),
+                                                            ("past_value", [2, 3, 12, 8, 2])]), "do not fit"),
+])
+def test_attention_operands_that_do_not_fit(model, match):
+    _refused(model, rf"\(Attention\): .*{match}")
+
+
+def test_linear_attention_heads_that_do_not_fit():
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "", "decay"], ["y", "s"], q_num_heads=8,
+                            kv_num_heads=4, update_rule="gated")
+    model = _model([node], [_info(n, [2, 4, 32]) for n in "qkv"] + [_info("decay", [2, 4, 4])],
+                   [_info("y", None), _info("s", None)], opset=27)
+    _refused(model, r"\(LinearAttention\): LinearAttention q, k and v must share batch, time and key size")
+
+
+@pytest.mark.parametrize("op, attrs", [("AveragePool", {"kernel_shape": [2, -2]}),
+                                       ("MaxPool", {"kernel_shape": [0, 2]}),
+                                       ("ConvTranspose", {"dilations": [2, -1]}),
+                                       ("ConvTranspose", {"strides": [0, 1]})])
+def test_window_attributes_must_be_positive(op, attrs):
+    """A negative kernel reached NumPy's sliding_window_view at run time (ValueError)."""
+    inputs, inits = ["x"], []
+    if op == "ConvTranspose":
+        inputs.append("w")
+        inits.append(numpy_helper.from_array(np.ones((1, 1, 2, 2), np.float32), "w"))
+    model = _model([helper.make_node(op, inputs, ["y"], **attrs)], [_info("x", [1, 1, 4, 4])], [_info("y", None)],
+                   inits)
+    _refused(model, rf"\({op}\): .*positive")
+
+
+def test_qlinear_matmul_zero_point_of_the_wrong_length():
+    inits = [numpy_helper.from_array(np.ones((2, 3), np.int8), "b"), _const("a_scale", 0.1, np.float32),
+             _const("a_zero", 0, np.int8), _const("b_scale", 0.1, np.float32), _const("b_zero", 0, np.int8),
+             _const("y_scale", 0.2, np.float32), _const("y_zero", [0, 1], np.int8)]
+    node = helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
+                                              "y_zero"], ["y"])
+    model = _model([node], [_info("a", [2, 2], TensorProto.INT8)], [_info("y", None, TensorProto.INT8)], inits)
+    _refused(model, r"\(QLinearMatMul\): QLinearMatMul y_zero_point must be a scalar or have 3 values, got i8\[2\]")
+
+
+def _pad_model(pads, mode):
+    node = helper.make_node("Pad", ["x", "p"], ["y"], mode=mode)
+    return _model([node], [_info("x", [5])], [_info("y", None)], [_const("p", pads)], opset=19)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+def test_pad_of_an_axis_cropped_empty(mode):
+    """Nothing is left to reflect, repeat or wrap (ValueError in NumPy's pad)."""
+    _refused(_pad_model([-5, 2], mode), rf"\(Pad\): Pad mode '{mode}' pads axis 0, which is empty after cropping")
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [[-1, 1], [2, -1], [-2, 3], [3, -2], [-1, 4], [4, -3]])
+def test_pad_crop_then_pad_on_cpu(mode, pads):
+    """Negative pads crop first: the cpu kernel reflected and wrapped within the uncropped
+    input (wrap [-1, 1] of [0..4] gave [1, 2, 3, 4, 0] where ONNX Runtime gives [.., 1])."""
+    model = _pad_model(pads, mode)
+    x = np.arange(5, dtype=np.float32)
+    expected = ember.compile(model, backend="interpreter").run({"x": x})["y"]
+    np.testing.assert_array_equal(ember.compile(model, backend="cpu").run({"x": x})["y"], expected)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    try:
+        theirs = session.run(None, {"x": x})[0]
+    except Exception:  # noqa: BLE001  (ONNX Runtime refuses reflections past the cropped range)
+        return
+    np.testing.assert_array_equal(expected, theirs)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("upper", [0, 1])
+@pytest.mark.parametrize("k", [-2**63, 2**63 - 1, -6, 7])
+def test_trilu_with_extreme_k(backend, upper, k):
+    """k = -2**63 overflowed NumPy's tril (OverflowError, an internal error)."""
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
+    model = _model([node], [_info("x", [4, 5])], [_info("y", None)], [_const("k", k)])
+    x = np.arange(1, 21, dtype=np.float32).reshape(4, 5)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_array_equal(ember.compile(model, backend=backend).run({"x": x})["y"], theirs[0])
+
+
+def test_the_refusals_are_model_import_errors():
+    """Where these refusals surface: at import, as ModelImportErrors naming the node."""
+    with pytest.raises(ModelImportError, match=r"node 'Expand_0' \(Expand\)"):
+        load_onnx(_model([helper.make_node("Expand", ["x", "s"], ["y"], name="Expand_0")], [_info("x", [1])],
+                         [_info("y", None)], [_const("s", [-1])]))
+
+
+EXTREMES = np.array([-np.inf, -200, -104, -100, -90, -88, -87.3, -1, 0, 1, 88, 88.5, 88.72, 88.73, 89, 100, np.inf,
+                     np.nan], np.float32)
+
+
+@pytest.mark.parametrize("nodes", [[("Exp", "x", "y")], [("Sigmoid", "x", "y")],
+                                   [("Sigmoid", "x", "s"), ("Mul", "x s", "y")], [("Softplus", "x", "y")],
+                                   [("Tanh", "x", "y")], [("Elu", "x", "y")]])
+def test_exp_based_ops_at_the_extremes_on_cpu(nodes):
+    """The C exp clamped its input: e^100 and e^inf were 2.4e38, not inf, and e^-inf was
+    1.2e-38, not 0, so x * sigmoid(x) (recognized as Silu) gave -inf at x = -inf where ONNX
+    Runtime gives NaN (-inf * 0)."""
+    model = _model([helper.make_node(op, inputs.split(), [out]) for op, inputs, out in nodes],
+                   [_info("x", [EXTREMES.size])], [_info("y", None)])
+    mine = ember.compile(model, backend="cpu").run({"x": EXTREMES})["y"]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": EXTREMES})[0]
+    np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
+    np.testing.assert_array_equal(np.isinf(mine) * np.sign(mine), np.isinf(theirs) * np.sign(theirs))
+    np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-30)
