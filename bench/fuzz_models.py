@@ -25,17 +25,21 @@ ends as one of:
   not-compared  both ran it, but its outputs are random (RandomNormal, Bernoulli, ...)
   ort-differs   both ran it, the results differ, and Ember's match ONNX's reference
                 implementation (onnx.reference), the tie-break: ONNX Runtime's difference
+  no-consensus  both ran it, the results differ, and the reference agrees with neither (listed
+                with each result in the summary, to be looked at: no agreed answer to hold to)
   ort-crash, ort-timeout   ONNX Runtime died or hung on a model Ember ran (not Ember's)
 and the findings (each an Ember bug):
   crash         the worker died (signal or exit) while Ember worked on the case
   hang          Ember ran past the time limit
   escape        Ember raised an exception that is not an EmberError
   internal      an EmberError that says it is an Ember bug ("internal error", "an Ember bug")
-  mismatch      both ran it, and the results differ beyond tolerance (shape, element type,
-                NaN positions, infinities, or values past rtol/atol)
+  mismatch      both ran it, the results differ beyond tolerance (shape, element type, NaN
+                positions, infinities, or values past rtol/atol), and ONNX's reference
+                agrees with ONNX Runtime (or fails on the model)
 
-Each finding's model, side files and inputs are saved under --out/<outcome>/<case>/ with an
-info.json; `--replay DIR` runs one saved case in this process (no isolation) to debug it.
+Each finding's model, side files and inputs (and those of ort-differs and no-consensus cases)
+are saved under --out/<outcome>/<case>/ with an info.json; `--replay DIR` runs one saved case
+in this process (no isolation) to debug it.
 
     python bench/fuzz_models.py --cases 10000 --backend interpreter|cpu [--seed 0] [--jobs 2]
                                 [--timeout 60] [--out fuzz-findings] [--start 0]
@@ -79,7 +83,10 @@ except ImportError:  # pragma: no cover
     from bench.onnx_node_data import NodeCase, generate, load_index, read_case
 
 FINDINGS = ("crash", "hang", "escape", "internal", "mismatch")
-OUTCOMES = ("refused", "match", "ember-only", "not-compared", "ort-differs", "ort-crash", "ort-timeout", *FINDINGS)
+OUTCOMES = ("refused", "match", "ember-only", "not-compared", "ort-differs", "no-consensus", "ort-crash", "ort-timeout",
+            *FINDINGS)
+# Not findings, but saved and listed for review: Ember differs from ONNX Runtime.
+REVIEW = ("ort-differs", "no-consensus")
 # An EmberError whose message says it is a bug of Ember's own.
 INTERNAL_MARKERS = ("internal error", "an Ember bug")
 RANDOM_OPS = {"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli", "Multinomial"}
@@ -991,15 +998,20 @@ def run_case(case: Case, backend: str, folder: Path, phase: Callable[[str], None
     # is the exact result; Ember matching it where ONNX Runtime does not (float32 rounding in
     # ONNX Runtime's own arithmetic, e.g. sampling coordinates on a 65536-pixel axis).
     phase("reference")
-    exact = run_reference(path, case.inputs, widen=True)
-    if exact is not None and compare_exact(mine, exact, case.rtol, case.atol) \
-            and not compare_exact(theirs, exact, case.rtol, case.atol):
-        return done(Outcome("ort-differs", f"{problem} (Ember matches ONNX's reference implementation run in "
-                                           "float64, ONNX Runtime does not)"))
-    verdict = ("the reference fails on it" if reference is None else
-               "the reference agrees with ONNX Runtime" if compare(theirs, reference, case.rtol, case.atol) is None
-               else "the reference agrees with neither")
-    return done(Outcome("mismatch", f"{problem} ({verdict})"))
+    for how, exact in (("ONNX's reference implementation", run_reference(path, case.inputs, widen=True)),
+                       ("ONNX Runtime itself", run_ort_widened(path, case.inputs))):
+        if exact is not None and compare_exact(mine, exact, case.rtol, case.atol) \
+                and not compare_exact(theirs, exact, case.rtol, case.atol):
+            return done(Outcome("ort-differs", f"{problem} (Ember matches {how} run in float64; ONNX Runtime "
+                                               "in float32 does not: its own rounding)"))
+    if reference is None:
+        return done(Outcome("mismatch", f"{problem} (the reference fails on it)"))
+    if compare(theirs, reference, case.rtol, case.atol) is None:
+        return done(Outcome("mismatch", f"{problem} (the reference agrees with ONNX Runtime)"))
+    # Ember, ONNX Runtime and the reference all differ: no agreed result to hold Ember to
+    # (NaN inputs to DynamicQuantizeLinear give position-dependent results in ONNX Runtime).
+    return done(Outcome("no-consensus", f"{problem} (the reference agrees with neither: "
+                                        f"{compare(mine, reference, case.rtol, case.atol)})"))
 
 
 def run_reference(path: Path, inputs: dict[str, Any], widen: bool = False) -> list | None:
@@ -1019,6 +1031,19 @@ def run_reference(path: Path, inputs: dict[str, Any], widen: bool = False) -> li
         return [np.asarray(v) if not isinstance(v, list) else v for v in evaluator.run(None, feeds)]
     except Exception:  # noqa: BLE001
         return None
+
+
+def run_ort_widened(path: Path, inputs: dict[str, Any]) -> list | None:
+    """ONNX Runtime's outputs for the model and inputs widened to float64 (widen_model)."""
+    try:
+        model = onnx.load(str(path))
+        widen_model(model)
+        wide = path.with_name("model-float64.onnx")
+        wide.write_bytes(model.SerializeToString())
+    except Exception:  # noqa: BLE001
+        return None
+    return run_ort(wide, {n: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v
+                          for n, v in inputs.items()})
 
 
 def widen_model(model: ModelProto) -> None:
@@ -1236,9 +1261,12 @@ def save_finding(case: Case, outcome: Outcome, backend: str, out: Path) -> Path:
     folder = out / outcome.status / f"{case.index:06d}"
     write_case_files(case, folder)
     arrays = {k: v for k, v in case.inputs.items() if isinstance(v, np.ndarray)}
-    np.savez(folder / "inputs.npz", **{f"in_{i}": v for i, v in enumerate(arrays.values())})
+    # ml_dtypes arrays (bfloat16, int4...) are stored as their bytes and viewed back on load.
+    np.savez(folder / "inputs.npz", **{f"in_{i}": v.view(np.uint8) if v.dtype.kind == "V" else v
+                                      for i, v in enumerate(arrays.values())})
     info = {"index": case.index, "seed_model": case.seed, "mutations": case.mutations, "backend": backend,
             "status": outcome.status, "detail": outcome.detail, "input_names": list(arrays),
+            "input_dtypes": [v.dtype.name for v in arrays.values()],
             "side_files": sorted(case.side_files), "rtol": case.rtol, "atol": case.atol,
             "random_outputs": case.random_outputs}
     (folder / "info.json").write_text(json.dumps(info, indent=1))
@@ -1247,8 +1275,13 @@ def save_finding(case: Case, outcome: Outcome, backend: str, out: Path) -> Path:
 
 def load_saved(folder: Path) -> tuple[Case, str]:
     info = json.loads((folder / "info.json").read_text())
+    import ml_dtypes
+
     with np.load(folder / "inputs.npz") as data:
         inputs = {name: data[f"in_{i}"] for i, name in enumerate(info["input_names"])}
+    for (name, value), dtype in zip(list(inputs.items()), info.get("input_dtypes", []), strict=False):
+        if value.dtype.name != dtype and hasattr(ml_dtypes, dtype):
+            inputs[name] = value.view(getattr(ml_dtypes, dtype))
     side = {name: (folder / name).read_bytes() for name in info["side_files"]}
     case = Case(info["index"], info["seed_model"], info["mutations"], (folder / "model.onnx").read_bytes(), inputs,
                 side, info["rtol"], info["atol"], info["random_outputs"])
@@ -1318,7 +1351,7 @@ def fuzz(cases: int, backend: str, seed: int = 0, jobs: int = 2, timeout: float 
         records[case.index] = Record(case.index, case.seed, case.mutations, outcome.status, outcome.detail,
                                      f.seconds if f.status != "done" else outcome.seconds)
         counts[outcome.status] += 1
-        if out is not None and outcome.status in FINDINGS:
+        if out is not None and outcome.status in (*FINDINGS, *REVIEW):
             save_finding(case, outcome, backend, out)
         by_index.pop(case.index, None)
         if progress:
@@ -1402,7 +1435,7 @@ def main() -> int:
 
     def progress(record: Record, counts: Counter) -> None:
         done = sum(counts.values())
-        if record.status in FINDINGS and not args.quiet:
+        if record.status in (*FINDINGS, *REVIEW) and not args.quiet:
             print(f"  #{record.index} {record.status} [{record.seed}] {'; '.join(record.mutations)[:200]}: "
                   f"{record.detail[:300]}", flush=True)
         if done % 500 == 0:

@@ -199,3 +199,111 @@ def test_exp_based_ops_at_the_extremes_on_cpu(nodes):
     np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
     np.testing.assert_array_equal(np.isinf(mine) * np.sign(mine), np.isinf(theirs) * np.sign(theirs))
     np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-30)
+
+
+def test_matmul_integer_zero_point_of_the_wrong_shape():
+    """a_zero_point of shape [1, 3] broadcast wrongly in NumPy at run time (ValueError)."""
+    node = helper.make_node("MatMulInteger", ["a", "b", "az"], ["y"])
+    model = _model([node], [_info("a", [4, 3], TensorProto.UINT8)], [_info("y", None, TensorProto.INT32)],
+                   [numpy_helper.from_array(np.ones((3, 2), np.uint8), "b"), _const("az", [[1, 2, 3]], np.uint8)])
+    _refused(model, r"\(MatMulInteger\): MatMulInteger a_zero_point u8\[1,3\] must be per tensor or per row of A")
+
+
+def test_conv_integer_weight_zero_point_of_the_wrong_length():
+    node = helper.make_node("ConvInteger", ["x", "w", "", "wz"], ["y"])
+    model = _model([node], [_info("x", [1, 1, 4, 4], TensorProto.UINT8)], [_info("y", None, TensorProto.INT32)],
+                   [numpy_helper.from_array(np.ones((2, 1, 2, 2), np.uint8), "w"), _const("wz", [1, 2, 3], np.uint8)])
+    _refused(model, r"\(ConvInteger\): ConvInteger w_zero_point must be a scalar or have 2 values")
+
+
+def test_max_unpool_with_a_negative_stride():
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[-2**31, 2])
+    model = _model([node], [_info("x", [1, 1, 2, 2]), _info("i", [1, 1, 2, 2], TensorProto.INT64)],
+                   [_info("y", None)])
+    _refused(model, r"\(MaxUnpool\): MaxUnpool needs a positive kernel and strides")
+
+
+@pytest.mark.parametrize("scales", [[1, 1, np.inf, 3], [1, 1, 0, 2], [1, 1, -2, 2], [1, 1, np.nan, 2]])
+def test_resize_scales_that_are_not_positive_and_finite(scales):
+    """inf scales were an internal error (OverflowError converting inf to a size)."""
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest")
+    model = _model([node], [_info("x", [1, 1, 2, 2])], [_info("y", None)], [_const("s", scales, np.float32)])
+    _refused(model, r"\(Resize\): scales .* must be positive and finite")
+
+
+def test_resize_negative_sizes():
+    node = helper.make_node("Resize", ["x", "", "", "s"], ["y"], mode="nearest")
+    model = _model([node], [_info("x", [1, 1, 2, 2])], [_info("y", None)], [_const("s", [1, 1, -4, 4])])
+    _refused(model, r"\(Resize\): sizes \[1, 1, -4, 4\] must not be negative")
+
+
+def test_same_padding_with_a_zero_stride():
+    """auto_pad SAME divided by the stride before anything checked it (ZeroDivisionError)."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 0], auto_pad="SAME_UPPER")
+    model = _model([node], [_info("x", [1, 1, 5, 5])], [_info("y", None)])
+    _refused(model, r"\(AveragePool\): kernel \[3, 3\], strides \[2, 0\] and dilations \[1, 1\] must be positive")
+
+
+def test_same_padding_around_a_huge_kernel():
+    """A 2**63-1 kernel with auto_pad SAME asked for pads that large; NumPy's pad failed at run time."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2**63 - 1, 2], auto_pad="SAME_UPPER")
+    model = _model([node], [_info("x", [1, 1, 5, 5])], [_info("y", None)])
+    _refused(model, r"\(AveragePool\): the padded input of AveragePool needs \d+ bytes, more than the tensor size")
+
+
+@pytest.mark.parametrize("source, target", [(TensorProto.UINT4, TensorProto.INT4),
+                                            (TensorProto.INT4, TensorProto.UINT4),
+                                            (TensorProto.UINT2, TensorProto.INT2),
+                                            (TensorProto.INT4, TensorProto.UINT2)])
+def test_cast_between_sub_byte_integer_types(source, target):
+    """ml_dtypes casts no sub-byte integer type to another (TypeError in the interpreter)."""
+    nodes = [helper.make_node("Cast", ["x"], ["a"], to=source), helper.make_node("Cast", ["a"], ["b"], to=target),
+             helper.make_node("Cast", ["b"], ["y"], to=TensorProto.INT8)]
+    model = _model(nodes, [_info("x", [6], TensorProto.INT8)], [_info("y", None, TensorProto.INT8)], opset=21)
+    x = np.array([0, 1, 3, 7, -1, -8], np.int8)
+    mine = ember.compile(model, backend="interpreter").run({"x": x})["y"]
+    try:
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"x": x})[0]
+    except Exception:  # noqa: BLE001  (2-bit types need a newer ONNX Runtime)
+        # wraparound, as ONNX Runtime's 4-bit casts: to the target's bits, then sign-extended
+        bits = 4 if target in (TensorProto.INT4, TensorProto.UINT4) else 2
+        source_bits = 4 if source in (TensorProto.INT4, TensorProto.UINT4) else 2
+        wrapped = x.astype(np.int64) % (1 << source_bits) % (1 << bits)
+        if target in (TensorProto.INT4, TensorProto.INT2):
+            wrapped = np.where(wrapped >= 1 << (bits - 1), wrapped - (1 << bits), wrapped)
+        theirs = wrapped.astype(np.int8)
+    np.testing.assert_array_equal(mine, theirs)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_attention_scores_that_overflow_to_minus_inf(backend):
+    """scale = inf makes whole rows of scores -inf: softmax is NaN there (ONNX Runtime, ONNX's
+    reference, the cpu lowering); the interpreter gave 0, as it does for rows its masks remove."""
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], scale=float("inf"))
+    model = _model([node], [_info("q", [1, 1, 2, 4]), _info("k", [1, 1, 3, 4]), _info("v", [1, 1, 3, 4])],
+                   [_info("y", None)], opset=23)
+    q = np.array([[[[1, 1, 1, 1], [-1, -1, -1, -1]]]], np.float32)
+    k = np.abs(np.random.default_rng(0).standard_normal((1, 1, 3, 4))).astype(np.float32)
+    v = np.random.default_rng(1).standard_normal((1, 1, 3, 4)).astype(np.float32)
+    feeds = {"q": q, "k": k, "v": v}
+    mine = ember.compile(model, backend=backend).run(feeds)["y"]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
+    assert np.isnan(mine[0, 0, 1]).all()  # the row whose scores are all -inf
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("base_type, exponent, values", [
+    (TensorProto.INT64, TensorProto.FLOAT, [-0.04, -0.25, 2.5, 3.0, 0.5]),
+    (TensorProto.INT32, TensorProto.INT64, [-2, -1, 2, 3, 30]),
+])
+def test_integer_base_to_fractional_or_negative_powers(backend, base_type, exponent, values):
+    """The interpreter truncated the exponent first (2 ** -0.25 gave 1, not 0) and raised
+    NumPy's ValueError on negative integer exponents."""
+    node = helper.make_node("Pow", ["b", "e"], ["y"])
+    model = _model([node], [_info("b", [5], base_type), _info("e", [5], exponent)], [_info("y", None, base_type)])
+    feeds = {"b": np.array([1, 2, 3, -2, 2], helper.tensor_dtype_to_np_dtype(base_type)),
+             "e": np.array(values, helper.tensor_dtype_to_np_dtype(exponent))}
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    np.testing.assert_array_equal(ember.compile(model, backend=backend).run(feeds)["y"], theirs)

@@ -26,7 +26,7 @@ from ember.support.errors import EmberError
 ort = pytest.importorskip("onnxruntime")
 
 SLICE_SEED = 20  # issue 20; the long runs use other seeds
-SLICE = {"interpreter": 800, "cpu": 400}
+SLICE = {"interpreter": 2000, "cpu": 800}
 
 
 @pytest.mark.parametrize("backend", sorted(SLICE))

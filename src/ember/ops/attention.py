@@ -123,10 +123,11 @@ def frontier_bias(q_seq: int, kv_seq: int, offset, left: int, right: int, causal
 
 
 def _softmax_rows(x: np.ndarray) -> np.ndarray:
-    top = np.max(x, axis=-1, keepdims=True)
-    e = np.exp(x - np.where(np.isneginf(top), 0.0, top))
-    total = np.sum(e, axis=-1, keepdims=True)
-    return e / np.where(total == 0, 1.0, total)
+    """Softmax over the last axis. A row of -inf scores is NaN (0/0), as in ONNX Runtime and
+    the lowering: only rows the masks remove entirely give 0, which the caller sets."""
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+        return e / np.sum(e, axis=-1, keepdims=True)
 
 
 def _attention(attrs: AttentionAttrs, arrays):

@@ -198,6 +198,12 @@ def _max_unpool_infer(attrs: MaxUnpoolAttrs, types):
     x, indices = types
     if indices.shape != x.shape or indices.dtype is not DType.INT64:
         raise OpError(f"MaxUnpool indices {indices} must be i64 of the input's shape {list(x.shape)}")
+    spatial = x.rank - 2
+    if not (len(attrs.kernel) == len(attrs.strides) == spatial and len(attrs.pads) == 2 * spatial) \
+            or any(k < 1 for k in attrs.kernel) or any(s < 1 for s in attrs.strides) or any(p < 0 for p in attrs.pads) \
+            or any(d < 0 for d in attrs.default_dims(x.shape[2:])):
+        raise OpError(f"MaxUnpool needs a positive kernel and strides and non-negative pads for {spatial} spatial "
+                      f"axes that leave a shape, got {attrs}")
     if len(attrs.output) != x.rank - 2 or any(
             o < d for o, d in zip(attrs.output, attrs.default_dims(x.shape[2:]), strict=True)):
         raise OpError(f"MaxUnpool output {list(attrs.output)} is smaller than the unpooled input")

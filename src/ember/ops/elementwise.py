@@ -174,6 +174,11 @@ def _pow_reference(attrs, arrays):
     base, exponent = arrays
     if base.dtype.kind == "f":
         return (np.power(base, exponent.astype(base.dtype)),)
+    if exponent.dtype.kind == "f" or (exponent < 0).any():
+        # An integer base to a fractional or negative power: computed in double and truncated
+        # to the base's type (2 ** -0.25 is 0), as the cpu backend and ONNX Runtime do.
+        with np.errstate(all="ignore"):
+            return (np.trunc(np.power(base.astype(np.float64), exponent.astype(np.float64))).astype(base.dtype),)
     return (np.power(base.astype(np.int64), exponent.astype(np.int64)).astype(base.dtype),)
 
 
@@ -242,6 +247,11 @@ def _cast_reference(attrs: CastAttrs, arrays):
             info = ml_dtypes.finfo(target)
             wide = x.astype(np.float32) if x.dtype.itemsize < 4 or x.dtype.kind != "f" else x
             return (np.clip(wide, float(info.min), float(info.max)).astype(target),)
+        source = DType.from_numpy(x.dtype)
+        if source.is_narrow and attrs.to.is_narrow and source.is_int and attrs.to.is_int:
+            # ml_dtypes has no cast between two sub-byte integer types (uint4 -> int4): through
+            # int32, which wraps the value as a direct cast would (15 -> -1), as ONNX Runtime does.
+            return (x.astype(np.int32).astype(target),)
         return (x.astype(target),)
     if x.dtype.kind == "f" and target.kind in "iu":
         # Float to integer truncates toward zero; NaN and overflow are undefined in ONNX.

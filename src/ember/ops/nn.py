@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ember.ops.registry import NoAttrs, OpDef, OpError, define_op
-from ember.ops.shape_util import broadcast_shapes, pooled_size, require_float, same_dtype
+from ember.ops.shape_util import broadcast_shapes, check_padded_input, pooled_size, require_float, same_dtype
 from ember.types import DType, TensorType
 
 
@@ -100,6 +100,7 @@ def _conv_infer(attrs: ConvAttrs, types):
         raise OpError(f"Conv needs input and weight of equal rank >= 3, got {x} and {w}")
     spatial = x.rank - 2
     _check_window_attrs("Conv", attrs, spatial)
+    check_padded_input(x, attrs.pads, "Conv")
     channels, out_channels = x.shape[1], w.shape[0]
     if attrs.group < 1 or channels % attrs.group or out_channels % attrs.group:
         raise OpError(f"Conv group {attrs.group} does not divide {channels} input / {out_channels} output channels")
@@ -177,6 +178,7 @@ def _pool_infer(name):
         if len(attrs.kernel) != spatial:
             raise OpError(f"{name} kernel {list(attrs.kernel)} does not match {spatial} spatial axes")
         _check_window_attrs(name, attrs, spatial)
+        check_padded_input(x, attrs.pads, name)
         if x.dtype is DType.BOOL:
             raise OpError(f"{name} does not take bool")
         dims = tuple(

@@ -150,11 +150,39 @@ def _centered(x: np.ndarray, zero: np.ndarray | None, axis_shape: tuple[int, ...
     return out
 
 
+def _rows_cols(a: TensorType, b: TensorType) -> tuple[int, int]:
+    """The rows of A and the columns of B of a matrix product (1 for a vector)."""
+    return a.shape[-2] if a.rank >= 2 else 1, b.shape[-1] if b.rank >= 2 else 1
+
+
+def _one_or_per_axis(t: TensorType | None, count: int, op: str, what: str) -> None:
+    """A scale or zero point: one value (scalar or [1]), or `count` of them in a vector."""
+    if t is not None and (t.rank > 1 or t.size not in (1, count)):
+        raise OpError(f"{op} {what} must be a scalar or have {count} values, got {t}")
+
+
 def _matmul_integer_infer(attrs, types):
     a, b, a_zero, b_zero = types
     for t, what in ((a, "A"), (b, "B"), (a_zero, "a_zero_point"), (b_zero, "b_zero_point")):
         _int8(t, "MatMulInteger", what)
     (y,) = _matmul_infer(None, [a.with_dtype(DType.INT32), b.with_dtype(DType.INT32)])
+    rows, cols = _rows_cols(a, b)
+    # Per tensor, per row of A ([M], or [..., M, 1]) or per column of B ([N], or [..., 1, N]).
+    if a_zero is not None and a_zero.rank >= 2:
+        if a_zero.rank > a.rank or a_zero.shape[-1] != 1 or a_zero.shape[-2] not in (1, rows) \
+                or any(d != 1 for d in a_zero.shape[:-2]):
+            raise OpError(f"MatMulInteger a_zero_point {a_zero} must be per tensor or per row of A {a} "
+                          f"([{rows}] or [..., {rows}, 1], one batch)")
+    else:
+        _one_or_per_axis(a_zero, rows, "MatMulInteger", "a_zero_point")
+    if b_zero is not None and b_zero.rank >= 2:
+        batch = b.shape[:-2][len(b.shape) - b_zero.rank:] if b_zero.rank <= b.rank else None
+        if batch is None or b_zero.shape[-2] != 1 or b_zero.shape[-1] not in (1, cols) \
+                or any(d not in (1, n) for d, n in zip(b_zero.shape[:-2], batch, strict=True)):
+            raise OpError(f"MatMulInteger b_zero_point {b_zero} must be per tensor or per column of B {b} "
+                          f"([{cols}] or [..., 1, {cols}])")
+    else:
+        _one_or_per_axis(b_zero, cols, "MatMulInteger", "b_zero_point")
     return (y,)
 
 
@@ -174,6 +202,8 @@ def _conv_integer_infer(attrs: ConvAttrs, types):
     x, w, x_zero, w_zero = types
     for t, what in ((x, "x"), (w, "w"), (x_zero, "x_zero_point"), (w_zero, "w_zero_point")):
         _int8(t, "ConvInteger", what)
+    _one_or_per_axis(x_zero, 1, "ConvInteger", "x_zero_point")
+    _one_or_per_axis(w_zero, w.shape[0] if w.rank else 1, "ConvInteger", "w_zero_point")
     (y,) = _conv_infer(attrs, [x.with_dtype(DType.FLOAT32), w.with_dtype(DType.FLOAT32), None])
     return (y.with_dtype(DType.INT32),)
 
@@ -207,11 +237,10 @@ def _qlinear_matmul_infer(attrs, types):
     _int8(y_zero, "QLinearMatMul", "y_zero_point")
     (y,) = _matmul_infer(None, [a.with_dtype(DType.INT32), b.with_dtype(DType.INT32)])
     # Each scale and zero point: one value, or one per row of A (a_*) or per column (b_*, y_*).
-    rows, cols = a.shape[-2] if a.rank >= 2 else 1, b.shape[-1] if b.rank >= 2 else 1
+    rows, cols = _rows_cols(a, b)
     for t, what, count in ((a_scale, "a_scale", rows), (a_zero, "a_zero_point", rows), (b_scale, "b_scale", cols),
                            (b_zero, "b_zero_point", cols), (y_scale, "y_scale", cols), (y_zero, "y_zero_point", cols)):
-        if t.rank > 1 or t.size not in (1, count):
-            raise OpError(f"QLinearMatMul {what} must be a scalar or have {count} values, got {t}")
+        _one_or_per_axis(t, count, "QLinearMatMul", what)
     return (y.with_dtype(y_zero.dtype),)
 
 

@@ -5,6 +5,7 @@ import math
 from collections.abc import Sequence
 
 from ember.ops.registry import OpError
+from ember.support import limits
 from ember.types import DType, Shape, TensorType
 
 
@@ -67,6 +68,14 @@ def pooled_size(size: int, kernel: int, stride: int, pad_begin: int, pad_end: in
     if ceil_mode and (out - 1) * stride >= size + pad_begin:
         out -= 1
     return out
+
+
+def check_padded_input(x: TensorType, pads: Sequence[int], op: str) -> None:
+    """A window op's input with its pads (what the NumPy reference materializes) within the
+    tensor size limit: auto_pad SAME with a kernel of 2**63 asks for pads that large."""
+    spatial = x.rank - 2
+    padded = math.prod(x.shape[:2]) * math.prod(d + pads[i] + pads[i + spatial] for i, d in enumerate(x.shape[2:]))
+    limits.check_tensor(padded * x.dtype.itemsize, f"the padded input of {op}")
 
 
 def product(values: Sequence[int]) -> int:

@@ -52,6 +52,9 @@ def window_attrs(ctx: NodeContext, sizes: Sequence[int], kernel: Sequence[int]) 
     if len(strides) != n or len(dilations) != n:
         raise ModelImportError(f"strides {list(strides)} and dilations {list(dilations)} must have one value per "
                                f"spatial axis ({n})")
+    if any(v < 1 for v in (*kernel, *strides, *dilations)):  # before auto_pad divides by a stride
+        raise ModelImportError(f"kernel {list(kernel)}, strides {list(strides)} and dilations {list(dilations)} "
+                               "must be positive")
     auto_pad = ctx.attr_str("auto_pad", "NOTSET")
     if auto_pad == "NOTSET":
         pads = ctx.attr_ints("pads", None) or (0,) * (2 * n)

@@ -26,6 +26,10 @@ def resolve_sizes(in_shape, axes, scales, sizes, policy: str) -> tuple[tuple[int
     """(output sizes, scales) over all axes from scales or sizes given for `axes`."""
     rank = len(in_shape)
     out_scales, out_sizes = [1.0] * rank, list(in_shape)
+    if sizes is not None and any(v < 0 for v in sizes):
+        raise ModelImportError(f"sizes {list(sizes)} must not be negative")
+    if sizes is None and scales is not None and not all(math.isfinite(v) and v > 0 for v in scales):
+        raise ModelImportError(f"scales {list(scales)} must be positive and finite")
     if sizes is not None:
         picked = [sizes[i] / in_shape[a] if in_shape[a] else 1.0 for i, a in enumerate(axes)]
         if policy != "stretch":
