@@ -133,10 +133,10 @@ def test_select_kernels_refuses_with_the_kernels_reason():
     from ember.codegen.kernels import C_KERNELS, OpView
     from ember.types import DType, TensorType
 
-    conv = OpView("Conv", None, (TensorType(DType.FLOAT32, (1, 4, 5, 5)),),
-                  (TensorType(DType.FLOAT32, (1, 2, 7, 7)), TensorType(DType.FLOAT32, (4, 2, 3, 3)), None),
-                  (False, False, False))
-    assert C_KERNELS.refusal(conv) == "only 2-D (NCHW) float32 convolutions with constant weights have C kernels"
+    conv = OpView("Conv", None, (TensorType(DType.FLOAT32, (1, 4, 5, 5, 5, 5)),),
+                  (TensorType(DType.FLOAT32, (1, 2, 7, 7, 7, 7)), TensorType(DType.FLOAT32, (4, 2, 3, 3, 3, 3)), None),
+                  (False, True, False))
+    assert C_KERNELS.refusal(conv) == "only 1-D, 2-D (NCHW) and 3-D convolutions have C kernels"
     half = OpView("Relu", None, (TensorType(DType.FLOAT16, (3,)),), (TensorType(DType.FLOAT16, (3,)),), (False,))
     assert "no C kernels for this element type" in C_KERNELS.refusal(half)
     assert C_KERNELS.refusal(OpView("Unique", None, (), (), ())) == "no C kernel for Unique"
