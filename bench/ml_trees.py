@@ -11,24 +11,12 @@ Needs scikit-learn, skl2onnx and onnxruntime (the `test` extra).
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
 import sys
 import time
 import warnings
 
 import numpy as np
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
+from single_op import cpu_name, interleaved
 
 
 def models(trees: int) -> dict:
@@ -54,13 +42,6 @@ def models(trees: int) -> dict:
     return out
 
 
-def measure(run, repeats: int) -> float:
-    run()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    return (time.perf_counter() - start) / repeats
-
 
 def compare(name: str, model, batch: int, threads: int, rounds: int) -> str:
     import onnxruntime as ort
@@ -84,14 +65,9 @@ def compare(name: str, model, batch: int, threads: int, rounds: int) -> str:
     ours = ember.run(feeds)
     theirs = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
     diff = max(float(np.max(np.abs(ours[k].astype(np.float64) - v.astype(np.float64)))) for k, v in theirs.items())
-    repeats = max(1, int(0.05 / max(measure(runs["ort"], 1), 1e-6)))  # ~50 ms a measurement
-    times: dict[str, list[float]] = {engine: [] for engine in runs}
-    for _ in range(rounds):
-        for engine, run in runs.items():
-            times[engine].append(measure(run, repeats))
-    ratio = statistics.median(e / o for e, o in zip(times["ember"], times["ort"], strict=True))
-    return (f"{name:>26} {batch:>6} {compile_seconds:9.2f} {statistics.median(times['ember']) * 1e3:10.3f} "
-            f"{statistics.median(times['ort']) * 1e3:10.3f} {ratio:6.2f} {diff:9.1e}")
+    medians, ratio = interleaved(runs, rounds)
+    return (f"{name:>26} {batch:>6} {compile_seconds:9.2f} {medians['ember'] * 1e3:10.3f} "
+            f"{medians['ort'] * 1e3:10.3f} {ratio:6.2f} {diff:9.1e}")
 
 
 def main() -> int:

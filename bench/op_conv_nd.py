@@ -11,7 +11,6 @@ The issue's goal is a ratio of at most 1.5 at one thread."""
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from single_op import cpu_name
 
 # name -> (description, op, input shape, weight shape or None, attributes)
 CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...] | None, dict]] = {
@@ -38,16 +38,6 @@ CASES: dict[str, tuple[str, str, tuple[int, ...], tuple[int, ...] | None, dict]]
 }
 DEFAULT_CASES = "convt2d,conv1d"
 
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def model_for(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...] | None, attrs: dict) -> onnx.ModelProto:

@@ -13,13 +13,12 @@ QLinearMatMul u8 x i8 -> u8.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from op_lstm import cpu_name, measure
+from single_op import cpu_name, interleaved
 
 from ember.backends.cpu import CpuBackend
 from ember.driver import compile_model
@@ -64,15 +63,10 @@ def compare(variant: str, shape: str, threads: int, rounds: int) -> str:
     ours, theirs = ember.run(feeds)["Y"], session.run(None, feeds)[0]
     diff = int(np.max(np.abs(ours.astype(np.int64) - theirs.astype(np.int64))))
     runs = {"ember": lambda: ember.run(feeds), "ort": lambda: session.run(None, feeds)}
-    repeats = max(1, int(0.05 / max(measure(runs["ort"], 1), 1e-6)))  # ~50 ms a measurement
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            times[name].append(measure(run, repeats))
-    ratio = statistics.median(e / o for e, o in zip(times["ember"], times["ort"], strict=True))
-    gops = 2 * m * k * n / statistics.median(times["ember"]) / 1e9
-    return (f"{variant:>20} {shape:>14} {statistics.median(times['ember']) * 1e3:9.3f} "
-            f"{statistics.median(times['ort']) * 1e3:9.3f} {ratio:6.2f} {gops:8.1f} {diff:9d}")
+    medians, ratio = interleaved(runs, rounds)
+    gops = 2 * m * k * n / medians["ember"] / 1e9
+    return (f"{variant:>20} {shape:>14} {medians['ember'] * 1e3:9.3f} "
+            f"{medians['ort'] * 1e3:9.3f} {ratio:6.2f} {gops:8.1f} {diff:9d}")
 
 
 def main() -> int:

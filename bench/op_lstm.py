@@ -10,28 +10,16 @@ A shape is batch x seq x input x hidden; --direction bidirectional doubles the w
 from __future__ import annotations
 
 import argparse
-import platform
-import statistics
 import sys
 import time
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from single_op import cpu_name, interleaved
 
 from ember.backends.cpu import CpuBackend
 from ember.driver import compile_model
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def lstm_model(batch: int, seq: int, inputs: int, hidden: int, direction: str) -> onnx.ModelProto:
@@ -48,13 +36,6 @@ def lstm_model(batch: int, seq: int, inputs: int, hidden: int, direction: str) -
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h", "Y_c")], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
 
-
-def measure(run, repeats: int) -> float:
-    run()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    return (time.perf_counter() - start) / repeats
 
 
 def compare(shape: str, threads: int, rounds: int, direction: str) -> str:
@@ -74,14 +55,9 @@ def compare(shape: str, threads: int, rounds: int, direction: str) -> str:
     runs = {"ember": lambda: ember.run(feeds), "ort": lambda: session.run(None, feeds)}
     ours, theirs = list(ember.run(feeds).values()), session.run(None, feeds)
     diff = max(float(np.max(np.abs(a - b))) for a, b in zip(ours, theirs, strict=True))
-    repeats = max(1, int(0.05 / max(measure(runs["ort"], 1), 1e-6)))  # ~50 ms a measurement
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            times[name].append(measure(run, repeats))
-    ratio = statistics.median(e / o for e, o in zip(times["ember"], times["ort"], strict=True))
-    return (f"{shape:>26} {compile_seconds:9.2f} {statistics.median(times['ember']) * 1e3:9.3f} "
-            f"{statistics.median(times['ort']) * 1e3:9.3f} {ratio:6.2f} {diff:9.1e}")
+    medians, ratio = interleaved(runs, rounds)
+    return (f"{shape:>26} {compile_seconds:9.2f} {medians['ember'] * 1e3:9.3f} "
+            f"{medians['ort'] * 1e3:9.3f} {ratio:6.2f} {diff:9.1e}")
 
 
 def main() -> int:

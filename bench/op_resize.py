@@ -9,15 +9,13 @@ output from ONNX Runtime's.
 from __future__ import annotations
 
 import argparse
-import platform
 import re
-import statistics
 import sys
-import time
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from single_op import cpu_name, interleaved
 
 from ember.backends.cpu import CpuBackend
 from ember.driver import compile_model
@@ -37,16 +35,6 @@ CASES = {
     "grid_sample_bilinear": ((1, 64, 56, 56), {"op": "GridSample", "mode": "linear"}, None, [1, 56, 56, 2]),
 }
 
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
 
 
 def resize_model(shape, attributes: dict, scales, sizes) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
@@ -74,13 +62,6 @@ def resize_model(shape, attributes: dict, scales, sizes) -> tuple[onnx.ModelProt
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]), {"x": x}
 
 
-def measure(run, repeats: int) -> float:
-    run()
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    return (time.perf_counter() - start) / repeats
-
 
 def compare(name: str, threads: int, rounds: int) -> str:
     """One table row: both medians, the median ratio, the kernel and the max difference."""
@@ -96,16 +77,11 @@ def compare(name: str, threads: int, rounds: int) -> str:
     runs = {"ember": lambda: ember.run(feeds), "ort": lambda: session.run(None, feeds)}
     ours, theirs = list(ember.run(feeds).values())[0], session.run(None, feeds)[0]
     diff = float(np.max(np.abs(ours - theirs)))
-    repeats = max(1, int(0.05 / max(measure(runs["ort"], 1), 1e-6)))  # ~50 ms a measurement
-    times: dict[str, list[float]] = {n: [] for n in runs}
-    for _ in range(rounds):
-        for n, run in runs.items():
-            times[n].append(measure(run, repeats))
-    ratio = statistics.median(e / o for e, o in zip(times["ember"], times["ort"], strict=True))
+    medians, ratio = interleaved(runs, rounds)
     shape = "x".join(map(str, CASES[name][0]))
     out = "x".join(map(str, ours.shape))
-    return (f"{name:>24} {shape + ' -> ' + out:>30} {statistics.median(times['ember']) * 1e3:9.3f} "
-            f"{statistics.median(times['ort']) * 1e3:9.3f} {ratio:6.2f} {','.join(kernels):>22} {diff:9.1e}")
+    return (f"{name:>24} {shape + ' -> ' + out:>30} {medians['ember'] * 1e3:9.3f} "
+            f"{medians['ort'] * 1e3:9.3f} {ratio:6.2f} {','.join(kernels):>22} {diff:9.1e}")
 
 
 def main() -> int:
