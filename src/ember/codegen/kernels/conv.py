@@ -54,8 +54,9 @@ def accepts_conv(view: OpView) -> str | None:
     return None
 
 
-class ConvShape:
-    """The geometry of one Conv/FusedConv instruction."""
+class ConvOperands:
+    """What every convolution kernel reads of a Conv/FusedConv instruction: its buffers (bias
+    and residual may be absent), the epilogue's activation and the convolution attributes."""
 
     def __init__(self, instr: Instr) -> None:
         base = instr.base_operands
@@ -65,11 +66,18 @@ class ConvShape:
         attrs = instr.attrs
         if isinstance(attrs, FusedConvAttrs):
             self.activation = (attrs.activation, attrs.alpha, attrs.beta)
-            conv = attrs.conv
+            self.conv = attrs.conv
         else:
             self.activation = ("none", 0.0, 0.0)
-            conv = attrs
-        self.conv = conv
+            self.conv = attrs
+
+
+class ConvShape(ConvOperands):
+    """The geometry of one Conv/FusedConv instruction."""
+
+    def __init__(self, instr: Instr) -> None:
+        super().__init__(instr)
+        conv = self.conv
         x_shape, w_shape, y_shape = self.x.type.shape, self.w.type.shape, self.out.type.shape
         strides, dilations, pads = tuple(conv.strides), tuple(conv.dilations), tuple(conv.pads)
         if len(x_shape) == 3:

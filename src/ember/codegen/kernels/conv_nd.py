@@ -18,12 +18,12 @@ from ember.codegen.c_constants import c_activation
 from ember.codegen.c_types import c_literal
 from ember.codegen.c_writer import CWriter, init
 from ember.codegen.emitter import Emitter, param
+from ember.codegen.kernels.conv import ConvOperands
 from ember.codegen.kernels.gemm import Epilogue, gemm_b_scratch, gemm_call
 from ember.codegen.kernels.layouts import MR, NR, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, contiguous_strides
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
-from ember.ops.fused import FusedConvAttrs
 from ember.types import DType
 
 
@@ -35,21 +35,12 @@ def accepts_conv3d(view: OpView) -> str | None:
     return None
 
 
-class Conv3dShape:
+class Conv3dShape(ConvOperands):
     """The geometry of one 3-D Conv/FusedConv instruction."""
 
     def __init__(self, instr: Instr) -> None:
-        base = instr.base_operands
-        self.out, self.x, self.w = instr.operand(0), instr.operand(1), instr.operand(2)
-        self.b = base[3] if len(base) > 3 else None
-        self.residual = base[4] if len(base) > 4 else None
-        attrs = instr.attrs
-        if isinstance(attrs, FusedConvAttrs):
-            self.activation = (attrs.activation, attrs.alpha, attrs.beta)
-            conv = attrs.conv
-        else:
-            self.activation = ("none", 0.0, 0.0)
-            conv = attrs
+        super().__init__(instr)
+        conv = self.conv
         self.n_batch, self.channels, *self.dims = self.x.type.shape
         self.out_channels, self.cg, *self.kernel = self.w.type.shape
         self.out_dims = list(self.out.type.shape[2:])
