@@ -307,3 +307,34 @@ def test_integer_base_to_fractional_or_negative_powers(backend, base_type, expon
              "e": np.array(values, helper.tensor_dtype_to_np_dtype(exponent))}
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     np.testing.assert_array_equal(ember.compile(model, backend=backend).run(feeds)["y"], theirs)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_gelu_tanh_of_huge_negative_inputs(backend):
+    """The C tanh stopped at tanh(9) = 1 - 3e-8, so 0.5 x (1 + tanh(..)) at x = -1e30 was -3e22."""
+    model = _model([helper.make_node("Gelu", ["x"], ["y"], approximate="tanh")], [_info("x", [6])],
+                   [_info("y", None)], opset=20)
+    x = np.array([-1e30, -1e10, -100, 100, 1e10, 1e30], np.float32)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ember.compile(model, backend=backend).run({"x": x})["y"], theirs)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_nearest_resize_does_not_read_the_pixels_it_skips(backend):
+    """The interpreter resampled nearest as a weighted sum with weights 0 and 1: a NaN in a
+    pixel not taken spread as 0 * NaN over a quarter of the output."""
+    node = helper.make_node("Resize", ["x", "", "", "s"], ["y"], mode="nearest")
+    model = _model([node], [_info("x", [1, 1, 2, 2])], [_info("y", None)], [_const("s", [1, 1, 7, 7])])
+    x = np.array([[[[1, 2], [np.nan, 4]]]], np.float32)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mine = ember.compile(model, backend=backend).run({"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
+    np.testing.assert_array_equal(mine, theirs)
+
+
+def test_batch_norm_training_mode_is_a_flag():
+    """training_mode = 5 trained (ONNX's reference reads != 0) where ONNX Runtime ran inference."""
+    inits = [_const(n, np.ones(3) if n in ("s", "v") else np.zeros(3), np.float32) for n in ("s", "b", "m", "v")]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], training_mode=5)
+    model = _model([node], [_info("x", [2, 3, 4])], [_info("y", None)], inits, opset=15)
+    _refused(model, r"\(BatchNormalization\): attribute 'training_mode' is a flag and must be 0 or 1, got 5")

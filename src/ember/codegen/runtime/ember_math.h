@@ -67,7 +67,9 @@ static inline __attribute__((always_inline)) float ember_tanhf(float x)
     float s = x * x;
     float small = ((((-5.70498872745e-3f * s + 2.06390887954e-2f) * s - 5.37397155531e-2f) * s
                     + 1.33314422036e-1f) * s - 3.33332819422e-1f) * s * x + x;
-    float big = 1.0f - 2.0f / (ember_expf(2.0f * (z > 9.0f ? 9.0f : z)) + 1.0f);
+    /* Clamped where e^2z is still finite: past z = 9.01 this is exactly 1, as tanhf is (a
+     * clamp at 9 left 1 - 3e-8, so x * (1 + tanh(-x)) for x = -1e30 was -3e22, not -0). */
+    float big = 1.0f - 2.0f / (ember_expf(2.0f * (z > 44.0f ? 44.0f : z)) + 1.0f);
     big = x < 0.0f ? -big : big;
     return z < 0.625f ? small : big;
 }

@@ -26,7 +26,7 @@ def unary(ctx: NodeContext) -> list[Value]:
 
 @converter(*_BINARY)
 def binary(ctx: NodeContext) -> list[Value]:
-    if ctx.opset < 7 and ctx.attr_int("broadcast", 0):
+    if ctx.opset < 7 and ctx.attr_bool("broadcast", False):
         # Before opset 7 broadcasting was one-directional and aligned at attribute 'axis'.
         raise UnsupportedError("the legacy 'broadcast' attribute (opsets before 7) is not supported; "
                                "convert the model to opset 7 or later")

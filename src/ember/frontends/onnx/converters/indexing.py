@@ -232,7 +232,7 @@ def unique(ctx: NodeContext) -> list[Value]:
         axis = normalize_axis(axis, data.ndim)
     values, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True,
                                                return_counts=True, axis=axis)
-    if not ctx.attr_int("sorted", 1):
+    if not ctx.attr_bool("sorted", True):
         order = np.argsort(first, kind="stable")
         values = np.take(values, order, axis=0 if axis is None else axis)
         rank = np.empty_like(order)

@@ -126,11 +126,11 @@ def global_pool(ctx: NodeContext) -> list[Value]:
 
 @converter("BatchNormalization")
 def batch_norm(ctx: NodeContext) -> list[Value | None]:
-    if ctx.opset < 9 and not ctx.attr_int("spatial", 1):
+    if ctx.opset < 9 and not ctx.attr_bool("spatial", True):
         raise UnsupportedError("spatial=0 (per-element statistics) is not supported")
     inputs = [ctx.require(i, what) for i, what in enumerate(("X", "scale", "B", "input_mean", "input_var"))]
     attrs = BatchNormAttrs(ctx.attr_float("epsilon", 1e-5))
-    if ctx.opset >= 14 and ctx.attr_int("training_mode", 0):
+    if ctx.opset >= 14 and ctx.attr_bool("training_mode", False):
         return _batch_norm_training(ctx, inputs, attrs)
     for i, what in ((1, "running mean"), (2, "running variance"), (3, "saved mean"), (4, "saved variance")):
         ctx.check_unused(i, f"the training-only {what} output")
