@@ -338,3 +338,59 @@ def test_batch_norm_training_mode_is_a_flag():
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], training_mode=5)
     model = _model([node], [_info("x", [2, 3, 4])], [_info("y", None)], inits, opset=15)
     _refused(model, r"\(BatchNormalization\): attribute 'training_mode' is a flag and must be 0 or 1, got 5")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_fmod_by_an_infinite_divisor(backend):
+    """fmod(a, +-inf) is a: Ember's floored remainder is +-inf there, and its fmod correction
+    r - b gave inf - inf = NaN."""
+    node = helper.make_node("Mod", ["a", "b"], ["y"], fmod=1)
+    model = _model([node], [_info("a", [8]), _info("b", [8])], [_info("y", None)], opset=13)
+    feeds = {"a": np.array([-2.5, 2.5, -2.5, 2.5, 0, np.inf, -np.inf, 7], np.float32),
+             "b": np.array([np.inf, np.inf, -np.inf, -np.inf, np.inf, np.inf, np.inf, -3], np.float32)}
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    mine = ember.compile(model, backend=backend).run(feeds)["y"]
+    np.testing.assert_array_equal(mine, theirs)
+
+
+def test_one_hot_depth_that_is_not_a_number():
+    """int(NaN) in the converter (an internal error)."""
+    node = helper.make_node("OneHot", ["i", "d", "v"], ["y"])
+    model = _model([node], [_info("i", [2, 2])], [_info("y", None)],
+                   [_const("d", np.nan, np.float32), _const("v", [1, 3], np.float32)], opset=11)
+    _refused(model, r"\(OneHot\): depth must be a finite number, got nan")
+
+
+def test_qlinear_conv_x_zero_point_per_channel():
+    """QLinearConv's x zero point is per tensor; a vector broadcast wrongly in NumPy (ValueError)."""
+    inputs = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    inits = [_const("xs", 0.1, np.float32), _const("xz", [1, 2, 3], np.uint8),
+             numpy_helper.from_array(np.ones((2, 1, 2, 2), np.uint8), "w"), _const("ws", 0.1, np.float32),
+             _const("wz", 0, np.uint8), _const("ys", 0.2, np.float32), _const("yz", 0, np.uint8)]
+    model = _model([helper.make_node("QLinearConv", inputs, ["y"])], [_info("x", [1, 1, 4, 4], TensorProto.UINT8)],
+                   [_info("y", None, TensorProto.UINT8)], inits)
+    _refused(model, r"\(QLinearConv\): QLinearConv x_zero_point must be a scalar, got u8\[3\]")
+
+
+@pytest.mark.parametrize("lambd", [-0.0, -1.5, 0.5])
+def test_shrink_with_a_negative_lambda_on_cpu(lambd):
+    """lambd = -0.0 printed 'd < --0x0.0p+0' (the C compiler failed on generated code)."""
+    model = _model([helper.make_node("Shrink", ["x"], ["y"], lambd=lambd, bias=1.5)], [_info("x", [5])],
+                   [_info("y", None)])
+    x = np.array([-2, -0.5, 0, 0.5, 2], np.float32)
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ember.compile(model, backend="cpu").run({"x": x})["y"], theirs)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_mean_variance_normalization_of_an_infinity(backend):
+    """E[x^2] - E[x]^2 is inf - inf = NaN; the cpu kernel's clamp at 0 turned it into 0, so the
+    channel became (x - inf) / 1e-9 = -inf where ONNX Runtime gives NaN."""
+    model = _model([helper.make_node("MeanVarianceNormalization", ["x"], ["y"])], [_info("x", [2, 2, 3, 1])],
+                   [_info("y", None)], opset=13)
+    x = np.arange(12, dtype=np.float32).reshape(2, 2, 3, 1)
+    x[0, 0, 1, 0] = np.inf
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mine = ember.compile(model, backend=backend).run({"x": x})["y"]
+    np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
+    np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)

@@ -158,7 +158,7 @@ def _rows_cols(a: TensorType, b: TensorType) -> tuple[int, int]:
 def _one_or_per_axis(t: TensorType | None, count: int, op: str, what: str) -> None:
     """A scale or zero point: one value (scalar or [1]), or `count` of them in a vector."""
     if t is not None and (t.rank > 1 or t.size not in (1, count)):
-        raise OpError(f"{op} {what} must be a scalar or have {count} values, got {t}")
+        raise OpError(f"{op} {what} must be a scalar{f' or have {count} values' if count > 1 else ''}, got {t}")
 
 
 def _matmul_integer_infer(attrs, types):
@@ -263,6 +263,11 @@ def _qlinear_conv_infer(attrs: ConvAttrs, types):
     _int8(y_zero, "QLinearConv", "y_zero_point")
     if b is not None and b.dtype is not DType.INT32:
         raise OpError(f"QLinearConv bias must be i32, got {b.dtype}")
+    # x and y per tensor; w per tensor or per output channel.
+    channels = w.shape[0] if w.rank else 1
+    for t, what, count in ((x_scale, "x_scale", 1), (x_zero, "x_zero_point", 1), (w_scale, "w_scale", channels),
+                           (w_zero, "w_zero_point", channels), (y_scale, "y_scale", 1), (y_zero, "y_zero_point", 1)):
+        _one_or_per_axis(t, count, "QLinearConv", what)
     (y,) = _conv_infer(attrs, [x.with_dtype(DType.FLOAT32), w.with_dtype(DType.FLOAT32), None])
     return (y.with_dtype(y_zero.dtype),)
 

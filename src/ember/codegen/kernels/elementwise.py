@@ -197,8 +197,9 @@ def _celu(d, attrs):
 
 
 def _shrink(d, attrs):
-    lambd, bias = _d(attrs.lambd), _d(attrs.bias)
-    return f"({d} < -{lambd} ? {d} + {bias} : ({d} > {lambd} ? {d} - {bias} : 0.0))"
+    # -lambd as its own literal: "-" before a negative literal (lambd = -0.0) reads as "--".
+    lambd, low, bias = _d(attrs.lambd), _d(-attrs.lambd), _d(attrs.bias)
+    return f"({d} < {low} ? {d} + {bias} : ({d} > {lambd} ? {d} - {bias} : 0.0))"
 
 
 def _is_inf(a, t, attrs):

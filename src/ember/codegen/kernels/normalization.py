@@ -290,7 +290,8 @@ def emit_mvn(em: Emitter, instr: Instr) -> str:
         "    double sum = 0.0, squares = 0.0;",
         accumulate,
         f"    const double mean = sum / {count}.0, spread = squares / {count}.0 - mean * mean;",
-        f"    const double std = sqrt(spread > 0.0 ? spread : 0.0) + {_double(MVN_EPSILON)};",
+        # Clamped at 0 so that a NaN spread (inf - inf) stays NaN, as in the reference.
+        f"    const double std = sqrt(spread < 0.0 ? 0.0 : spread) + {_double(MVN_EPSILON)};",
         write,
         "}",
     )

@@ -78,7 +78,15 @@ def mod(ctx: NodeContext) -> Value:
     signs_differ = ctx.emit1("Xor", [ctx.emit1("Less", [a, zero]), ctx.emit1("Less", [b, zero])])
     nonzero = ctx.emit1("Not", [ctx.emit1("Equal", [r, zero])])
     adjust = ctx.emit1("And", [signs_differ, nonzero])
-    return ctx.result("Where", [adjust, ctx.emit1("Sub", [r, b]), r])[0]
+    adjusted = ctx.emit1("Sub", [r, b])
+    if a.type.dtype.is_float:
+        # fmod(a, +-inf) is a for a finite a; the floored remainder is then +-inf, and r - b
+        # would be inf - inf = NaN.
+        inf = ctx.add_constant(np.array(np.inf, a.type.dtype.numpy), f"{ctx.name}_inf")
+        finite_a = ctx.emit1("Equal", [ctx.emit1("Sub", [a, a]), zero])  # a - a is NaN for +-inf and NaN
+        keep_a = ctx.emit1("And", [ctx.emit1("Equal", [ctx.emit1("Abs", [b]), inf]), finite_a])
+        adjusted = ctx.emit1("Where", [keep_a, a, adjusted])
+    return ctx.result("Where", [adjust, adjusted, r])[0]
 
 
 @converter("Where")

@@ -106,7 +106,10 @@ def one_hot(ctx: NodeContext) -> list[Value]:
     depth = ctx.constant(1, "depth")
     if depth.size != 1:
         raise ModelImportError(f"depth must hold one value, got shape {list(depth.shape)}")
-    attrs = OneHotAttrs(int(depth.reshape(-1)[0]), ctx.attr_int("axis", -1))
+    value = depth.reshape(-1)[0]
+    if depth.dtype.kind == "f" and not np.isfinite(value):
+        raise ModelImportError(f"depth must be a finite number, got {value}")
+    attrs = OneHotAttrs(int(value), ctx.attr_int("axis", -1))
     return ctx.result("OneHot", [ctx.require(0), ctx.require(2, "values")], attrs)
 
 
