@@ -548,10 +548,13 @@ def mut_external(ctx: Mutating) -> str | None:
         data = numpy_helper.to_array(tensor).tobytes()
     except Exception:  # noqa: BLE001
         return None
-    location = _pick(rng, ["weights.bin", "weights.bin", "missing.bin", "../weights.bin", "/etc/hostname", "/dev/zero",
-                           "sub/../weights.bin", "", ".", "/", "weights.bin/", "..", "a\nb", "x" * 5000])
-    offset = _pick(rng, [None, None, 0, 1, -1, 2**62, len(data)])
-    length = _pick(rng, [None, None, len(data), len(data) - 1, 0, -5, 2**62])
+    # Half the time a valid reference to the side file (the data must then load as it was).
+    valid = rng.random() < 0.5
+    location = "weights.bin" if valid else _pick(rng, [
+        "missing.bin", "../weights.bin", "/etc/hostname", "/dev/zero", "sub/../weights.bin", "", ".", "/",
+        "weights.bin/", "..", "a\nb", "x" * 5000, "weights.bin"])
+    offset = _pick(rng, [None, 0] if valid else [None, 0, 1, -1, 2**62, len(data)])
+    length = _pick(rng, [None, len(data)] if valid else [None, len(data), len(data) - 1, 0, -5, 2**62])
     for name in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "raw_data"):
         tensor.ClearField(name)
     tensor.data_location = TensorProto.EXTERNAL
@@ -563,7 +566,7 @@ def mut_external(ctx: Mutating) -> str | None:
     for key, value in entries.items():
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
-    body = data if rng.random() < 0.7 else data[:len(data) // 2]
+    body = data if valid or rng.random() < 0.5 else data[:len(data) // 2]
     pad = b"\0" * (offset if isinstance(offset, int) and 0 < offset < 64 else 0)
     ctx.side["weights.bin"] = pad + body
     return f"external data '{_short(tensor.name)}' at {location[:20]!r} offset {offset} length {length}"
@@ -699,7 +702,7 @@ MUTATIONS: list[tuple[str, Callable[[Mutating], str | None], int]] = [
     ("attr-value", mut_attr_value, 30), ("attr-type", mut_attr_type, 4), ("attr-drop-add", mut_attr_drop_add, 8),
     ("dims", mut_dims, 16), ("dtype", mut_dtype, 8), ("node-inputs", mut_node_inputs, 8),
     ("node-outputs", mut_node_outputs, 4), ("nodes", mut_nodes, 8), ("initializer", mut_initializer, 10),
-    ("external-data", mut_external, 3), ("constant-input", mut_constant_input, 10), ("opset", mut_opset, 5),
+    ("external-data", mut_external, 4), ("constant-input", mut_constant_input, 10), ("opset", mut_opset, 5),
     ("rename", mut_rename, 10), ("subgraph", mut_subgraph_attr, 2),
 ]
 
