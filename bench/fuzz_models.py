@@ -1298,7 +1298,7 @@ def prune_cache(cache: Path, older_than: float = 120.0) -> None:
         return
     now = time.time()
     for entry in folder.iterdir():
-        if entry.name.startswith("runtime-"):
+        if entry.name.startswith("runtime-") or entry.name == ".lock":
             continue
         with contextlib.suppress(OSError):
             if now - entry.lstat().st_mtime > older_than:

@@ -4,7 +4,9 @@ a result that differed from ONNX Runtime's. Each now is a clear refusal naming t
 the right result."""
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -394,3 +396,44 @@ def test_mean_variance_normalization_of_an_infinity(backend):
     mine = ember.compile(model, backend=backend).run({"x": x})["y"]
     np.testing.assert_array_equal(np.isnan(mine), np.isnan(theirs))
     np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_a_commit_in_progress_is_never_seen_half_done(tmp_path, monkeypatch):
+    """Two processes committing different builds of one library (sanitized builds embed their
+    build folder's name) could leave one's library beside the other's record for an instant;
+    a reader then took the entry for tampered, discarded it, and the other process's dlopen
+    failed with OSError (bench/sanitize_conformance.py, two workers, one model)."""
+    import threading
+
+    from ember.backends.cpu import cache
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    folder = cache.cache_folder("cpu")
+    entry = folder / "model.so"
+    first = folder / "first.tmp"
+    first.write_bytes(b"A" * 100)
+    cache.commit(first, entry)
+    second = folder / "second.tmp"
+    second.write_bytes(b"B" * 100)
+    real_replace = os.replace
+    paused, resume = threading.Event(), threading.Event()
+
+    def replace_then_pause(src, dst):
+        real_replace(src, dst)
+        if Path(dst) == entry:  # the library is in place, its record not yet
+            paused.set()
+            resume.wait(10)
+
+    monkeypatch.setattr(os, "replace", replace_then_pause)
+    committer = threading.Thread(target=cache.commit, args=(second, entry))
+    committer.start()
+    assert paused.wait(10)
+    seen: list[bool] = []
+    reader = threading.Thread(target=lambda: seen.append(cache.intact(entry)))
+    reader.start()
+    reader.join(0.5)
+    resume.set()
+    committer.join(10)
+    reader.join(10)
+    assert seen == [True]
+    assert entry.read_bytes() == b"B" * 100

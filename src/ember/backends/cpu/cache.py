@@ -14,6 +14,7 @@ between the check and the load, which could as well rewrite Ember itself.
 The cache folder itself must belong to this user and not be writable by others."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -59,17 +60,56 @@ def commit(built: Path, entry: Path) -> None:
     record = f"{hashlib.sha256(data).hexdigest()} {len(data)} {entry.name}\n"
     sidecar_tmp = built.with_name(built.name + SIDECAR)
     sidecar_tmp.write_text(record)
-    _clear_non_file(entry)
-    os.replace(built, entry)
-    os.replace(sidecar_tmp, entry.with_name(entry.name + SIDECAR))
+    # Both renames under the folder's lock: a reader never sees one process's library with
+    # another's record (two builds of one source can differ, e.g. sanitized ones, which embed
+    # their build folder's name; that mix was taken for tampering and discarded under the
+    # other process, whose dlopen then failed).
+    with _locked(entry.parent, exclusive=True):
+        _clear_non_file(entry)
+        os.replace(built, entry)
+        os.replace(sidecar_tmp, entry.with_name(entry.name + SIDECAR))
+
+
+@contextlib.contextmanager
+def _locked(folder: Path, exclusive: bool):
+    """flock on the cache folder's lock file: exclusive to commit or discard entries, shared to
+    check and load them (where flock is missing, no lock)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover  (not POSIX)
+        yield
+        return
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(folder / ".lock", flags, 0o600)
+    except OSError as err:
+        raise EmberError(f"cannot lock the cache folder {folder}: {err.strerror or err}; set EMBER_CACHE_DIR to a "
+                         "writable folder of yours") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _discard_if_bad(entry: Path) -> None:
+    """Removes `entry` if it is still bad once no commit is under way."""
+    with _locked(entry.parent, exclusive=True):
+        try:
+            os.close(_open_checked(entry))
+        except _Bad:
+            discard(entry)
+        except FileNotFoundError:
+            pass
 
 
 def intact(entry: Path) -> bool:
     """Whether `entry` is exactly what Ember recorded; a bad entry is removed."""
     try:
-        fd = _open_checked(entry)
+        with _locked(entry.parent, exclusive=False):
+            fd = _open_checked(entry)
     except _Bad:
-        discard(entry)
+        _discard_if_bad(entry)
         return False
     except FileNotFoundError:
         return False
@@ -78,14 +118,18 @@ def intact(entry: Path) -> bool:
 
 
 def load_library(entry: Path) -> ctypes.CDLL:
-    """dlopen of a cache entry checked just before."""
+    """dlopen of a cache entry checked just before (no commit can come in between)."""
     try:
-        os.close(_open_checked(entry))
+        with _locked(entry.parent, exclusive=False):
+            os.close(_open_checked(entry))
+            try:
+                return ctypes.CDLL(str(entry))
+            except OSError as err:
+                raise EmberError(f"cannot load the compiled library {entry}: {err}") from None
     except (_Bad, FileNotFoundError) as err:
-        discard(entry)
+        _discard_if_bad(entry)
         raise EmberError(f"the compiled library {entry.name} changed in the cache after it was built ({err}); "
                          "compile again") from None
-    return ctypes.CDLL(str(entry))
 
 
 def discard(entry: Path) -> None:
