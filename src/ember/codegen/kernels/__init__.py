@@ -15,6 +15,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     quantized,
     reduce,
     resize,
+    sampling,
     sorting,
     spectral,
     trees,
