@@ -437,3 +437,25 @@ def test_a_commit_in_progress_is_never_seen_half_done(tmp_path, monkeypatch):
     reader.join(10)
     assert seen == [True]
     assert entry.read_bytes() == b"B" * 100
+
+
+def test_fused_ops_round_each_result_on_cpu():
+    """E[x^2] - E[x]^2 over 1e30: the Mul overflows to inf and inf - inf is NaN (ONNX Runtime and
+    the interpreter). The cpu chain fusing the Mul and the Sub was contracted by the C compiler
+    into one FMA, which skips the product's rounding: inf, and a LayerNorm of 0 instead of NaN."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[1]),
+             helper.make_node("Mul", ["x", "x"], ["xx"]),
+             helper.make_node("ReduceMean", ["xx"], ["mxx"], axes=[1]),
+             helper.make_node("Mul", ["m", "m"], ["mm"]),
+             helper.make_node("Sub", ["mxx", "mm"], ["var"]),
+             helper.make_node("Sub", ["x", "m"], ["d"]),
+             helper.make_node("Sqrt", ["var"], ["sd"]),
+             helper.make_node("Div", ["d", "sd"], ["y"])]
+    model = _model(nodes, [_info("x", [2, 8])], [_info("y", [2, 8])], opset=17)
+    x = np.full((2, 8), 1e30, np.float32)
+    x[0, 0] = 2e30
+    compiled = ember.compile(model, backend="cpu")
+    assert "EMBER_STEP_ROUNDED" in compiled.executable.source
+    got = compiled.run({"x": x})["y"]
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    assert np.isnan(expected).all() and np.isnan(got).all()

@@ -8,10 +8,18 @@
 #include "ember_gemm.h"
 #include "ember_math.h"
 
-#if defined(__GNUC__)
+#if defined(__clang__)
 #define EMBER_STEP static __attribute__((noinline)) int
+#define EMBER_STEP_ROUNDED EMBER_STEP
+#define EMBER_ROUND_EACH_OP _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__)
+#define EMBER_STEP static __attribute__((noinline)) int
+#define EMBER_STEP_ROUNDED static __attribute__((noinline, optimize("fp-contract=off"))) int
+#define EMBER_ROUND_EACH_OP
 #else
 #define EMBER_STEP static int
+#define EMBER_STEP_ROUNDED static int
+#define EMBER_ROUND_EACH_OP
 #endif
 
 /* 2: FusedConv [conv_winograd] from node act */

@@ -8,10 +8,18 @@
 #include "ember_gemm.h"
 #include "ember_math.h"
 
-#if defined(__GNUC__)
+#if defined(__clang__)
 #define EMBER_STEP static __attribute__((noinline)) int
+#define EMBER_STEP_ROUNDED EMBER_STEP
+#define EMBER_ROUND_EACH_OP _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__)
+#define EMBER_STEP static __attribute__((noinline)) int
+#define EMBER_STEP_ROUNDED static __attribute__((noinline, optimize("fp-contract=off"))) int
+#define EMBER_ROUND_EACH_OP
 #else
 #define EMBER_STEP static int
+#define EMBER_STEP_ROUNDED static int
+#define EMBER_ROUND_EACH_OP
 #endif
 
 /* 1: FullyConnected [fully_connected_gemm] from node fc */
@@ -49,8 +57,9 @@ EMBER_STEP step3(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t
 }
 
 /* 4: ElementwiseChain [elementwise_chain] from node gelu_skip_squash */
-EMBER_STEP step4(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
+EMBER_STEP_ROUNDED step4(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
 {
+    EMBER_ROUND_EACH_OP
     (void)W; (void)in; (void)out; (void)A;
     {
         float *y = ((float *)(A + 5120));

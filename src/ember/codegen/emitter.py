@@ -192,8 +192,14 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
     w.line(*dict.fromkeys(registry[name].preamble for name in used if registry[name].preamble))
     # Each kernel is a function of its own, kept out of line: one function holding every
     # kernel of a large model made the C compiler's time grow faster than the model.
-    w.line("#if defined(__GNUC__)", "#define EMBER_STEP static __attribute__((noinline)) int", "#else",
-           "#define EMBER_STEP static int", "#endif", "")
+    # A step fusing several graph ops rounds after each (no FMA contraction across them; the
+    # library is built with -ffp-contract=fast for the single-op kernels, where it is latitude).
+    w.line("#if defined(__clang__)", "#define EMBER_STEP static __attribute__((noinline)) int",
+           "#define EMBER_STEP_ROUNDED EMBER_STEP", "#define EMBER_ROUND_EACH_OP _Pragma(\"clang fp contract(off)\")",
+           "#elif defined(__GNUC__)", "#define EMBER_STEP static __attribute__((noinline)) int",
+           "#define EMBER_STEP_ROUNDED static __attribute__((noinline, optimize(\"fp-contract=off\"))) int",
+           "#define EMBER_ROUND_EACH_OP", "#else", "#define EMBER_STEP static int",
+           "#define EMBER_STEP_ROUNDED static int", "#define EMBER_ROUND_EACH_OP", "#endif", "")
     params = "const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A"
     steps = []
     for index, instr, kernel in kernels:
@@ -201,8 +207,10 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
         code = kernel.emit(emitter, instr)
         label = sanitize_identifier(instr.source or "program")
         w.line(f"/* {index}: {instr.name} [{kernel.name}] from node {label} */")
-        w.line(f"EMBER_STEP step{index}({params})")
+        w.line(f"{'EMBER_STEP_ROUNDED' if kernel.rounds_each_op else 'EMBER_STEP'} step{index}({params})")
         with w.block():
+            if kernel.rounds_each_op:
+                w.line("EMBER_ROUND_EACH_OP")
             w.line("(void)W; (void)in; (void)out; (void)A;")
             with w.block():
                 w.line(code.strip("\n"))

@@ -381,4 +381,4 @@ def emit_loop(em: Emitter, instr: Instr) -> str:
 
 
 C_KERNELS.kernel("elementwise_loop", *EXPRESSIONS)(emit_loop)
-C_KERNELS.kernel("elementwise_chain", ELEMENTWISE_CHAIN)(emit_loop)
+C_KERNELS.kernel("elementwise_chain", ELEMENTWISE_CHAIN, rounds_each_op=True)(emit_loop)

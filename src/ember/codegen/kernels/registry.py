@@ -111,6 +111,10 @@ class Kernel:
     applies: Callable[[Instr, KernelOptions], bool] = _always
     plan: Callable[[Instr, KernelOptions], KernelPlan] = _no_plan
     preamble: str = ""
+    # The kernel computes several graph ops, each of which ONNX rounds on its own: the C
+    # compiler must not contract a product of one into a sum of the next (an FMA skips the
+    # product's rounding, so a Mul that overflows to inf before a Sub gives inf, not NaN).
+    rounds_each_op: bool = False
 
 
 class KernelRegistry:
