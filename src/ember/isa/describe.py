@@ -168,7 +168,8 @@ class _Loader:
             raise self.error(field, f"missing {', '.join(missing)}")
         unknown = sorted(set(table) - required - optional)
         if unknown:
-            raise self.error(f"{field}.{unknown[0]}", f"unknown field (known: {', '.join(sorted(required | optional))})")
+            known = ", ".join(sorted(required | optional))
+            raise self.error(f"{field}.{unknown[0]}", f"unknown field (known: {known})")
         return table
 
     def number(self, value: Any, field: str, *, integer: bool = False, positive: bool = True) -> Any:
@@ -216,7 +217,8 @@ class _Loader:
 
     def register(self, field: str, table: Any) -> RegisterFile:
         t = self.fields(table, field, {"name", "count", "bits"}, set())
-        return RegisterFile(self.text(t["name"], f"{field}.name"), self.number(t["count"], f"{field}.count", integer=True),
+        return RegisterFile(self.text(t["name"], f"{field}.name"),
+                            self.number(t["count"], f"{field}.count", integer=True),
                             self.number(t["bits"], f"{field}.bits", integer=True))
 
     def dma(self, field: str, table: Any) -> DmaEngine:
@@ -297,7 +299,8 @@ class _Loader:
         for access in semantics.operands:
             where = table.get(access.tensor)
             if where is None:
-                raise self.error(f"{field}.{access.tensor}", "missing: say which register file or memory level holds it")
+                raise self.error(f"{field}.{access.tensor}",
+                                 "missing: say which register file or memory level holds it")
             homes.append((access.tensor, self.place(access, where, f"{field}.{access.tensor}", semantics, target)))
         return tuple(homes)
 
@@ -313,7 +316,8 @@ class _Loader:
             if any(semantics.dim(d).extent is None for d in access.dims):
                 raise self.error(field, f"an operand of unbounded length ('*') cannot live in registers {where}")
             if bits > registers.bits:
-                raise self.error(field, f"{access} is {bits} bits, wider than a {where} register ({registers.bits} bits)")
+                raise self.error(field, f"{access} is {bits} bits, "
+                                        f"wider than a {where} register ({registers.bits} bits)")
         elif level is not None:
             if level.size is not None and bits // 8 > level.size:
                 raise self.error(field, f"one tile of {access} is {bits // 8} B, more than {where} holds "
