@@ -25,8 +25,10 @@ from ember.graph import Graph, print_graph
 from ember.support.errors import EmberError
 
 FORMAT = "ember-quant-profile"
-VERSION = 1
-BINS = 2048
+VERSION = 2
+# 4096 bins over [-amax, amax]: 2048 over |x|, the resolution TensorRT's entropy calibration
+# searches (calibrate.py), and 2048 per side for percentiles.
+BINS = 4096
 
 
 class CalibrationError(EmberError):
@@ -47,15 +49,22 @@ def graph_hash(graph: Graph) -> str:
 
 @dataclass
 class TensorStats:
-    """Running range and a histogram of values over [-amax, amax] (amax grows: the old counts
-    are re-binned into the wider range, each bin's count going to the bin of its centre)."""
+    """Running range and a histogram of the finite values over [-amax, amax] (amax grows: the
+    old counts are re-binned into the wider range, each bin's count going to the bin of its
+    centre). Infinities and NaNs (a mask of -inf inside the model) are only counted: no range
+    or histogram could hold them, and a tensor that has them is not one to quantize."""
 
     min: float = float("inf")
     max: float = float("-inf")
     amax: float = 0.0
     hist: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.int64))
+    nonfinite: int = 0
 
     def update(self, x: np.ndarray) -> None:
+        finite = np.isfinite(x)
+        if not finite.all():
+            self.nonfinite += int(x.size - np.count_nonzero(finite))
+            x = x[finite]
         if x.size == 0:
             return
         lo, hi = float(np.min(x)), float(np.max(x))
@@ -72,15 +81,17 @@ class TensorStats:
             self.hist[BINS // 2] += x.size
 
     def to_json(self) -> dict[str, Any]:
-        return {"min": self.min, "max": self.max, "amax": self.amax,
+        return {"min": self.min, "max": self.max, "amax": self.amax, "nonfinite": self.nonfinite,
                 "hist": {str(i): int(c) for i, c in enumerate(self.hist) if c}}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> TensorStats:
         hist = np.zeros(BINS, np.int64)
         for i, c in d["hist"].items():
+            if not 0 <= int(i) < BINS or int(c) < 0:
+                raise ValueError(f"histogram bin {i} = {c}")
             hist[int(i)] = int(c)
-        return cls(float(d["min"]), float(d["max"]), float(d["amax"]), hist)
+        return cls(float(d["min"]), float(d["max"]), float(d["amax"]), hist, int(d.get("nonfinite", 0)))
 
 
 @dataclass
@@ -107,9 +118,16 @@ class Profile:
                 d = json.load(f)
         except (OSError, ValueError) as err:
             raise ProfileError(f"cannot read the quantization profile '{path}': {err}") from None
-        if not isinstance(d, dict) or d.get("format") != FORMAT or d.get("version") != VERSION:
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ProfileError(f"'{path}' is not an Ember quantization profile (format {FORMAT} v{VERSION})")
-        return cls(d["graph_hash"], {k: TensorStats.from_json(v) for k, v in d["tensors"].items()}, int(d["samples"]))
+        if d.get("version") != VERSION:
+            raise ProfileError(f"'{path}' is a version {d.get('version')} quantization profile; this Ember reads "
+                               f"version {VERSION} (its histograms differ): profile the model again")
+        try:
+            return cls(str(d["graph_hash"]), {str(k): TensorStats.from_json(v) for k, v in d["tensors"].items()},
+                       int(d["samples"]))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            raise ProfileError(f"the quantization profile '{path}' is malformed: {type(err).__name__} {err}") from None
 
 
 def check_calibration(graph: Graph, inputs: Iterable[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:

@@ -3,11 +3,10 @@ inserts QuantizeLinear / DequantizeLinear around Conv, MatMul and Gemm, in the Q
 Runtime's quantizer writes, so that the `fold-qdq` pass of the optimizer turns each island into
 QLinearConv / QLinearMatMul on the cpu backend's integer (VNNI u8 x s8) kernels.
 
-Schema U8S8: activations asymmetric uint8 over [min(lo, 0), max(hi, 0)] (zero exactly
-representable); weights symmetric int8 per output channel (scale max|w| / 127); biases int32 at
-scale x_scale * w_scale. A degenerate range (a constant-zero tensor, a zero weight channel)
-gets scale 1, never a division by zero. Calibration: "minmax" (the profile's whole range) or
-"percentile" (the range holding `percentile` % of the |values|, from the histogram).
+Schemas (schemas.py): asymmetric uint8 activations (the default, ONNX Runtime's U8S8), symmetric
+int8, symmetric with uint8 activations, power-of-2 scales; weights symmetric int8 per output
+channel, biases int32 at scale x_scale * w_scale. Calibration methods (calibrate.py): "minmax",
+"percentile" and "entropy" (KL divergence over the profile's histogram).
 
 What stays float, by design: only Conv / MatMul / Gemm whose weight (B) is a constant are
 quantized, so a MatMul of two activations (attention's Q.K^T and scores.V), Softmax and its
@@ -26,55 +25,29 @@ import numpy as np
 from ember.graph import Graph, Node, Value
 from ember.graph.ir import Constant
 from ember.ops.quant import QuantizeAttrs
-from ember.quant.profile import BINS, Profile, ProfileError, TensorStats
+from ember.quant.calibrate import METHODS, activation_range
+from ember.quant.profile import Profile, ProfileError
+from ember.quant.schemas import SCHEMAS, Schema, get_schema
 from ember.support.errors import EmberError
 from ember.types import DType
 
 QUANTIZABLE = ("Conv", "MatMul", "Gemm")
-METHODS = ("minmax", "percentile")
-
-
-def activation_range(stats: TensorStats, method: str = "minmax", percentile: float = 99.99) -> tuple[float, float]:
-    if method == "minmax":
-        return stats.min, stats.max
-    if method != "percentile":
-        raise EmberError(f"unknown calibration method '{method}' (known: {', '.join(METHODS)})")
-    # |x| histogram: fold the symmetric bins, find the bin edge holding `percentile` % of values.
-    half = BINS // 2
-    counts = stats.hist[half:] + stats.hist[:half][::-1]
-    total = counts.sum()
-    if total == 0 or stats.amax == 0:
-        return stats.min, stats.max
-    edge = int(np.searchsorted(np.cumsum(counts), total * percentile / 100.0)) + 1
-    bound = stats.amax * min(edge, half) / half
-    return max(stats.min, -bound), min(stats.max, bound)
 
 
 def uint8_params(lo: float, hi: float) -> tuple[np.ndarray, np.ndarray]:
     """Asymmetric uint8 (scale, zero point) for [lo, hi], widened to hold 0."""
-    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
-    scale = np.float32((hi - lo) / 255.0)
-    if not np.isfinite(scale) or scale <= np.finfo(np.float32).tiny:
-        return np.asarray(1.0, np.float32), np.asarray(0, np.uint8)
-    zero = np.clip(np.rint(-lo / float(scale)), 0, 255)
-    return np.asarray(scale, np.float32), np.asarray(zero, np.uint8)
+    return SCHEMAS["asymmetric"].activation(lo, hi)
 
 
 def int8_per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 weights per channel on `axis`: (quantized, scales)."""
-    moved = np.moveaxis(w.astype(np.float64), axis, 0)
-    amax = np.max(np.abs(moved.reshape(moved.shape[0], -1)), axis=1) if moved.size else np.zeros(moved.shape[0])
-    scale = (amax / 127.0).astype(np.float32)
-    scale[scale <= np.finfo(np.float32).tiny] = 1.0
-    shape = [1] * w.ndim
-    shape[axis] = -1
-    q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-    return q, scale
+    return SCHEMAS["asymmetric"].weights(w, axis)
 
 
 class _Inserter:
-    def __init__(self, graph: Graph, profile: Profile, method: str, percentile: float) -> None:
-        self.graph, self.profile, self.method, self.percentile = graph, profile, method, percentile
+    def __init__(self, graph: Graph, profile: Profile, schema: Schema, method: str, percentile: float) -> None:
+        self.graph, self.profile, self.schema = graph, profile, schema
+        self.method, self.percentile = method, percentile
         self.dequantized: dict[Value, Value] = {}
         self.params: dict[Value, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -83,7 +56,11 @@ class _Inserter:
             stats = self.profile.tensors.get(value.name)
             if stats is None:
                 raise ProfileError(f"the profile has no range for '{value.name}'")
-            self.params[value] = uint8_params(*activation_range(stats, self.method, self.percentile))
+            if stats.nonfinite or not (np.isfinite(stats.min) and np.isfinite(stats.max)):
+                raise ProfileError(f"'{value.name}' held {stats.nonfinite} infinite or NaN values in calibration "
+                                   "(and no finite range): keep its consumer float (keep_float)")
+            levels = self.schema.levels(stats.min)
+            self.params[value] = self.schema.activation(*activation_range(stats, self.method, self.percentile, levels))
         return self.params[value]
 
     def qdq(self, value: Value) -> Value:
@@ -93,14 +70,15 @@ class _Inserter:
             g = self.graph
             s = g.add_constant(scale, f"{value.name}.scale")
             z = g.add_constant(zero, f"{value.name}.zero")
-            q = g.add("QuantizeLinear", value, s, z, attrs=QuantizeAttrs(DType.UINT8), name=f"{value.name}.q")
+            to = DType.from_numpy(zero.dtype)
+            q = g.add("QuantizeLinear", value, s, z, attrs=QuantizeAttrs(to), name=f"{value.name}.q")
             dq = g.add("DequantizeLinear", q, s, z, attrs=QuantizeAttrs(DType.FLOAT32), name=f"{value.name}.dq")
             self.dequantized[value] = self.dequantized[dq] = dq  # an island's input may be the last one's output
             self.params[dq] = (scale, zero)
         return self.dequantized[value]
 
     def weight(self, node: Node, w: Constant, axis: int) -> tuple[Value, np.ndarray]:
-        q, scale = int8_per_channel(w.data, axis)
+        q, scale = self.schema.weights(w.data, axis)
         g = self.graph
         dq = g.add("DequantizeLinear", g.add_constant(q, f"{node.name}.w_q"), g.add_constant(scale, f"{node.name}.w_s"),
                    None, attrs=QuantizeAttrs(DType.FLOAT32, axis=axis), name=f"{node.name}.w_dq")
@@ -115,28 +93,38 @@ class _Inserter:
                      attrs=QuantizeAttrs(DType.FLOAT32, axis=0), name=f"{node.name}.b_dq")
 
 
-def _output_of(graph: Graph, node: Node, users: dict) -> Value:
+def _output_of(graph: Graph, node: Node, users: dict, schema: Schema) -> Value:
     """The value to quantize after `node`: through a lone Relu/Clip (the fold keeps them
-    exact) and, for a MatMul, a lone bias Add of a constant."""
+    exact) and, for a MatMul, a lone bias Add of a constant. Not through the Relu/Clip after a
+    dense node's bias when activations are int8: fold-qdq folds an activation after the bias
+    only where it clamps nothing (a zero point at the type's minimum, as uint8 after Relu), so
+    the activation then stays float between the integer op and the next quantization."""
     value = node.outputs[0]
+    biased = node.op == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None
     for ops in (("Add",) if node.op == "MatMul" else (), ("Relu", "Clip")):
         readers = users.get(value, [])
         if len(readers) == 1 and readers[0][0].op in ops and value not in graph.output_values():
             nxt = readers[0][0]
             if nxt.op == "Add" and not any(isinstance(v, Constant) for v in nxt.inputs):
                 continue
+            if nxt.op != "Add" and biased and schema.activation_dtype is DType.INT8:
+                continue
+            biased = biased or nxt.op == "Add"
             value = nxt.outputs[0]
     return value
 
 
 def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (), method: str = "minmax",
-                   percentile: float = 99.99) -> int:
+                   percentile: float = 99.99, schema: str | Schema = "asymmetric") -> int:
     """Inserts Q/DQ around every quantizable node; returns how many were quantized."""
     profile.check_graph(graph)
     if method not in METHODS:
         raise EmberError(f"unknown calibration method '{method}' (known: {', '.join(METHODS)})")
+    chosen = get_schema(schema)
+    if not 0.0 < percentile <= 100.0:
+        raise EmberError(f"percentile {percentile}: give a percentage in (0, 100]")
     keep = set(keep_float)
-    ins = _Inserter(graph, profile, method, percentile)
+    ins = _Inserter(graph, profile, chosen, method, percentile)
     users = graph.users()
     count = 0
     for node in list(graph.nodes):
@@ -150,7 +138,7 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (
         if node.op == "Conv" and x.type.rank != 4 or node.op != "Conv" and w.type.rank != 2:
             continue
         axis = 0 if node.op == "Conv" or node.op == "Gemm" and node.attrs.transB else 1
-        out = _output_of(graph, node, users)
+        out = _output_of(graph, node, users, chosen)
         x_scale, _ = ins.qparams(x)
         ins.qparams(out)  # fails before any rewrite when the profile lacks the output
         xd = ins.qdq(x)
@@ -158,7 +146,7 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (
         node.inputs[0], node.inputs[1] = xd, wd
         b = node.inputs[2] if len(node.inputs) > 2 else None
         if isinstance(b, Constant) and b.type.rank <= 1 + (node.op == "Gemm"):
-            node.inputs[2] = ins.bias(node, b, (np.float32(x_scale) * w_scale).astype(np.float32))
+            node.inputs[2] = ins.bias(node, b, chosen.bias_scale(x_scale, w_scale))
         readers = [(n, i) for n, i in graph.users().get(out, [])]
         outputs = [o for o in graph.outputs if o.value is out]
         dq = ins.qdq(out)
