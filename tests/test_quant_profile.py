@@ -131,3 +131,36 @@ def test_compile_with_a_profile_runs_integer_ops_close_to_float(tmp_path, backen
         assert np.abs(a - b).max() <= 0.05 * np.abs(a).max()
     with pytest.raises(ProfileError, match="another graph"):
         ember.compile(tmp_path / "m.onnx", backend=backend, quantize=profile_graph(parse_graph(MLP), _feeds()))
+
+
+def test_a_profile_of_another_version_or_malformed_is_refused(tmp_path):
+    profile = profile_graph(parse_graph(MLP), _feeds())
+    profile.save(tmp_path / "p.json")
+    import json
+
+    data = json.loads((tmp_path / "p.json").read_text())
+    (tmp_path / "v1.json").write_text(json.dumps({**data, "version": 1}))
+    with pytest.raises(ProfileError, match="version 1 quantization profile; this Ember reads version 2"):
+        Profile.load(tmp_path / "v1.json")
+    first = next(iter(data["tensors"]))
+    for broken in ({**data, "tensors": {first: {"min": 0}}},
+                   {**data, "tensors": {first: {**data["tensors"][first], "hist": {"-1": 5}}}},
+                   {**data, "samples": "many"}):
+        (tmp_path / "bad.json").write_text(json.dumps(broken))
+        with pytest.raises(ProfileError, match="malformed"):
+            Profile.load(tmp_path / "bad.json")
+
+
+def test_a_constant_zero_tensor_quantizes_with_a_valid_scale():
+    graph = parse_graph(MLP)
+    zeros = [{"x": np.zeros((2, 4), np.float32)} for _ in range(3)]
+    profile = profile_graph(graph, zeros)
+    assert profile.tensors["x"].amax == 0.0 and profile.tensors["x"].hist.sum() == 24
+    assert quantize_graph(graph, profile) == 1
+    for node in graph.nodes:
+        if node.op == "QuantizeLinear":
+            scale = float(node.inputs[1].data)
+            assert np.isfinite(scale) and scale > 0
+    with np.errstate(all="raise"):
+        y = evaluate_graph(graph, zeros[0])["y"]
+    assert np.allclose(y, evaluate_graph(parse_graph(MLP), zeros[0])["y"], atol=0.02)

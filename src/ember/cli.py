@@ -5,6 +5,8 @@
                      [--print-after-all] [--time-passes]
     ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime] [--rounds R] [--seconds S] [--cold]
     ember bundle MODEL --target T -o DIR [--prefix NAME]
+    ember quantize MODEL --calibration DATA [--eval DATA] [--schema S] [--calibration-method M]
+                   [--keep-float OP_OR_NAME ...] -o PROFILE
     ember opt FILE --passes A,B,... [--ir graph|lir] [--backend B] [--print-after-all] [--time-passes]
                    [--random-weights] [-o OUT]
 """
@@ -97,8 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--prefix", default="model", help="symbol and file prefix (default model)")
     bundle.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
 
+    from ember.quant import METHODS, SCHEMAS
+
+    quantize = commands.add_parser("quantize", help="profile a model on calibration data, write the profile and "
+                                                    "report the int8 model's accuracy against float")
+    quantize.add_argument("model")
+    quantize.add_argument("--calibration", required=True, metavar="DATA",
+                          help="a folder of .npz (inputs by name) or .npy files, or an .npz of batches")
+    quantize.add_argument("--eval", metavar="DATA", help="held-out inputs for the report (default: the last "
+                                                         "--held-out fraction of the calibration samples)")
+    quantize.add_argument("--held-out", type=float, default=0.2, metavar="FRACTION")
+    quantize.add_argument("--schema", choices=list(SCHEMAS), default="asymmetric")
+    quantize.add_argument("--calibration-method", choices=list(METHODS), default="minmax")
+    quantize.add_argument("--percentile", type=float, default=99.99)
+    quantize.add_argument("--keep-float", nargs="+", action="extend", default=[], metavar="OP_OR_NAME",
+                          help="op types or node names to leave in float")
+    quantize.add_argument("--backend", default="cpu", help="the backend the report compiles for (default cpu)")
+    quantize.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    quantize.add_argument("-o", "--output", required=True, metavar="PROFILE", help="the profile file (JSON)")
+
     args = parser.parse_args(argv)
     try:
+        if args.command == "quantize":
+            return _quantize(args)
         if args.command == "run":
             return _run(args)
         if args.command == "bundle":
@@ -425,6 +448,34 @@ def _bundle(args: argparse.Namespace) -> int:
     print(result.summary())
     print(f"files: {', '.join(result.files)}")
     print(f"build: make -C {result.directory}")
+    return 0
+
+
+def _quantize(args: argparse.Namespace) -> int:
+    from ember.driver import compile_model, load_model
+    from ember.quant import accuracy_report, check_calibration, load_calibration, profile_graph, split_held_out
+
+    shapes = _shapes(args.shape)
+    graph = load_model(args.model, shapes)
+    inputs = {p.name: p.type for p in graph.inputs}
+    samples = load_calibration(args.calibration, inputs)
+    calibration, held_out = split_held_out(samples, 0.0 if args.eval else args.held_out)
+    if args.eval:
+        held_out = load_calibration(args.eval, inputs)
+    check_calibration(graph, held_out or calibration)  # bad evaluation data fails before profiling too
+    profile = profile_graph(graph, calibration)
+    profile.save(args.output)
+    options = {"schema": args.schema, "method": args.calibration_method, "percentile": args.percentile,
+               "keep_float": args.keep_float}
+    floating = compile_model(args.model, args.backend, shapes)
+    quantized = compile_model(args.model, args.backend, shapes, quantize=profile, quantize_options=options)
+    integer = {op: n for op, n in sorted(quantized.stats["ops"]["optimized"].items())
+               if op in ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger")}
+    print(f"profile of {len(calibration)} calibration sample(s) written to {args.output}")
+    print(f"schema {args.schema}, calibration {args.calibration_method}, backend {args.backend}: integer ops {integer}")
+    if not held_out:
+        print("no held-out inputs (one sample, no --eval): the report uses the calibration sample")
+    print(accuracy_report(floating, quantized, held_out or calibration).format())
     return 0
 
 
