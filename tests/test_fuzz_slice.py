@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 import ember
-from bench.fuzz_models import FINDINGS, compare, fuzz
+from bench.fuzz_compare import compare
+from bench.fuzz_models import FINDINGS, fuzz
 from ember.support.errors import EmberError
 
 ort = pytest.importorskip("onnxruntime")

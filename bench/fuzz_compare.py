@@ -1,0 +1,276 @@
+"""One fuzz case run and judged (bench/fuzz_models.py): Ember's result, ONNX Runtime's, and the
+tie-breaks (ONNX's reference implementation, ONNX Runtime in float64) when they differ."""
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, ModelProto, TensorProto, numpy_helper
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.fuzz_compare
+    from fuzz_mutations import Case, graphs_of, runtime_inputs
+except ImportError:  # pragma: no cover
+    from bench.fuzz_mutations import Case, graphs_of, runtime_inputs
+
+# An EmberError whose message says it is a bug of Ember's own.
+INTERNAL_MARKERS = ("internal error", "an Ember bug")
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing
+
+
+def _as_float(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.float64) if a.dtype.kind != "c" else a.astype(np.complex128)
+
+
+def compare(ember: list, ort: list, rtol: float, atol: float) -> str | None:
+    """None when Ember's outputs match ONNX Runtime's, else what differs."""
+    if len(ember) != len(ort):
+        return f"{len(ember)} outputs from Ember, {len(ort)} from ONNX Runtime"
+    for i, (mine, ref) in enumerate(zip(ember, ort, strict=True)):
+        if isinstance(ref, list):
+            if not isinstance(mine, list | tuple) or len(mine) != len(ref):
+                return f"output {i}: a sequence of {len(ref)} from ONNX Runtime, {type(mine).__name__} from Ember"
+            problem = compare(list(mine), ref, rtol, atol)
+            if problem:
+                return f"output {i}: {problem}"
+            continue
+        mine, ref = np.asarray(mine), np.asarray(ref)
+        if ref.dtype == np.uint8 and mine.dtype.itemsize == 1 and mine.dtype.kind not in "biu":
+            ref = ref.view(mine.dtype)  # ONNX Runtime hands float8 results over as their bits
+        if mine.shape != ref.shape:
+            return f"output {i}: shape {mine.shape} from Ember, {ref.shape} from ONNX Runtime"
+        if mine.dtype != ref.dtype:
+            return f"output {i}: element type {mine.dtype} from Ember, {ref.dtype} from ONNX Runtime"
+        if ref.dtype == object or ref.dtype.kind in "biuSU":
+            bad = np.asarray(mine != ref)
+            if bad.any():
+                where = np.argwhere(bad)[0]
+                return (f"output {i} ({ref.dtype}): {int(bad.sum())} of {ref.size} differ, first at {tuple(where)}: "
+                        f"{mine[tuple(where)]!r} vs {ref[tuple(where)]!r}")
+            continue
+        a, b = _as_float(mine), _as_float(ref)
+        problem = _compare_float(a, b, rtol if ref.itemsize >= 4 else max(rtol, 1e-2), atol)
+        if problem:
+            return f"output {i} ({ref.dtype}): {problem}"
+    return None
+
+
+def _compare_float(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> str | None:
+    if a.dtype.kind == "c":
+        return _compare_float(a.real, b.real, rtol, atol) or _compare_float(a.imag, b.imag, rtol, atol)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if (nan_a != nan_b).any():
+        where = tuple(np.argwhere(nan_a != nan_b)[0])
+        return (f"NaN positions differ ({int((nan_a != nan_b).sum())} of {a.size}), first at {where}: "
+                f"{a[where]} vs {b[where]}")
+    inf_a, inf_b = np.isinf(a), np.isinf(b)
+    if ((inf_a | inf_b) & (a != b)).any():
+        where = tuple(np.argwhere((inf_a | inf_b) & (a != b))[0])
+        return f"infinities differ, first at {where}: {a[where]} vs {b[where]}"
+    finite = ~(nan_a | inf_a)
+    if not finite.any():
+        return None
+    scale = float(np.max(np.abs(b[finite]), initial=0.0))
+    tolerance = atol + rtol * np.abs(b) + 1e-6 * scale
+    bad = finite & (np.abs(a - b) > tolerance)
+    if bad.any():
+        where = tuple(np.argwhere(bad)[0])
+        return (f"{int(bad.sum())} of {a.size} values differ, first at {where}: {a[where]!r} vs {b[where]!r} "
+                f"(max abs diff {float(np.max(np.abs(a - b)[finite])):.3g})")
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Running one case (in a worker, or in this process with --replay)
+
+
+@dataclass
+class Outcome:
+    status: str
+    detail: str = ""
+    seconds: float = 0.0
+
+
+def _is_internal(message: str) -> bool:
+    return any(marker in message for marker in INTERNAL_MARKERS)
+
+
+def write_case_files(case: Case, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.onnx"
+    path.write_bytes(case.model)
+    for name, data in case.side_files.items():
+        (folder / name).write_bytes(data)
+    return path
+
+
+def run_ember(path: Path, inputs: dict[str, Any], backend: str) -> tuple[list | None, Outcome | None]:
+    """(outputs, None) when Ember ran the model, else (None, the outcome)."""
+    from ember.onnx_backend import prepare
+    from ember.support.errors import EmberError
+
+    try:
+        rep = prepare(str(path), "CPU", backend=backend)
+        outputs = list(rep.run(dict(inputs)))
+    except EmberError as err:
+        message = f"{type(err).__name__}: {err}"
+        return None, Outcome("internal" if _is_internal(message) else "refused", message[:2000])
+    except Exception as err:  # noqa: BLE001  (an escape: the finding this fuzzer is for)
+        frames = traceback.extract_tb(err.__traceback__)
+        where = "; ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames[-4:])
+        return None, Outcome("escape", f"{type(err).__name__}: {str(err)[:600]} (at {where})")
+    return outputs, None
+
+
+def run_ort(path: Path, inputs: dict[str, Any], refusal: list[str] | None = None) -> list | None:
+    """ONNX Runtime's outputs, or None when it refuses the model or the inputs (the first line
+    of its reason appended to `refusal`)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        missing = [n for n in names if n not in inputs and n not in _initializer_names(path)]
+        if missing:
+            if refusal is not None:
+                refusal.append(f"asks for inputs the model binds as constants: {missing[:3]}")
+            return None
+        return list(session.run(None, {n: inputs[n] for n in names if n in inputs}))
+    except Exception as error:  # noqa: BLE001  (ONNX Runtime refuses: not ours to judge)
+        if refusal is not None:
+            refusal.append(str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__)
+        return None
+
+
+def _initializer_names(path: Path) -> set[str]:
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001
+        return set()
+    return {t.name for t in model.graph.initializer}
+
+
+def run_case(case: Case, backend: str, folder: Path, phase: Callable[[str], None] = lambda p: None) -> Outcome:
+    started = time.perf_counter()
+    path = write_case_files(case, folder)
+
+    def done(outcome: Outcome) -> Outcome:
+        outcome.seconds = time.perf_counter() - started
+        return outcome
+
+    phase("ember")
+    mine, outcome = run_ember(path, case.inputs, backend)
+    if outcome is not None:
+        return done(outcome)
+    assert mine is not None
+    phase("ort")
+    refusal: list[str] = []
+    theirs = run_ort(path, case.inputs, refusal)
+    phase("compare")
+    if theirs is None:
+        return done(Outcome("ember-only", f"ONNX Runtime: {refusal[0] if refusal else 'refused'}"))
+    if case.random_outputs:
+        return done(Outcome("not-compared"))
+    problem = compare(mine, theirs, case.rtol, case.atol)
+    if problem is None:
+        return done(Outcome("match"))
+    # A tie-break: ONNX's reference implementation. Where Ember agrees with it and ONNX
+    # Runtime does not, the difference is ONNX Runtime's (reported, not an Ember finding).
+    phase("reference")
+    reference = run_reference(path, case.inputs)
+    if reference is not None and compare(mine, reference, case.rtol, case.atol) is None:
+        return done(Outcome("ort-differs", f"{problem} (Ember matches ONNX's reference implementation)"))
+    # Precision: the reference run in float64 (every float32 type, weight and input widened)
+    # is the exact result; Ember matching it where ONNX Runtime does not (float32 rounding in
+    # ONNX Runtime's own arithmetic, e.g. sampling coordinates on a 65536-pixel axis).
+    phase("reference")
+    for how, exact in (("ONNX's reference implementation", run_reference(path, case.inputs, widen=True)),
+                       ("ONNX Runtime itself", run_ort_widened(path, case.inputs))):
+        if exact is not None and compare_exact(mine, exact, case.rtol, case.atol) \
+                and not compare_exact(theirs, exact, case.rtol, case.atol):
+            return done(Outcome("ort-differs", f"{problem} (Ember matches {how} run in float64; ONNX Runtime "
+                                               "in float32 does not: its own rounding)"))
+    if reference is None:
+        return done(Outcome("mismatch", f"{problem} (the reference fails on it)"))
+    if compare(theirs, reference, case.rtol, case.atol) is None:
+        return done(Outcome("mismatch", f"{problem} (the reference agrees with ONNX Runtime)"))
+    # Ember, ONNX Runtime and the reference all differ: no agreed result to hold Ember to
+    # (NaN inputs to DynamicQuantizeLinear give position-dependent results in ONNX Runtime).
+    return done(Outcome("no-consensus", f"{problem} (the reference agrees with neither: "
+                                        f"{compare(mine, reference, case.rtol, case.atol)})"))
+
+
+def run_reference(path: Path, inputs: dict[str, Any], widen: bool = False) -> list | None:
+    """The outputs of onnx.reference.ReferenceEvaluator, or None when it fails. widen: every
+    float32 type, weight, constant and input made float64 first (see widen_model)."""
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        model = onnx.load(str(path))
+        names = [vi.name for vi in runtime_inputs(model.graph)]
+        feeds = {n: inputs[n] for n in names if n in inputs}
+        if widen:
+            widen_model(model)
+            feeds = {n: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v
+                     for n, v in feeds.items()}
+        evaluator = ReferenceEvaluator(model)
+        return [np.asarray(v) if not isinstance(v, list) else v for v in evaluator.run(None, feeds)]
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def run_ort_widened(path: Path, inputs: dict[str, Any]) -> list | None:
+    """ONNX Runtime's outputs for the model and inputs widened to float64 (widen_model)."""
+    try:
+        model = onnx.load(str(path))
+        widen_model(model)
+        wide = path.with_name("model-float64.onnx")
+        wide.write_bytes(model.SerializeToString())
+    except Exception:  # noqa: BLE001
+        return None
+    return run_ort(wide, {n: v.astype(np.float64) if isinstance(v, np.ndarray) and v.dtype == np.float32 else v
+                          for n, v in inputs.items()})
+
+
+def widen_model(model: ModelProto) -> None:
+    """float32 -> float64 everywhere in the model: value types, initializers, tensor
+    attributes and Cast/CastLike/RandomX 'to'/'dtype' attributes."""
+    def widen_tensor(t: TensorProto) -> None:
+        if t.data_type == TensorProto.FLOAT:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
+
+    for g in graphs_of(model.graph):
+        for vi in [*g.input, *g.output, *g.value_info]:
+            if vi.type.WhichOneof("value") == "tensor_type" and vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+                vi.type.tensor_type.elem_type = TensorProto.DOUBLE
+        for t in g.initializer:
+            widen_tensor(t)
+        for n in g.node:
+            for a in n.attribute:
+                if a.type == AttributeProto.TENSOR:
+                    widen_tensor(a.t)
+                elif a.type == AttributeProto.INT and a.name in ("to", "dtype") and a.i == TensorProto.FLOAT:
+                    a.i = TensorProto.DOUBLE
+
+
+def compare_exact(outputs: list, exact: list, rtol: float, atol: float) -> bool:
+    """Whether float32 `outputs` match float64 `exact` ones (compared as float32 would be)."""
+    if len(outputs) != len(exact):
+        return False
+    narrowed = [np.asarray(e).astype(np.asarray(o).dtype) if isinstance(o, np.ndarray) and isinstance(e, np.ndarray)
+                and np.asarray(e).dtype == np.float64 and o.dtype == np.float32 else e
+                for o, e in zip(outputs, exact, strict=True)]
+    return compare(outputs, narrowed, rtol, atol) is None
+
