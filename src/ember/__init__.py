@@ -27,8 +27,10 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
             input_shapes: Mapping[str, Sequence[int]] | None = None,
             num_threads: int | None = None, dynamic: Mapping[str, Sequence[int]] | None = None,
             quantize: Any = None, quantize_options: Mapping[str, Any] | None = None,
+            example_inputs: Sequence[Any] | None = None,
             ) -> CompiledModel | DynamicModel:
-    """Compiles an ONNX model (a path or an onnx.ModelProto).
+    """Compiles an ONNX model (a path or an onnx.ModelProto), or a torch.nn.Module called on
+    example_inputs (a tuple of tensors whose shapes are compiled; frontends/torch).
 
     backend: one backend's name (the whole model runs there, or is refused naming every node
     it cannot run); a list of names in priority order (the model is partitioned: each node
@@ -46,6 +48,9 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
     from ember.specialize import compile_dynamic, dynamic_inputs
 
     options = {} if num_threads is None else {"num_threads": num_threads}
+    if example_inputs is not None or _is_torch_module(model):
+        unused = {"input_shapes": input_shapes, "dynamic": dynamic, "quantize": quantize}
+        return _compile_torch(model, example_inputs, backend, options, [k for k, v in unused.items() if v])
     symbolic = dynamic_inputs(model, input_shapes) if isinstance(model, str | os.PathLike) or _is_proto(model) else None
     if symbolic is not None:
         proto, inputs = symbolic
@@ -76,6 +81,44 @@ def load(path: str | os.PathLike) -> CompiledModel:
     from ember.runtime.artifact import load as load_artifact
 
     return load_artifact(path)
+
+
+def _is_torch_module(model: Any) -> bool:
+    from ember.frontends.torch import is_torch_module
+
+    return is_torch_module(model)
+
+
+def _compile_torch(module: Any, example_inputs: Sequence[Any] | None, backend: str | Sequence[str],
+                   options: Mapping[str, Any], unused: Sequence[str] = ()) -> CompiledModel:
+    from ember.frontends.torch import load_torch
+
+    if unused:
+        raise EmberError(f"{', '.join(unused)}: not for a torch.nn.Module (its shapes are those of example_inputs)")
+    if example_inputs is None:
+        raise EmberError("compiling a torch.nn.Module needs example_inputs=(tensor, ...): their shapes are compiled")
+    return _compile_graph_on(load_torch(module, example_inputs), backend, options)
+
+
+def _compile_graph_on(graph: Any, backend: str | Sequence[str], options: Mapping[str, Any]) -> CompiledModel:
+    from ember.backends import get_backend
+    from ember.driver import compile_graph
+
+    if isinstance(backend, str) and backend != "auto":
+        return compile_graph(graph, get_backend(backend, **options))
+    from ember.heterogeneous import compile_partitioned, resolve_backends
+
+    instances, strategy, _ = resolve_backends(backend, options)
+    return compile_partitioned(graph, instances, strategy=strategy)
+
+
+def torch_dynamo_backend(gm: Any, example_inputs: Any, options: Mapping[str, Any] | None = None, **kwargs: Any):
+    """The torch.compile backend: torch.compile(model, backend="ember", options={"backend": "cpu",
+    "num_threads": 1}) finds it through the torch_dynamo_backends entry point (it lives here,
+    above the driver it compiles with; frontends/torch/dynamo.py does the rest)."""
+    from ember.frontends.torch.dynamo import compile_fx
+
+    return compile_fx(gm, example_inputs, _compile_graph_on, options, **kwargs)
 
 
 def _is_proto(model: Any) -> bool:
