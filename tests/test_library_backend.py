@@ -108,7 +108,7 @@ def test_library_kernel_replaces_matmul_and_links(mylib):
 
 def test_library_backend_leaves_the_cpu_registry_alone(mylib):
     make_backend(mylib)
-    assert [k.name for k in C_KERNELS.variants("MatMul")] == ["matmul_gemm", "matmul_loops"]
+    assert [k.name for k in C_KERNELS.variants("MatMul")] == ["matmul_bf16", "matmul_gemm", "matmul_loops"]
     assert "mylib_sgemm" not in C_KERNELS
 
 

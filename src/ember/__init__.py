@@ -28,6 +28,7 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
             num_threads: int | None = None, dynamic: Mapping[str, Sequence[int]] | None = None,
             quantize: Any = None, quantize_options: Mapping[str, Any] | None = None,
             example_inputs: Sequence[Any] | None = None,
+            precision: str | None = None,
             ) -> CompiledModel | DynamicModel:
     """Compiles an ONNX model (a path or an onnx.ModelProto), or a torch.nn.Module called on
     example_inputs (a tuple of tensors whose shapes are compiled; frontends/torch).
@@ -44,10 +45,16 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
     quantize: a quantization profile (ember.profile(...), or the path of one it saved) taken on
     this model: Conv/MatMul/Gemm run as int8 (U8S8) where the backend has integer kernels;
     quantize_options: keep_float (op types or node names), method ("minmax", "percentile"),
-    percentile. One backend by name and static shapes only, for now."""
+    percentile. One backend by name and static shapes only, for now.
+    precision: "fp32" (the default), "bf16" (convolutions and GEMMs with weights computed from
+    bfloat16-rounded operands with float32 sums, on backends with bf16 kernels: cpu on a CPU
+    with AVX512-BF16; stats["precision"] gives the choice per node) or "int8" (what quantize=
+    does; it needs the profile)."""
     from ember.specialize import compile_dynamic, dynamic_inputs
 
-    options = {} if num_threads is None else {"num_threads": num_threads}
+    options: dict[str, Any] = {} if num_threads is None else {"num_threads": num_threads}
+    if _resolve_precision(precision, quantize, backend) == "bf16":
+        options["precision"] = "bf16"
     if example_inputs is not None or _is_torch_module(model):
         unused = {"input_shapes": input_shapes, "dynamic": dynamic, "quantize": quantize}
         return _compile_torch(model, example_inputs, backend, options, [k for k, v in unused.items() if v])
@@ -65,6 +72,33 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
     from ember.heterogeneous import compile_model_partitioned
 
     return compile_model_partitioned(model, backend, input_shapes=input_shapes, backend_options=options)
+
+
+PRECISIONS = ("fp32", "bf16", "int8")
+
+
+def _resolve_precision(precision: str | None, quantize: Any, backend: Any) -> str:
+    """The precision compile() was asked for, refused clearly where it cannot be had."""
+    if precision is None:
+        return "int8" if quantize is not None else "fp32"
+    if precision not in PRECISIONS:
+        raise EmberError(f"precision={precision!r}: expected one of {', '.join(map(repr, PRECISIONS))}")
+    if precision == "int8" and quantize is None:
+        raise EmberError("precision='int8' needs a quantization profile: pass quantize=ember.profile(model, "
+                         "calibration_inputs) (or the path of a saved one), or make one with `ember quantize`")
+    if precision != "int8" and quantize is not None:
+        raise EmberError(f"precision={precision!r} with quantize=: a profile quantizes to int8 (pass "
+                         "precision='int8' or leave precision out)")
+    if precision == "bf16":
+        if not isinstance(backend, str) or backend == "auto":
+            raise EmberError("precision='bf16' needs one backend by name (e.g. backend='cpu')")
+        from ember.backends import get_backend
+
+        target = get_backend(backend)
+        if "bf16" not in target.precisions:
+            raise EmberError(f"precision='bf16': backend '{target.name}' has no bf16 kernels (it computes in "
+                             f"{', '.join(target.precisions)}; the cpu backend has them)")
+    return precision
 
 
 def profile(model: Any, calibration_inputs: Any, input_shapes: Mapping[str, Sequence[int]] | None = None):
@@ -126,19 +160,24 @@ def _is_proto(model: Any) -> bool:
 
 
 def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bundle", prefix: str = "model",
-           input_shapes: Mapping[str, Sequence[int]] | None = None) -> Any:
+           input_shapes: Mapping[str, Sequence[int]] | None = None, quantize: Any = None,
+           quantize_options: Mapping[str, Any] | None = None) -> Any:
     """Compiles an ONNX model ahead of time into `output_dir`: portable C, a header with the
     memory contract, the weights and a Makefile for `target` (host, x86_64-linux,
     aarch64-linux, riscv64-linux, cortex-m4, cortex-m7). Every external symbol starts with
-    `prefix`. Returns an ember.codegen.bundle.Bundle (file list and memory layout)."""
-    from ember.backends.cpu import CpuBackend
+    `prefix`. quantize / quantize_options as for compile(): an int8 bundle, whose integer ops
+    run portable int8 kernels on targets other than x86 (int8 weights: about a quarter of the
+    float bundle's). Returns an ember.codegen.bundle.Bundle (file list and memory layout)."""
+    from ember.backends.cpu.portable import bundle_backend
     from ember.codegen.bundle import get_target
-    from ember.driver import load_model, prepare_program
+    from ember.driver import load_model, prepare_program, quantize_loaded
 
-    get_target(target)  # an unknown target fails before compiling
-    # Bundles run single-threaded: no OpenMP on the target.
-    backend = CpuBackend(num_threads=1)
-    program, plan, _ = prepare_program(load_model(model, input_shapes), backend)
+    tgt = get_target(target)  # an unknown target fails before compiling
+    backend = bundle_backend(tgt)
+    graph = load_model(model, input_shapes)
+    if quantize is not None:
+        quantize_loaded(graph, quantize, quantize_options)
+    program, plan, _ = prepare_program(graph, backend)
     return backend.bundle(program, plan, output_dir, target=target, prefix=prefix)
 
 

@@ -53,13 +53,14 @@ def _time_block(fn: Callable[[], Any], seconds: float, min_runs: int) -> list[fl
     return times
 
 
-def _load(engine: str, model: str, threads: int, backend: str) -> tuple[Callable[[], Any], dict[str, Any]]:
+def _load(engine: str, model: str, threads: int, backend: str,
+          precision: str = "fp32") -> tuple[Callable[[], Any], dict[str, Any]]:
     reference = Path(model).with_suffix(".ref.npz")
     if engine == "ember":
         import ember
 
         t0 = time.perf_counter()
-        compiled = ember.compile(model, backend=backend, num_threads=threads)
+        compiled = ember.compile(model, backend=backend, num_threads=threads, precision=precision)
         info = {"compile_seconds": time.perf_counter() - t0}
         if not isinstance(compiled, ember.CompiledModel):
             raise EmberError(f"{model} has symbolic input dimensions: benchmark a model of static shapes")
@@ -82,7 +83,7 @@ def _load(engine: str, model: str, threads: int, backend: str) -> tuple[Callable
     raise EmberError(f"unknown engine '{engine}' (ember or onnxruntime)")
 
 
-def serve(engine: str, model: str, threads: int, backend: str) -> None:
+def serve(engine: str, model: str, threads: int, backend: str, precision: str = "fp32") -> None:
     """Runs inside a child process: loads one engine, then answers timing requests.
 
     The protocol is one JSON object per line on the original stdout (anything the engine
@@ -91,7 +92,7 @@ def serve(engine: str, model: str, threads: int, backend: str) -> None:
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     try:
-        run, info = _load(engine, model, threads, backend)
+        run, info = _load(engine, model, threads, backend, precision)
         for _ in range(3):
             run()
     except Exception as err:  # reported to the driver, which raises it as an EmberError
@@ -108,17 +109,18 @@ def serve(engine: str, model: str, threads: int, backend: str) -> None:
 
 
 class _Worker:
-    def __init__(self, engine: str, model: str, threads: int, backend: str, cache_dir: str | None = None):
+    def __init__(self, engine: str, model: str, threads: int, backend: str, cache_dir: str | None = None,
+                 precision: str = "fp32"):
         self.engine = engine
         code = ("import sys; from ember.bench import serve; "
-                "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4])")
+                "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])")
         # NumPy's own BLAS pool would spin on the cores the engine under test uses (Ember folds
         # constants with NumPy at compile time): one BLAS thread, for both engines alike.
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         if cache_dir:
             env["EMBER_CACHE_DIR"] = cache_dir
         self._stderr = tempfile.TemporaryFile("w+")
-        self._process = subprocess.Popen([sys.executable, "-c", code, engine, model, str(threads), backend],
+        self._process = subprocess.Popen([sys.executable, "-c", code, engine, model, str(threads), backend, precision],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                          text=True, env=env)
         assert self._process.stdin is not None and self._process.stdout is not None  # both PIPE
@@ -150,24 +152,25 @@ class _Worker:
         self._stderr.close()
 
 
-def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | None) -> float:
-    worker = _Worker("ember", model, threads, backend, cache_dir)
+def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | None, precision: str = "fp32") -> float:
+    worker = _Worker("ember", model, threads, backend, cache_dir, precision)
     worker.close()
     return worker.info["compile_seconds"]
 
 
 def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, seconds: float = 0.3,
             engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5,
-            fresh_cache: bool = True) -> dict[str, Any]:
+            fresh_cache: bool = True, precision: str = "fp32") -> dict[str, Any]:
     """Times each engine in `rounds` interleaved blocks of about `seconds` each.
 
     Returns the median latency per engine (over all runs), the median and quartiles of the
     per-round ratio ember / other engine, and Ember's compile time in the first process
     ("compile_first": from an empty cache, kernel library included, when `fresh_cache`) and
-    in a second one, with the cache filled ("compile_cached")."""
+    in a second one, with the cache filled ("compile_cached"). `precision` is Ember's
+    (ember.compile(precision=...): "fp32" or "bf16")."""
     with tempfile.TemporaryDirectory(prefix="ember-bench-cache-") as fresh:
         cache = fresh if fresh_cache else None
-        workers = [_Worker(engine, model, threads, backend, cache if engine == "ember" else None)
+        workers = [_Worker(engine, model, threads, backend, cache if engine == "ember" else None, precision)
                    for engine in engines]
         times: dict[str, list[float]] = {e: [] for e in engines}
         block_medians: dict[str, list[float]] = {e: [] for e in engines}
@@ -185,7 +188,7 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
         summary["runs"] = {e: len(v) for e, v in times.items()}
         if "ember" in engines:
             summary["compile_first"] = workers[engines.index("ember")].info["compile_seconds"]
-            summary["compile_cached"] = _compile_seconds(model, threads, backend, cache)
+            summary["compile_cached"] = _compile_seconds(model, threads, backend, cache, precision)
         others = [e for e in engines if e != "ember"]
         if "ember" in engines and others:
             ratios = sorted(a / b for a, b in zip(block_medians["ember"], block_medians[others[0]], strict=True))

@@ -33,6 +33,10 @@ _REFERENCE_HELP = ("an .npz holding in_<input name> arrays (used as inputs) and 
                    "(the expected outputs, in model output order)")
 
 
+_PRECISION_HELP = ("bf16: convolutions and GEMMs with weights on bf16 kernels (cpu, AVX512-BF16), float32 "
+                   "elsewhere; int8 is `ember quantize` then compile(quantize=...)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ember", description="Ember neural-network compiler")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                      help="bind an input's symbolic dimensions")
     run.add_argument("--save", metavar="DIR", help="save outputs as DIR/output_<i>.npy")
     run.add_argument("--threads", type=int, help="threads for native backends (default: all cores)")
+    run.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
@@ -61,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--backend", default="cpu",
                       help="whose pipeline to show (default cpu: its lowering, fusion and kernel choices)")
     dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    dump.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
     dump.add_argument("--print-after-all", action="store_true",
                       help="print the IR after every graph and LIR pass ('// after <pass>' headers) before the stage")
     dump.add_argument("--time-passes", action="store_true",
@@ -84,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("model")
     bench.add_argument("--backend", default="cpu")
     bench.add_argument("--threads", type=int, default=1)
+    bench.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
     bench.add_argument("--compare", choices=["onnxruntime"], help="also time this engine, in its own process")
     bench.add_argument("--rounds", type=int, default=15, help="interleaved timing blocks per engine (default 15)")
     bench.add_argument("--seconds", type=float, default=0.3, help="timing budget per block (default 0.3 s)")
@@ -179,7 +186,7 @@ def _run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     model = ember.compile(args.model, backend=backend_spec(args.backend), input_shapes=_shapes(args.shape),
-                          num_threads=args.threads)
+                          num_threads=args.threads, precision=args.precision)
     compile_seconds = time.perf_counter() - start
     reference: dict[str, np.ndarray] = {}
     if args.reference:
@@ -255,7 +262,7 @@ def _dump(args: argparse.Namespace) -> int:
 
     if args.stage == "partition":
         return _dump_partition(args)
-    backend = get_backend(args.backend)
+    backend = get_backend(args.backend, **({"precision": args.precision} if args.precision != "fp32" else {}))
     if args.stage == "c" and not hasattr(backend, "generate"):
         raise EmberError(f"backend '{args.backend}' generates no C; use --backend cpu")
     # Graph and LIR pipelines alike report to these.
@@ -426,8 +433,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     engines = ("ember", args.compare) if args.compare else ("ember",)
     result = compare(str(args.model), args.threads, backend=args.backend, rounds=args.rounds,
-                     seconds=args.seconds, engines=engines, fresh_cache=args.cold)
-    print(f"model: {args.model} (backend {args.backend}, {args.threads} thread(s), "
+                     seconds=args.seconds, engines=engines, fresh_cache=args.cold, precision=args.precision)
+    print(f"model: {args.model} (backend {args.backend}, {args.precision}, {args.threads} thread(s), "
           f"{args.rounds} interleaved blocks per engine)")
     print(f"ember: {result['ember'] * 1e3:.3f} ms (median of {result['runs']['ember']} runs)")
     if args.compare:

@@ -111,6 +111,10 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
         executable = target.compile(program)
     stats = _program_stats(program, plan)
     stats["ops"] = ops
+    if target.precision != "fp32":
+        from ember.codegen.kernels.gemm_bf16 import precision_decisions
+
+        stats["precision"] = {"mode": target.precision, "nodes": precision_decisions(program)}
     stats["compile_seconds"] = time.perf_counter() - started
     return CompiledModel(executable, inputs, outputs, stats, target.name)
 

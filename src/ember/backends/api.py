@@ -30,6 +30,10 @@ class Backend:
     """Defaults suit a backend that executes exactly the primitive ops."""
 
     name: str = ""
+    # Compute precisions it has kernels for (ember.compile(precision=...)), and the one it
+    # compiles for: "fp32", or "bf16" where a backend offers it (the cpu backend does).
+    precisions: tuple[str, ...] = ("fp32",)
+    precision: str = "fp32"
     # Bytes its device holds for one segment's weights and activations (None: host memory,
     # unbounded). The partitioner cuts segments that would not fit.
     memory_capacity: int | None = None

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
+from ember.backends.cpu.features import has_avx512_bf16
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
+from ember.codegen.kernels.gemm_bf16 import PRECISIONS
 from ember.codegen.kernels.table import as_float32
 from ember.graph import Graph, Node
 from ember.lir.ir import Program
@@ -32,6 +34,7 @@ from ember.support.errors import EmberError, UnsupportedError
 
 class CpuBackend(Backend):
     name = "cpu"
+    precisions = PRECISIONS
     kernels: KernelRegistry = C_KERNELS
     # A library backend's additions to the build: C sources compiled into every model
     # library (file name -> text), compiler flags (e.g. -I), linker flags (-L, -l).
@@ -40,10 +43,12 @@ class CpuBackend(Backend):
     link_flags: Sequence[str] = ()
 
     def __init__(self, num_threads: int | None = None, sanitize: bool | None = None, march: str | None = None,
-                 winograd: bool = True) -> None:
+                 winograd: bool = True, precision: str = "fp32") -> None:
         """march: build for this ISA level (e.g. "x86-64-v3" for AVX2) instead of the host's
         own, for libraries that must also run on older machines of the same architecture.
-        winograd: False keeps every 3x3 convolution on the direct kernel (for comparison)."""
+        winograd: False keeps every 3x3 convolution on the direct kernel (for comparison).
+        precision: "bf16" runs convolutions and GEMMs with weights on bf16 kernels
+        (codegen/kernels/gemm_bf16.py); it needs a host with AVX512-BF16."""
         if march is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
             raise EmberError(f"march {march!r} is not an ISA name")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
@@ -51,11 +56,12 @@ class CpuBackend(Backend):
         self.num_threads = num_threads or os.cpu_count() or 1
         self.march = march
         self.winograd = winograd
+        self.precision = check_precision(precision)
         # EMBER_SANITIZE=1 builds every library with AddressSanitizer and UBSan (test mode).
         self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
     def kernel_options(self) -> KernelOptions:
-        return KernelOptions(num_threads=self.num_threads, winograd=self.winograd)
+        return KernelOptions(num_threads=self.num_threads, winograd=self.winograd, precision=self.precision)
 
     def supports(self, node: Node) -> bool:
         return self.refusal(node) is None
@@ -115,3 +121,15 @@ class CpuBackend(Backend):
                                 march=self.march, extra_sources=dict(self.c_sources),
                                 link_flags=[*self.link_flags])
         return NativeProgram(library, cprogram, program)
+
+
+def check_precision(precision: str) -> str:
+    """The cpu backend's precision mode, refused clearly where it cannot run: "bf16" needs
+    AVX512-BF16 on the host (the library also checks at run time and would take a portable,
+    much slower path on a CPU without it)."""
+    if precision not in PRECISIONS:
+        raise EmberError(f"precision {precision!r}: the cpu backend computes in {' or '.join(PRECISIONS)}")
+    if precision == "bf16" and not has_avx512_bf16():
+        raise EmberError("precision='bf16' needs a CPU with AVX512-BF16 (vdpbf16ps); this one does not report "
+                         "avx512_bf16 (use precision='fp32')")
+    return precision

@@ -66,6 +66,9 @@ class Target:
     tool_prefix: str = ""       # binutils prefix for ar / size ("" = the host's)
     runner: str = ""            # command that runs a hosted cross binary (e.g. qemu-aarch64)
     board: Board | None = None  # bare metal: the example firmware's board support
+    # Integer ops (quantized models): "x86" runs the cpu backend's VNNI/AVX2 GEMM, "portable"
+    # the int8 kernels of codegen/kernels/quantized_portable.py (compact weights, integer loops).
+    int8_kernels: str = "portable"
 
     @property
     def embeds_weights(self) -> bool:
@@ -128,6 +131,7 @@ _ARM_M: dict[str, Any] = dict(cc="arm-none-eabi-gcc", bare_metal=True, opt="-O2"
 
 def _host() -> Target:
     machine = platform.machine().lower()
+    int8 = "x86" if machine in ("x86_64", "amd64") else "portable"
     if machine in ("x86_64", "amd64"):
         flags: tuple[str, ...] = ("-march=native",)
     elif machine in ("aarch64", "arm64"):
@@ -135,13 +139,14 @@ def _host() -> Target:
     else:
         flags = ()
     return Target("host", f"this machine ({machine or 'unknown'}), tuned with -march/-mcpu=native",
-                  "cc", flags)
+                  "cc", flags, int8_kernels=int8)
 
 
 TARGETS: dict[str, Target] = {
     "host": _host(),
     "x86_64-linux": Target("x86_64-linux", "x86-64 Linux, AVX2 and FMA (x86-64-v3)",
-                           "x86_64-linux-gnu-gcc", ("-march=x86-64-v3",), tool_prefix="x86_64-linux-gnu-"),
+                           "x86_64-linux-gnu-gcc", ("-march=x86-64-v3",), tool_prefix="x86_64-linux-gnu-",
+                           int8_kernels="x86"),
     "aarch64-linux": Target("aarch64-linux", "64-bit Arm Linux (Armv8-A, NEON)",
                             "aarch64-linux-gnu-gcc", ("-march=armv8-a",), tool_prefix="aarch64-linux-gnu-",
                             runner="qemu-aarch64 -L /usr/aarch64-linux-gnu"),

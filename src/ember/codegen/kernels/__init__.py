@@ -8,6 +8,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     data_movement,
     elementwise,
     gemm,
+    gemm_bf16,
     indexing,
     linalg,
     normalization,

@@ -72,6 +72,7 @@ class KernelOptions:
 
     num_threads: int = 1
     winograd: bool = True
+    precision: str = "fp32"  # "bf16": convolutions and GEMMs with weights on bf16 kernels (gemm_bf16.py)
 
 
 @dataclass

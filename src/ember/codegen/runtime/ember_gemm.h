@@ -114,4 +114,24 @@ long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads
 void ember_winograd(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
                     float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 
+/* The bf16 GEMM (precision="bf16", ember_gemm_bf16.c): both operands rounded to bfloat16 and
+ * multiplied by pairs of k (vdpbf16ps where the CPU has AVX512-BF16, a portable path
+ * otherwise), accumulated and stored in float32 with the epilogue (grid_w and transposed
+ * unused). A: 8-row blocks of bf16 pairs `ap` ([ceil(M/8)][ceil(K/2)][8] words), or row-major
+ * float `a` (leading dimension lda) converted into scratch. B: panels of bf16 pairs `bp`
+ * ([ceil(N/32)][ceil(K/2)][32] words), or float panels from `pack`, or row-major float `b`
+ * (row k at b + k * ldb), converted a chunk at a time. `scratch` holds
+ * ember_gemm_bf16_scratch_bytes(M, N, K, ap != NULL, bp != NULL, pack != NULL, nthreads). */
+void ember_gemm_bf16(long M, long N, long K, const uint32_t *ap, const float *a, long lda, const uint32_t *bp,
+                     ember_packer pack, const void *pack_ctx, const float *b, long ldb, float *c, long ldc,
+                     const ember_epilogue *ep, void *scratch, int nthreads);
+long ember_gemm_bf16_scratch_bytes(long M, long N, long K, int a_packed, int b_packed, int b_repacked,
+                                   int nthreads);
+/* Rows [8 * block0, 8 * block1) of row-major A into bf16 pair blocks; K rows of B (leading
+ * dimension ldb, ncols <= 32 columns) into one bf16 pair panel, zero-padded. */
+void ember_bf16_pack_a(uint32_t *blocks, const float *a, long lda, long M, long K, long block0, long block1);
+void ember_bf16_pack_panel(uint32_t *panel, const float *b, long ldb, long K, int ncols);
+/* 1 where this CPU runs vdpbf16ps (the bf16 GEMM takes its AVX512-BF16 path), else 0. */
+int ember_bf16_native(void);
+
 #endif

@@ -1,0 +1,28 @@
+"""The cpu backend as AOT bundles for CPUs other than x86 use it: the same kernels, except that
+the integer ops (MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv) select the portable
+int8 kernels (codegen/kernels/quantized_portable.py: int8 weight rows, an integer main loop,
+exact fixed-point requantization) instead of the x86 VNNI/AVX2 GEMM. `bundle_backend(target)`
+picks the backend a bundle target's `int8_kernels` names."""
+from __future__ import annotations
+
+from typing import Any
+
+from ember.backends.cpu.backend import CpuBackend
+from ember.codegen.bundle import Target
+from ember.codegen.kernels.quantized_portable import portable_kernels
+
+
+class PortableCpuBackend(CpuBackend):
+    name = "cpu-portable"
+
+    def __init__(self, **options: Any) -> None:
+        """The options of CpuBackend (num_threads, sanitize, ...)."""
+        super().__init__(**options)
+        self.kernels = portable_kernels()
+
+
+def bundle_backend(target: Target) -> CpuBackend:
+    """The single-threaded backend (no OpenMP on a bundle's target) whose kernels suit `target`."""
+    if target.int8_kernels == "portable":
+        return PortableCpuBackend(num_threads=1)
+    return CpuBackend(num_threads=1)

@@ -1,0 +1,175 @@
+"""The core of the portable int8 kernels (codegen/kernels/quantized_portable.py): their C,
+printed once per program as the kernels' preamble, and the Python that prepares their
+constants at compile time (weight rows, requantization parameters).
+
+Made for CPUs without x86's VNNI, microcontrollers first: the main loop is integer only, the
+weights are stored once as int8 rows with no padding beyond a multiple of 4, and the scratch is
+one row of int16.
+
+Dot products. A row of A (or one output pixel's im2col taps) is centered once into int16,
+ac = a - a_zero (0 in the padding), so sum_k (a - za)(b - zb) = sum_k ac * w - beta * sum_k ac
+with w = B as int8 (uint8 B flipped by -128: w = b - 128) and beta = zb - flip. Each column of B
+is a row of w, its groups of 4 bytes stored as w0 w2 w1 w3: on Armv7E-M (Cortex-M4/M7, the DSP
+extension) SXTB16 of a word gives (w0, w1) and of the word rotated by 8 (w2, w3), which SMLAD
+multiplies with the pairs (a0, a1), (a2, a3) as they lie in memory: two multiply-accumulates an
+instruction. Elsewhere the same sums are a plain C loop. The sums fit int32 (K <= CAP_K).
+
+Requantization (QLinearMatMul, QLinearConv) is defined by the interpreter, the reference:
+y = clamp(rint(fl(t * m)) + y_zero), t the exact integer accumulator (bias included), m =
+a_scale * b_scale / y_scale in float64, fl the float64 product rounded to nearest even, rint
+half to even. A fixed-point multiplier cannot reproduce that in every case (ties are decided
+by bits the float64 product rounds away), so the kernel computes it exactly without float in
+all but those cases: with M = m * 2**S rounded (31 bits), P = t * M (int64) is t * m within
+|t| / 2 + 2**(S-42) units of 2**-S; when P is farther than that from a tie of the rounding,
+rint(fl(t * m)) = floor((P + 2**(S-1)) / 2**S) exactly. Only within that margin (about one
+accumulator in 10**7) does it compute fl(t * m) in double, as the interpreter does, and round
+its bits with integers; |t| >= ceil(1024 / m) saturates without a product. So a core with no
+floating-point unit runs QLinear* with no float at all almost always, and bit for bit always.
+Imports numpy only."""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+CAP_K = 33025  # 33025 * 255 * 255 < 2**31: every exact accumulator fits int32
+SATURATE = 1024  # |t * m| >= 1024 saturates 8 bits whatever the zero point (|y_zero| <= 255)
+MAX_SHIFT = 52   # |t| < 1024 / m and M ~ m * 2**S keep |t * M| near 2**(S + 10) <= 2**62
+REQUANT_FIELDS = 5  # per column: limit, multiplier, shift, error margin, float64 bits of m
+
+PQ_C = r"""
+#if defined(__ARM_FEATURE_SIMD32) && defined(__GNUC__) && !defined(EMBER_PQ_PLAIN)
+#include <arm_acle.h>
+#define EMBER_PQ_SIMD32 1
+#endif
+
+/* One row of A (a[k * ks], k < K) centered into int16 (ac = a - z), zero-padded to K4; the
+ * sum of ac. `is_signed`: A is int8 (else uint8). */
+static int32_t ember_pq_center(const uint8_t *a, long ks, long K, long K4, int is_signed, int32_t z, int16_t *ac)
+{
+    int32_t sum = 0;
+    for (long k = 0; k < K; k++) {
+        int32_t v = (is_signed ? (int32_t)(int8_t)a[k * ks] : (int32_t)a[k * ks]) - z;
+        ac[k] = (int16_t)v;
+        sum += v;
+    }
+    for (long k = K; k < K4; k++) ac[k] = 0;
+    return sum;
+}
+
+/* sum_k ac[k] * w[k] over K4 (a multiple of 4), w's groups of 4 stored as w0 w2 w1 w3. */
+static int32_t ember_pq_dot(const int16_t *ac, const int8_t *w, long K4)
+{
+    int32_t s = 0;
+#ifdef EMBER_PQ_SIMD32
+    for (long k = 0; k < K4; k += 4) {
+        uint32_t wv, a01, a23;
+        memcpy(&wv, w + k, 4);
+        memcpy(&a01, ac + k, 4);
+        memcpy(&a23, ac + k + 2, 4);
+        s = __smlad(__sxtb16(wv), a01, s);
+        s = __smlad(__sxtb16((wv >> 8) | (wv << 24)), a23, s);
+    }
+#else
+    for (long k = 0; k < K4; k += 4)
+        s += ac[k] * w[k] + ac[k + 1] * w[k + 2] + ac[k + 2] * w[k + 1] + ac[k + 3] * w[k + 3];
+#endif
+    return s;
+}
+
+/* The exact accumulator sum_k (a - za)(b - zb) = dot - beta * sum(ac), in wrapping arithmetic
+ * (the true value fits int32). */
+static inline int32_t ember_pq_acc(int32_t dot, int32_t beta, int32_t asum)
+{
+    return (int32_t)((uint32_t)dot - (uint32_t)beta * (uint32_t)asum);
+}
+
+/* rint(d) + yz clamped to [lo, hi], rounding d's bits half to even with integers; NaN gives lo. */
+static int32_t ember_pq_round_bits(double d, int32_t yz, int32_t lo, int32_t hi)
+{
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    int negative = (int)(bits >> 63), e = (int)((bits >> 52) & 0x7ff);
+    uint64_t mant = bits & 0xFFFFFFFFFFFFFull;
+    int64_t v;
+    if (e == 0x7ff) {
+        if (mant) return lo;
+        return negative ? lo : hi;
+    }
+    if (e < 1022) {
+        v = 0;                                  /* |d| < 0.5 */
+    } else if (e > 1023 + 40) {
+        return negative ? lo : hi;              /* |d| >= 2**41: saturates */
+    } else {
+        uint64_t m = mant | (1ull << 52);
+        int shift = 1075 - e;                   /* 12 .. 53: d = m / 2**shift */
+        uint64_t r = m >> shift, rem = m & ((1ull << shift) - 1), half = 1ull << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        v = negative ? -(int64_t)r : (int64_t)r;
+    }
+    v += yz;
+    return (int32_t)(v < lo ? lo : v > hi ? hi : v);
+}
+
+/* clamp(rint(fl(t * m)) + yz, lo, hi) exactly as the interpreter computes it, for the
+ * column's parameters q = {limit, multiplier M, shift S, margin, bits of m} (see
+ * qportable_core.requant_params; S = 0: always the float64 product). */
+static int32_t ember_pq_requant(int64_t t, const int64_t *q, int32_t yz, int32_t lo, int32_t hi)
+{
+    int shift = (int)q[2];
+    if (shift) {
+        if (t >= q[0]) return hi;
+        if (t <= -q[0]) return lo;
+        int64_t u = t * q[1] + ((int64_t)1 << (shift - 1));
+        uint64_t one = (uint64_t)1 << shift, rem = (uint64_t)u & (one - 1);
+        uint64_t margin = (uint64_t)(t < 0 ? -t : t) / 2 + (uint64_t)q[3];
+        if (rem > margin && rem < one - margin) {
+            int64_t v = (u >> shift) + yz;      /* >> of a negative int64: arithmetic in GCC and Clang */
+            return (int32_t)(v < lo ? lo : v > hi ? hi : v);
+        }
+    }
+    double m;
+    memcpy(&m, &q[4], sizeof m);
+    return ember_pq_round_bits((double)t * m, yz, lo, hi);
+}
+"""
+
+
+def pack_rows(w: np.ndarray) -> np.ndarray:
+    """Weights [N, K] (int8, or uint8 flipped by -128) as int8 rows of K4 = K rounded up to 4,
+    zero-padded, each group of 4 stored as w0 w2 w1 w3 (SXTB16's order): [N * K4]."""
+    n, k = w.shape
+    flipped = (w.astype(np.int16) - (128 if w.dtype == np.uint8 else 0)).astype(np.int8)
+    k4 = -(-k // 4) * 4
+    rows = np.zeros((n, k4), np.int8)
+    rows[:, :k] = flipped
+    return np.ascontiguousarray(rows.reshape(n, k4 // 4, 4)[:, :, [0, 2, 1, 3]]).reshape(-1)
+
+
+def unpack_rows(packed: np.ndarray, n: int, k: int) -> np.ndarray:
+    """The inverse of pack_rows, as int8 [N, K] (for tests)."""
+    k4 = -(-k // 4) * 4
+    return packed.reshape(n, k4 // 4, 4)[:, :, [0, 2, 1, 3]].reshape(n, k4)[:, :k]
+
+
+def requant_params(multipliers: np.ndarray) -> np.ndarray:
+    """Per multiplier m (float64), the int64 fields ember_pq_requant reads: the saturation
+    limit ceil(1024 / m), M = m * 2**S rounded (< 2**31), S, the error margin
+    2**S / 2**42 + 2 in units of 2**-S, and m's bits. S = 0 (the float64 product only) where
+    m is not a positive finite number or too large or small for the fixed-point form."""
+    out = np.zeros((multipliers.size, REQUANT_FIELDS), np.int64)
+    for row, m in zip(out, multipliers.astype(np.float64).reshape(-1), strict=True):
+        row[4] = np.asarray(m, np.float64).view(np.int64)
+        if not (math.isfinite(m) and m > 0):
+            continue
+        exact = Fraction(float(m))
+        limit = math.ceil(Fraction(SATURATE) / exact)
+        shift = min(30 - math.floor(math.log2(m)), MAX_SHIFT)
+        if round(exact * 2**shift) >= 2**31:  # log2 rounded up, or m * 2**S rounded up to 2**31
+            shift -= 1
+        multiplier = round(exact * 2**shift)
+        if shift < 2 or multiplier == 0 or limit >= 2**62:
+            continue
+        row[:4] = (limit, multiplier, shift, (2**shift >> 42) + 2)
+    return out.reshape(-1)
