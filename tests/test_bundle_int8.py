@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ember
 from ember.backends.cpu import CpuBackend
 from ember.backends.cpu.portable import PortableCpuBackend, bundle_backend
+from ember.cli import main as cli_main
 from ember.codegen.bundle import get_target
 from ember.codegen.kernels.qportable_core import PQ_C, pack_rows, requant_params, unpack_rows
 from ember.codegen.kernels.quantized_portable import portable_kernels
@@ -342,6 +343,17 @@ def test_targets_choose_their_int8_kernels(tmp_path):
     first = ember.bundle(small_cnn(), target="cortex-m4", output_dir=tmp_path / "again", quantize=profile)
     for name in first.files:  # deterministic
         assert (first.directory / name).read_bytes() == (arm.directory / name).read_bytes(), name
+
+
+def test_cli_writes_an_int8_bundle(tmp_path, capsys):
+    profile, _, _ = profile_of("cnn")
+    model = tmp_path / "cnn.onnx"
+    model.write_bytes(small_cnn().SerializeToString())
+    profile.save(tmp_path / "cnn.profile.json")
+    assert cli_main(["bundle", str(model), "--target", "cortex-m7", "-o", str(tmp_path / "out"),
+                     "--quantize", str(tmp_path / "cnn.profile.json")]) == 0
+    assert "bundle 'model' for cortex-m7" in capsys.readouterr().out
+    assert "[qconv_portable]" in (tmp_path / "out" / "model.c").read_text()
 
 
 def test_int8_weights_take_a_quarter_of_the_float_ones(tmp_path):

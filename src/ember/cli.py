@@ -4,7 +4,7 @@
     ember dump MODEL --stage graph|optimized|lowered|lir|memory|partition|c [--format text|dot]
                      [--print-after-all] [--time-passes]
     ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime] [--rounds R] [--seconds S] [--cold]
-    ember bundle MODEL --target T -o DIR [--prefix NAME]
+    ember bundle MODEL --target T -o DIR [--prefix NAME] [--quantize PROFILE]
     ember quantize MODEL --calibration DATA [--eval DATA] [--schema S] [--calibration-method M]
                    [--keep-float OP_OR_NAME ...] -o PROFILE
     ember opt FILE --passes A,B,... [--ir graph|lir] [--backend B] [--print-after-all] [--time-passes]
@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--target", default="host", help=f"one of {', '.join(TARGETS)} (default host)")
     bundle.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the bundle's files")
     bundle.add_argument("--prefix", default="model", help="symbol and file prefix (default model)")
+    bundle.add_argument("--quantize", metavar="PROFILE", help="a profile from `ember quantize`: an int8 bundle "
+                        "(on targets other than x86, portable int8 kernels)")
     bundle.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
 
     from ember.quant import METHODS, SCHEMAS
@@ -451,7 +453,7 @@ def _bundle(args: argparse.Namespace) -> int:
     import ember
 
     result = ember.bundle(args.model, target=args.target, output_dir=args.output, prefix=args.prefix,
-                          input_shapes=_shapes(args.shape))
+                          input_shapes=_shapes(args.shape), quantize=args.quantize)
     print(result.summary())
     print(f"files: {', '.join(result.files)}")
     print(f"build: make -C {result.directory}")
