@@ -68,8 +68,8 @@ def _edit(text: str, old: str, new: str) -> str:
      "instructions[0] (vfmadd231ps.bcst).operands.C: C[j]:f32 is 512 bits, wider than a zmm register (256 bits)"),
     (_edit(GOOD, "B[j, k]:i8 over j:16, k:4", "B[j, k]:i7 over j:16, k:4"),
      "instructions[2] (vpdpbusd).semantics: unknown element type 'i7'"),
-    (_edit(NPU, 'name = "filter_sram"\nsize = 65536', 'name = "filter_sram"\nsize = 65536'), None),
-    (_edit(NPU, 'name = "ifmap_sram"\nsize = 65536', 'name = "ifmap_sram"\nsize = 8')
+    (NPU, None),
+    (_edit(NPU, 'holds = ["A"]\nsize = 65536', 'holds = ["A"]\nsize = 8')
      .replace('operands = { C = "ofmap_sram", A = "ifmap_sram", B = "pe" }',
               'operands = { C = "ofmap_sram", A = "ifmap_sram", B = "filter_sram" }'),
      "instructions[0] (systolic.ws).operands.A: one tile of A[t, r]:i8 is 16 B, more than ifmap_sram holds (8 B)"),

@@ -10,7 +10,8 @@ The schema (every size in bytes, every bandwidth in bytes per cycle, latencies i
     [[registers]]    name, count, bits
     [[memory]]       innermost first: name, size (omitted: unbounded), line, bandwidth,
                      latency, usable (fraction a schedule may fill), scratchpad (software
-                     managed), dma (the engine that fills it)
+                     managed), dma (the engine that fills it), holds (a scratchpad's
+                     instruction operands, e.g. ["A"]; a cache holds every operand)
     [[dma]]          name, bandwidth, latency, channels
     [[instructions]] name, semantics (a tensor expression, ember.isa.expr), operands (operand
                      -> register file or memory level holding it), throughput (per cycle) and
@@ -54,6 +55,7 @@ class MemoryLevel:
     usable: float = 1.0
     scratchpad: bool = False
     dma: str | None = None
+    holds: tuple[str, ...] = ()
 
     @property
     def usable_bytes(self) -> float:
@@ -205,6 +207,11 @@ class _Loader:
         if not instructions:
             raise self.error("instructions", "a target describes at least one instruction")
         self.unique("instructions", [i.name for i in instructions])
+        operand_names = {a.tensor for i in instructions for a in i.semantics.operands}
+        for index, level in enumerate(memory):
+            stray = [h for h in level.holds if h not in operand_names]
+            if stray:
+                raise self.error(f"memory[{index}].holds", f"{stray[0]!r} is no instruction's operand")
         return Target(partial.name, partial.summary, partial.frequency_ghz, registers, memory, dma, instructions,
                       self.source)
 
@@ -228,7 +235,8 @@ class _Loader:
                          self.number(t.get("channels", 1), f"{field}.channels", integer=True))
 
     def memory(self, field: str, table: Any, engines: set[str]) -> MemoryLevel:
-        t = self.fields(table, field, {"name", "bandwidth", "latency"}, {"size", "line", "usable", "scratchpad", "dma"})
+        t = self.fields(table, field, {"name", "bandwidth", "latency"},
+                        {"size", "line", "usable", "scratchpad", "dma", "holds"})
         usable = self.number(t.get("usable", 1.0), f"{field}.usable")
         if usable > 1:
             raise self.error(f"{field}.usable", f"is a fraction of the size, at most 1, got {usable}")
@@ -239,11 +247,17 @@ class _Loader:
         if not isinstance(scratchpad, bool):
             raise self.error(f"{field}.scratchpad", f"expected true or false, got {scratchpad!r}")
         size = t.get("size")
+        holds = t.get("holds", [])
+        if not isinstance(holds, list) or not all(isinstance(h, str) and h for h in holds):
+            raise self.error(f"{field}.holds", f"expected a list of operand names, got {holds!r}")
+        if holds and not scratchpad:
+            raise self.error(f"{field}.holds", "only a scratchpad holds chosen operands; a cache holds every operand")
         return MemoryLevel(self.text(t["name"], f"{field}.name"),
                            None if size is None else self.number(size, f"{field}.size", integer=True),
                            self.number(t["bandwidth"], f"{field}.bandwidth"),
                            self.number(t["latency"], f"{field}.latency", integer=True, positive=False),
-                           self.number(t.get("line", 64), f"{field}.line", integer=True), usable, scratchpad, dma)
+                           self.number(t.get("line", 64), f"{field}.line", integer=True), usable, scratchpad, dma,
+                           tuple(holds))
 
     def check_hierarchy(self, memory: tuple[MemoryLevel, ...]) -> None:
         if not memory:
