@@ -1,8 +1,8 @@
 """The `ember` command (also `python -m ember`).
 
     ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
-    ember dump MODEL --stage graph|optimized|lowered|lir|memory|partition|c [--format text|dot]
-                     [--print-after-all] [--time-passes]
+    ember dump MODEL --stage graph|optimized|lowered|lir|memory|partition|c|mappings [--format text|dot]
+                     [--print-after-all] [--time-passes] [--target T]
     ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime] [--rounds R] [--seconds S] [--cold]
     ember bundle MODEL --target T -o DIR [--prefix NAME] [--quantize PROFILE]
     ember quantize MODEL --calibration DATA [--eval DATA] [--schema S] [--calibration-method M]
@@ -59,9 +59,12 @@ def main(argv: list[str] | None = None) -> int:
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
-    dump.add_argument("--stage", choices=[*STAGES, "partition", "c"], default="graph",
+    dump.add_argument("--stage", choices=[*STAGES, "partition", "c", "mappings"], default="graph",
                       help="c prints the cpu backend's generated source (implies --backend cpu); partition "
-                           "shows the segments of --backend A,B,... (priority order) or auto")
+                           "shows the segments of --backend A,B,... (priority order) or auto; mappings shows "
+                           "how the ISA mapper maps each compute node of the optimized graph onto --target")
+    dump.add_argument("--target", default="x86-avx512",
+                      help="with --stage mappings: a described target (src/ember/isa/targets) or a .toml file")
     dump.add_argument("--format", choices=["text", "dot"], default="text")
     dump.add_argument("--backend", default="cpu",
                       help="whose pipeline to show (default cpu: its lowering, fusion and kernel choices)")
@@ -264,6 +267,8 @@ def _dump(args: argparse.Namespace) -> int:
 
     if args.stage == "partition":
         return _dump_partition(args)
+    if args.stage == "mappings":
+        return _dump_mappings(args)
     backend = get_backend(args.backend, **({"precision": args.precision} if args.precision != "fp32" else {}))
     if args.stage == "c" and not hasattr(backend, "generate"):
         raise EmberError(f"backend '{args.backend}' generates no C; use --backend cpu")
@@ -280,6 +285,22 @@ def _dump(args: argparse.Namespace) -> int:
     sys.stdout.write(captured[args.stage])
     if args.time_passes:
         sys.stderr.write(timer.report())
+    return 0
+
+
+def _dump_mappings(args: argparse.Namespace) -> int:
+    """The ISA mapper's mappings and schedules for each compute node of the optimized graph."""
+    from ember.backends import get_backend
+    from ember.driver import load_model, optimize_graph
+    from ember.isa.describe import load_target
+    from ember.isa.report import format_mappings
+
+    if args.format == "dot":
+        raise EmberError("the mappings stage has no dot form; use --format text")
+    target = load_target(args.target)
+    graph = load_model(args.model, _shapes(args.shape))
+    optimize_graph(graph, get_backend(args.backend))
+    sys.stdout.write(format_mappings(graph, target))
     return 0
 
 
