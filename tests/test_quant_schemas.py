@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.graph import parse_graph
+from ember.graph import parse_graph, print_graph
 from ember.quant import SCHEMAS, activation_range, entropy_bins, get_schema, profile_graph, quantize_graph
 from ember.quant.profile import BINS, TensorStats
 from ember.quant.schemas import power2_ceil
@@ -173,16 +173,72 @@ def test_every_schema_runs_on_integer_ops_on_interpreter_and_cpu(small, name, me
     assert np.abs(results["cpu"] - results["interpreter"]).max() <= step, name
 
 
+MLP2 = """graph "g" {
+  input %x: f32[2,4]
+  const @w: f32[4,3] = [0.5, -1, 2, 0.25, 0, 1, -0.5, 0.75, 1.5, 1, -2, 0.1]
+  const @b: f32[3] = [0.1, -0.2, 0.3]
+  const @w2: f32[3,2] = [1, -1, 0.5, 2, -0.25, 1]
+  %m: f32[2,3] = MatMul(%x, @w) name="m"
+  %a: f32[2,3] = Add(%m, @b) name="a"
+  %r: f32[2,3] = Relu(%a) name="r"
+  %m2: f32[2,2] = MatMul(%r, @w2) name="m2"
+  %s: f32[2,2] = Softmax(%m2) {axis=-1} name="s"
+  output "y" = %s
+}"""
+
+
+def _mlp2_feeds():
+    r = np.random.default_rng(0)
+    return [{"x": r.standard_normal((2, 4)).astype(np.float32)} for _ in range(4)]
+
+
 def test_int8_activations_after_a_biased_dense_relu_stay_integer():
     """fold-qdq folds an activation after a dense bias only where it clamps nothing: with int8
-    activations the quantizer quantizes before the Relu, so the MatMul still runs as integers."""
-    graph = parse_graph(MLP)
-    r = np.random.default_rng(0)
-    feeds = [{"x": r.standard_normal((2, 4)).astype(np.float32)} for _ in range(4)]
-    quantize_graph(graph, profile_graph(graph, feeds), schema="symmetric")
+    activations the quantizer stops before the Relu, whose float reader makes the dense result
+    float (MatMulInteger, dequantized, plus the bias), so the MatMul still runs as integers."""
+    graph = parse_graph(MLP2)
+    quantize_graph(graph, profile_graph(graph, _mlp2_feeds()), schema="symmetric")
     relu = next(n for n in graph.nodes if n.op == "Relu")
-    assert relu.input(0).producer.op == "DequantizeLinear"
-    graph = parse_graph(MLP)
-    quantize_graph(graph, profile_graph(graph, feeds), schema="asymmetric")
-    q = next(n for n in graph.nodes if n.op == "QuantizeLinear" and n.input(0).producer is not None)
-    assert q.input(0).producer.op == "Relu" and q.attrs.to is DType.UINT8
+    bias = relu.input(0).producer
+    assert bias.op == "Add" and bias.input(0).producer.op == "DequantizeLinear"
+    assert bias.input(0).producer.input(0).producer.op == "MatMulInteger"
+    graph = parse_graph(MLP2)
+    quantize_graph(graph, profile_graph(graph, _mlp2_feeds()), schema="asymmetric")
+    relu = next(n for n in graph.nodes if n.op == "Relu")
+    (q, _), = graph.users()[relu.outputs[0]]
+    assert q.op == "QuantizeLinear" and q.attrs.to is DType.UINT8
+
+
+def test_a_dense_result_read_in_float_stays_float():
+    """Only where every reader takes integers is a dense result requantized; a result read in
+    float (Softmax here, a residual Add or an attention reshape in a transformer, a graph
+    output) comes from MatMulInteger dequantized per column: no rounding of the result, which
+    keeps a transformer's outlier features exact."""
+    graph = parse_graph(MLP2)
+    feeds = _mlp2_feeds()
+    expected = evaluate_graph(graph, feeds[0])["y"]
+    assert quantize_graph(graph, profile_graph(graph, feeds)) == 2
+    text = print_graph(graph)
+    m2 = next(n for n in graph.nodes if n.op == "MatMulInteger" and n.name == "m2.int")
+    dq = graph.users()[m2.outputs[0]][0][0]
+    assert dq.op == "DequantizeLinear" and dq.attrs.axis == -1, text
+    assert graph.users()[dq.outputs[0]][0][0].op == "Softmax", text
+    assert graph.op_counts()["QuantizeLinear"] == 2, text  # x, and r (read by m2)
+    assert np.abs(evaluate_graph(graph, feeds[0])["y"] - expected).max() < 0.03
+    compiled = ember.compile(_onnx_of_mlp2(), backend="cpu", quantize=ember.profile(_onnx_of_mlp2(), feeds))
+    ops = compiled.stats["ops"]["optimized"]
+    assert ops.get("MatMulInteger") == 2 and "MatMul" not in ops and "FullyConnected" not in ops, ops
+    assert np.abs(compiled.run(feeds[0])["y"] - expected).max() < 0.03
+
+
+def _onnx_of_mlp2():
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = parse_graph(MLP2)
+    inits = [numpy_helper.from_array(graph.constants[n].data, n) for n in ("w", "b", "w2")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("MatMul", ["r", "w2"], ["m2"]),
+             helper.make_node("Softmax", ["m2"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "mlp2", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -18,7 +18,8 @@ graph being quantized (checked by hash).
 May import graph/, ops/, types and support/."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class _Inserter:
         self.graph, self.profile, self.schema = graph, profile, schema
         self.method, self.percentile = method, percentile
         self.dequantized: dict[Value, Value] = {}
+        self.quantized: dict[Value, tuple[Value, Value]] = {}  # value -> (its Q's result, zero point)
         self.params: dict[Value, tuple[np.ndarray, np.ndarray]] = {}
 
     def qparams(self, value: Value) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +76,7 @@ class _Inserter:
             q = g.add("QuantizeLinear", value, s, z, attrs=QuantizeAttrs(to), name=f"{value.name}.q")
             dq = g.add("DequantizeLinear", q, s, z, attrs=QuantizeAttrs(DType.FLOAT32), name=f"{value.name}.dq")
             self.dequantized[value] = self.dequantized[dq] = dq  # an island's input may be the last one's output
+            self.quantized[value] = self.quantized[dq] = (q, z)
             self.params[dq] = (scale, zero)
         return self.dequantized[value]
 
@@ -83,6 +86,24 @@ class _Inserter:
         dq = g.add("DequantizeLinear", g.add_constant(q, f"{node.name}.w_q"), g.add_constant(scale, f"{node.name}.w_s"),
                    None, attrs=QuantizeAttrs(DType.FLOAT32, axis=axis), name=f"{node.name}.w_dq")
         return dq, scale
+
+    def integer_dense(self, node: Node, x: Value, w: Constant, axis: int) -> Value:
+        """MatMul / Gemm as MatMulInteger(Q(x), W_q) dequantized per column (scale x_scale *
+        w_scale), plus a Gemm's bias in float: the result stays float, unrounded."""
+        g = self.graph
+        self.qdq(x)
+        q, zero = self.quantized[x]
+        x_scale, _ = self.qparams(x)
+        w_q, w_scale = self.schema.weights(w.data, axis)
+        if axis == 0:  # Gemm transB: B as [K, N]
+            w_q = np.ascontiguousarray(w_q.T)
+        acc = g.add("MatMulInteger", q, g.add_constant(w_q, f"{node.name}.w_q"), zero,
+                    g.add_constant(np.zeros((), np.int8), f"{node.name}.w_zero"), name=f"{node.name}.int")
+        real = g.add("DequantizeLinear", acc, g.add_constant(self.schema.bias_scale(x_scale, w_scale),
+                                                             f"{node.name}.acc_scale"),
+                     None, attrs=QuantizeAttrs(DType.FLOAT32, axis=-1), name=f"{node.name}.dq")
+        bias = node.inputs[2] if node.op == "Gemm" and len(node.inputs) > 2 else None
+        return real if bias is None else g.add("Add", real, bias, name=f"{node.name}.bias")
 
     def bias(self, node: Node, b: Constant, acc_scale: np.ndarray) -> Value:
         g = self.graph
@@ -114,6 +135,40 @@ def _output_of(graph: Graph, node: Node, users: dict, schema: Schema) -> Value:
     return value
 
 
+def _weight_axis(node: Node, keep: set[str]) -> int | None:
+    """The weight's output-channel axis when `node` is one to quantize, else None."""
+    if node.op not in QUANTIZABLE or node.op in keep or node.name in keep or len(node.inputs) < 2:
+        return None
+    x, w = node.inputs[0], node.inputs[1]
+    if not isinstance(w, Constant) or isinstance(x, Constant) or x is None or x.type.dtype is not DType.FLOAT32:
+        return None
+    if node.op == "Gemm" and (node.attrs.transA or node.attrs.alpha != 1.0 or node.attrs.beta != 1.0):
+        return None
+    if node.op == "Conv" and x.type.rank != 4 or node.op != "Conv" and w.type.rank != 2:
+        return None
+    return 0 if node.op == "Conv" or node.op == "Gemm" and node.attrs.transB else 1
+
+
+def _read_as_integers(graph: Graph, value: Value, keep: set[str]) -> bool:
+    """Whether every reader of `value` quantizes it as its input (so the value may be
+    requantized in the integer op itself, and no float reader loses precision to it)."""
+    readers = graph.users().get(value, [])
+    return bool(readers) and value not in graph.output_values() and all(
+        i == 0 and _weight_axis(reader, keep) is not None for reader, i in readers)
+
+
+def _replace(graph: Graph, old: Value, make: Callable[..., Value], *args: Any) -> None:
+    """Every reader of `old` (as it is now), and the graph outputs that are `old`, read the
+    value `make(*args)` builds instead (it may itself read `old`)."""
+    readers = list(graph.users().get(old, []))
+    outputs = [o for o in graph.outputs if o.value is old]
+    new = make(*args)
+    for reader, i in readers:
+        reader.inputs[i] = new
+    for o in outputs:
+        o.value = new
+
+
 def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (), method: str = "minmax",
                    percentile: float = 99.99, schema: str | Schema = "asymmetric") -> int:
     """Inserts Q/DQ around every quantizable node; returns how many were quantized."""
@@ -128,18 +183,17 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (
     users = graph.users()
     count = 0
     for node in list(graph.nodes):
-        if node.op not in QUANTIZABLE or node.op in keep or node.name in keep:
+        axis = _weight_axis(node, keep)
+        if axis is None:
             continue
-        x, w = node.inputs[0], node.inputs[1]
-        if not isinstance(w, Constant) or isinstance(x, Constant) or x is None or x.type.dtype is not DType.FLOAT32:
-            continue
-        if node.op == "Gemm" and (node.attrs.transA or node.attrs.alpha != 1.0 or node.attrs.beta != 1.0):
-            continue
-        if node.op == "Conv" and x.type.rank != 4 or node.op != "Conv" and w.type.rank != 2:
-            continue
-        axis = 0 if node.op == "Conv" or node.op == "Gemm" and node.attrs.transB else 1
+        x, w = node.input(0), node.inputs[1]
+        assert isinstance(w, Constant)
         out = _output_of(graph, node, users, chosen)
         x_scale, _ = ins.qparams(x)
+        if node.op != "Conv" and not _read_as_integers(graph, out, keep):
+            _replace(graph, node.outputs[0], ins.integer_dense, node, x, w, axis)
+            count += 1
+            continue
         ins.qparams(out)  # fails before any rewrite when the profile lacks the output
         xd = ins.qdq(x)
         wd, w_scale = ins.weight(node, w, axis)
@@ -147,13 +201,7 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (
         b = node.inputs[2] if len(node.inputs) > 2 else None
         if isinstance(b, Constant) and b.type.rank <= 1 + (node.op == "Gemm"):
             node.inputs[2] = ins.bias(node, b, chosen.bias_scale(x_scale, w_scale))
-        readers = [(n, i) for n, i in graph.users().get(out, [])]
-        outputs = [o for o in graph.outputs if o.value is out]
-        dq = ins.qdq(out)
-        for reader, i in readers:
-            reader.inputs[i] = dq
-        for o in outputs:
-            o.value = dq
+        _replace(graph, out, ins.qdq, out)
         count += 1
     graph.sort()
     graph.remove_unused()
