@@ -57,11 +57,29 @@ def export_module(module: torch.nn.Module, example_inputs: Sequence[Any],
         with torch.no_grad():
             program = torch.export.export(module, tuple(example_inputs), kwargs=dict(example_kwargs or {}),
                                           strict=False)
-            return program.run_decompositions()
+            return program.run_decompositions(decompositions())
     except EmberError:
         raise
     except Exception as err:  # torch.export's failures come as many types; all are the model's
         raise ModelImportError(describe_export_failure(err)) from err
+
+
+# Ops that core ATen decomposes but Ember runs better whole: activations it has as one op,
+# triangles, resizes and padding modes (decomposed, they become gathers of computed indices).
+KEPT_WHOLE = ("silu.default", "hardswish.default", "hardsigmoid.default", "mish.default", "softplus.default",
+              "tril.default", "triu.default", "upsample_nearest1d.vec", "upsample_nearest3d.vec",
+              "upsample_linear1d.vec", "upsample_trilinear3d.vec", "reflection_pad1d.default",
+              "reflection_pad2d.default", "reflection_pad3d.default", "replication_pad1d.default",
+              "replication_pad2d.default", "replication_pad3d.default")
+
+
+def decompositions() -> Any:
+    """torch.export's core ATen decomposition table, less the ops in KEPT_WHOLE."""
+    table = torch.export.default_decompositions()
+    for name in KEPT_WHOLE:
+        op, overload = name.split(".")
+        table.pop(getattr(getattr(torch.ops.aten, op), overload), None)
+    return table
 
 
 def describe_export_failure(err: Exception) -> str:

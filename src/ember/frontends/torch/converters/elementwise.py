@@ -93,17 +93,11 @@ def _arith(op: str, alpha: bool = False):
 for _name, _op, _alpha in (("add", "Add", True), ("sub", "Sub", True), ("mul", "Mul", False),
                            ("div", "Div", False), ("maximum", "Max", False), ("minimum", "Min", False),
                            ("remainder", "Mod", False)):
-    _overloads = ("default",) if _name in ("maximum", "minimum") else ("Tensor", "Scalar")
-    aten(*(f"{_name}.{o}" for o in _overloads))(_arith(_op, _alpha))
+    _overloads = {"maximum": ("default",), "minimum": ("default",), "remainder": ("Tensor", "Scalar")}
+    aten(*(f"{_name}.{o}" for o in _overloads.get(_name, ("Tensor",))))(_arith(_op, _alpha))
 
 
-@aten("rsub.Scalar", "rsub.Tensor")
-def _rsub(ctx: AtenContext) -> Value:
-    dtype = ctx.out_dtype()
-    return ctx.emit1("Sub", [ctx.tensor("other", dtype), _scaled(ctx, "self", dtype, "alpha")])
-
-
-@aten("div.Tensor_mode", "div.Scalar_mode")
+@aten("div.Tensor_mode")
 def _div_mode(ctx: AtenContext) -> Value:
     mode = ctx["rounding_mode"]
     dtype = ctx.out_dtype()
@@ -175,7 +169,7 @@ def _bitwise(logic: str, bits: str):
 
 for _name, _logic_op, _bits_op in (("bitwise_and", "And", "BitwiseAnd"), ("bitwise_or", "Or", "BitwiseOr"),
                                    ("bitwise_xor", "Xor", "BitwiseXor")):
-    aten(f"{_name}.Tensor", f"{_name}.Scalar")(_bitwise(_logic_op, _bits_op))
+    aten(f"{_name}.Tensor")(_bitwise(_logic_op, _bits_op))
 aten("bitwise_not.default")(_bitwise("Not", "BitwiseNot"))
 
 
@@ -196,12 +190,10 @@ def _where(ctx: AtenContext) -> Value:
                                ctx.tensor("other", dtype)])
 
 
-@aten("clamp.default", "clamp_min.default", "clamp_max.default")
+@aten("clamp.default")
 def _clamp(ctx: AtenContext) -> Value:
     x = ctx.tensor("self", ctx.out_dtype())
-    low = ctx.number("min") if "min" in ctx.args else None
-    high = ctx.number("max") if "max" in ctx.args else None
-    return ctx.emit1("Clip", [x], ClipAttrs(low, high))
+    return ctx.emit1("Clip", [x], ClipAttrs(ctx.number("min"), ctx.number("max")))
 
 
 @aten("clamp.Tensor")
@@ -252,7 +244,7 @@ def _softplus(ctx: AtenContext) -> Value:
     return ctx.emit1("Div", [ctx.emit1("Softplus", [scaled]), ctx.value_of(beta)])
 
 
-@aten("_to_copy.default", "clone.default", "alias.default", "lift_fresh_copy.default", "detach.default")
+@aten("_to_copy.default", "clone.default", "alias.default", "lift_fresh_copy.default")
 def _copy(ctx: AtenContext) -> Value:
     device = ctx.args.get("device")
     if device is not None and torch.device(device).type != "cpu":

@@ -93,7 +93,7 @@ def _pool_attrs(ctx: AtenContext, spatial: int, dilation: bool) -> PoolAttrs:
     return PoolAttrs(kernel, strides, pads + pads, dilations, bool(ctx["ceil_mode"]), include_pad)
 
 
-@aten("max_pool2d_with_indices.default", "max_pool3d_with_indices.default", "max_pool1d_with_indices.default")
+@aten("max_pool2d_with_indices.default", "max_pool3d_with_indices.default")
 def _max_pool(ctx: AtenContext) -> list[Value | None]:
     x = ctx.tensor("self")
     if ctx.result_used(1):
@@ -101,7 +101,7 @@ def _max_pool(ctx: AtenContext) -> list[Value | None]:
     return [ctx.emit1("MaxPool", [x], _pool_attrs(ctx, x.type.rank - 2, True)), None]
 
 
-@aten("avg_pool2d.default", "avg_pool3d.default", "avg_pool1d.default")
+@aten("avg_pool2d.default", "avg_pool3d.default")
 def _avg_pool(ctx: AtenContext) -> Value:
     x = ctx.tensor("self")
     if ctx.args.get("divisor_override") is not None:
@@ -109,7 +109,7 @@ def _avg_pool(ctx: AtenContext) -> Value:
     return ctx.emit1("AveragePool", [x], _pool_attrs(ctx, x.type.rank - 2, False))
 
 
-@aten("_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default", "adaptive_avg_pool1d.default")
+@aten("_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default")
 def _adaptive_avg_pool(ctx: AtenContext) -> Value:
     x = ctx.tensor("self")
     sizes = ctx.ints("output_size")
@@ -130,10 +130,9 @@ def _addmm(ctx: AtenContext) -> Value:
     return ctx.emit1("Gemm", [a, b, c], GemmAttrs(float(alpha or 0), float(beta or 0)))
 
 
-@aten("mm.default", "bmm.default", "matmul.default")
+@aten("mm.default", "bmm.default")
 def _matmul(ctx: AtenContext) -> Value:
-    other = "mat2" if "mat2" in ctx.args else "other"
-    return ctx.emit1("MatMul", [ctx.tensor("self"), ctx.tensor(other)])
+    return ctx.emit1("MatMul", [ctx.tensor("self"), ctx.tensor("mat2")])
 
 
 def _softmax(op: str):
@@ -158,7 +157,7 @@ def _resize(ctx: AtenContext, mode: str, transform: str) -> Value:
     out = ctx.out_shape()
     scales = tuple(o / i for o, i in zip(out, x.type.shape, strict=True))
     factors = ctx.args.get("scale_factors")
-    if factors:  # the factors as given: sizes are rounded down from them
+    if factors and transform != "align_corners":  # the factors as given: sizes are rounded down from them
         scales = (1.0, 1.0) + tuple(float(f) for f in factors)
     nearest = "floor" if mode == "nearest" else "round_prefer_floor"
     return ctx.emit1("Resize", [x], ResizeAttrs(out, scales, mode, transform, nearest))

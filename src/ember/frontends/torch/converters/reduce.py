@@ -28,18 +28,18 @@ def _reduce(op: str):
     return convert
 
 
-for _names, _op in ((("sum.dim_IntList", "sum.default"), "ReduceSum"), (("mean.dim", "mean.default"), "ReduceMean"),
+for _names, _op in ((("sum.dim_IntList",), "ReduceSum"), (("mean.dim", "mean.default"), "ReduceMean"),
                     (("prod.dim_int", "prod.default"), "ReduceProd"), (("amax.default",), "ReduceMax"),
                     (("amin.default",), "ReduceMin")):
     aten(*_names)(_reduce(_op))
 
 
-@aten("var.correction", "var.dim")
+@aten("var.correction")
 def _var(ctx: AtenContext) -> Value:
     x = ctx.tensor("self", ctx.out_dtype())
     axes = _axes(ctx, x)
     keep = bool(ctx.args.get("keepdim", False))
-    correction = ctx.number("correction", 1.0) if "correction" in ctx.args else (1.0 if ctx["unbiased"] else 0.0)
+    correction = ctx.number("correction", 1.0)
     mean = ctx.emit1("ReduceMean", [x], ReduceAttrs(axes, True))
     centered = ctx.emit1("Sub", [x, mean])
     squares = ctx.emit1("ReduceSumSquare", [centered], ReduceAttrs(axes, keep))
@@ -62,7 +62,6 @@ def _logical(op: str):
 
 
 aten("any.dim", "any.dims", "any.default")(_logical("ReduceMax"))
-aten("all.dim", "all.dims", "all.default")(_logical("ReduceMin"))
 
 
 def _arg(op: str):

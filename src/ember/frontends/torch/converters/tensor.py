@@ -17,8 +17,7 @@ from ember.support.errors import UnsupportedOpError
 from ember.types import DType
 
 
-@aten("view.default", "_unsafe_view.default", "reshape.default", "squeeze.dims", "squeeze.dim", "squeeze.default",
-      "unsqueeze.default", "flatten.using_ints")
+@aten("view.default", "squeeze.dims", "unsqueeze.default")
 def _reshape(ctx: AtenContext) -> Value:
     return ctx.reshape(ctx.tensor("self"), ctx.out_shape())
 
@@ -28,18 +27,6 @@ def _permute(ctx: AtenContext) -> Value:
     x = ctx.tensor("self")
     perm = tuple(normalize_axis(d, x.type.rank) for d in ctx.ints("dims"))
     return x if perm == tuple(range(x.type.rank)) else ctx.emit1("Transpose", [x], TransposeAttrs(perm))
-
-
-@aten("transpose.int", "t.default")
-def _transpose(ctx: AtenContext) -> Value:
-    x = ctx.tensor("self")
-    rank = x.type.rank
-    perm = list(range(rank))
-    if rank >= 2:
-        a = normalize_axis(ctx.ints("dim0")[0] if "dim0" in ctx.args else 0, rank)
-        b = normalize_axis(ctx.ints("dim1")[0] if "dim1" in ctx.args else 1, rank)
-        perm[a], perm[b] = perm[b], perm[a]
-    return x if perm == list(range(rank)) else ctx.emit1("Transpose", [x], TransposeAttrs(tuple(perm)))
 
 
 @aten("expand.default")
@@ -87,7 +74,7 @@ def _select(ctx: AtenContext) -> Value:
     return ctx.reshape(slice_axis(ctx, x, axis, index, index + 1), ctx.out_shape())
 
 
-@aten("split_with_sizes.default", "split.Tensor", "unbind.int")
+@aten("split_with_sizes.default")
 def _split(ctx: AtenContext) -> list[Value | None]:
     x = ctx.tensor("self")
     axis = normalize_axis(ctx.ints("dim")[0], x.type.rank)
@@ -219,15 +206,10 @@ def _full(ctx: AtenContext) -> Value:
     return ctx.constant(np.full(ctx.out_shape(), ctx["fill_value"], dtype=_factory_dtype(ctx)))
 
 
-@aten("zeros_like.default", "empty.memory_format", "empty_like.default", "zeros.default")
+@aten("empty.memory_format")
 def _zeros(ctx: AtenContext) -> Value:
     # empty's contents are unspecified: zeros are one valid choice, and deterministic.
     return ctx.constant(np.zeros(ctx.out_shape(), dtype=_factory_dtype(ctx)))
-
-
-@aten("ones_like.default", "ones.default")
-def _ones(ctx: AtenContext) -> Value:
-    return ctx.constant(np.ones(ctx.out_shape(), dtype=_factory_dtype(ctx)))
 
 
 @aten("scalar_tensor.default")
@@ -235,7 +217,7 @@ def _scalar_tensor(ctx: AtenContext) -> Value:
     return ctx.constant(np.array(ctx["s"], dtype=_factory_dtype(ctx)))
 
 
-@aten("arange.start_step", "arange.default", "arange.start")
+@aten("arange.start_step")
 def _arange(ctx: AtenContext) -> Value:
     # torch computes the values; reproducing its rounding of float steps is not worth a risk.
     start = ctx.args.get("start", 0)
