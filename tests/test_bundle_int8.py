@@ -59,9 +59,10 @@ def requant_library(tmp_path_factory):
     folder = tmp_path_factory.mktemp("requant")
     source = folder / "requant.c"
     source.write_text("#include <stdint.h>\n#include <string.h>\n" + PQ_C + """
-void requant_all(long n, const int64_t *t, const int64_t *q, int32_t yz, int32_t lo, int32_t hi, int32_t *out)
+void requant_all(long n, const int64_t *t, const int32_t *q, const double *s, int32_t yz, int32_t lo, int32_t hi,
+                 int32_t *out)
 {
-    for (long i = 0; i < n; i++) out[i] = ember_pq_requant(t[i], q, yz, lo, hi);
+    for (long i = 0; i < n; i++) out[i] = ember_pq_requant(t[i], q, s[0], s[1], s[2], yz, lo, hi);
 }
 """)
     library = folder / "requant.so"
@@ -70,54 +71,61 @@ void requant_all(long n, const int64_t *t, const int64_t *q, int32_t yz, int32_t
                    check=True)
     lib = ctypes.CDLL(str(library))
 
-    def requant(t: np.ndarray, q: np.ndarray, yz: int, lo: int, hi: int) -> np.ndarray:
-        t, q = np.ascontiguousarray(t, np.int64), np.ascontiguousarray(q, np.int64)
+    def requant(t: np.ndarray, q: np.ndarray, scales: tuple, yz: int, lo: int, hi: int) -> np.ndarray:
+        t, q = np.ascontiguousarray(t, np.int64), np.ascontiguousarray(q, np.int32)
+        s = np.array(scales, np.float64)
         out = np.zeros(t.size, np.int32)
         pointer = ctypes.c_void_p
-        lib.requant_all(ctypes.c_long(t.size), pointer(t.ctypes.data), pointer(q.ctypes.data), ctypes.c_int32(yz),
-                        ctypes.c_int32(lo), ctypes.c_int32(hi), pointer(out.ctypes.data))
+        lib.requant_all(ctypes.c_long(t.size), pointer(t.ctypes.data), pointer(q.ctypes.data), pointer(s.ctypes.data),
+                        ctypes.c_int32(yz), ctypes.c_int32(lo), ctypes.c_int32(hi), pointer(out.ctypes.data))
         return out
 
     return requant
 
 
-def _multipliers() -> list[float]:
+def _scales() -> list[tuple[float, float, float]]:
+    """(a_scale, b_scale, y_scale) triples: float32 scales as quantizers make them; exact ties
+    at every odd t (m = 0.5), powers of two, 1/3, and multipliers too small or too large for
+    the fixed-point form (the float64 path alone)."""
     rng = np.random.default_rng(0)
-    scales = [np.float64(F32(a)) * np.float64(F32(b)) / np.float64(F32(c))
-              for a, b, c in zip(rng.random(12) * 0.1, rng.random(12) * 0.01, rng.random(12) * 0.1 + 1e-3,
-                                 strict=True)]
-    # Exact ties at every odd t (0.5), powers of two, 1/3, and multipliers too small or too
-    # large for the fixed-point form (the float64 path alone).
-    return [0.5, 0.25, 1.0, 1 / 3, 7.0, 1e-3, 2.0**-40, 2.0**-60, 3e8, *scales]
+    made = [(float(F32(a)), float(F32(b)), float(F32(c)))
+            for a, b, c in zip(rng.random(12) * 0.1, rng.random(12) * 0.01, rng.random(12) * 0.1 + 1e-3, strict=True)]
+    special = [(m, 1.0, 1.0) for m in (0.5, 0.25, 1.0, 1 / 3, 7.0, 1e-3, 2.0**-40, 2.0**-60, 3e8)]
+    return special + made
+
+
+def _m(scales: tuple[float, float, float]) -> float:
+    sa, sb, sy = (np.float64(v) for v in scales)
+    return float(sa * sb / sy)  # the interpreter's order
 
 
 def test_requant_params_fixed_point_form():
-    q = requant_params(np.array([0.5, 2.0**-60, 0.0, np.nan, 1e9])).reshape(-1, 5)
-    limit, multiplier, shift = q[0, :3]
-    assert multiplier == 2**30 and shift == 31 and limit == 2048  # 0.5 = 2**30 / 2**31; 2048 * 0.5 = 1024
-    assert np.asarray(q[0, 4]).view(np.float64) == 0.5
-    assert (q[1:, 2] == 0).all()  # no fixed-point form: the float64 product alone
-    for m in _multipliers()[:6]:  # within the fixed-point form at full precision
-        limit, multiplier, shift, *_ = requant_params(np.array([m]))
-        assert 2**30 <= multiplier < 2**31 and abs(multiplier / 2.0**shift - m) <= 2.0**-shift
-        assert int(limit) * Fraction(m) >= 1024 > (int(limit) - 1) * Fraction(m)  # exactly
+    q = requant_params(np.array([0.5, 2.0**-60, 0.0, np.nan, 3e8, 1e-3])).reshape(-1, 2)
+    assert q[0].tolist() == [2**30, 31]  # 0.5 = 2**30 / 2**31
+    assert (q[1:5, 1] == 0).all()  # no fixed-point form: the float64 product alone
+    multiplier, shift = q[5]
+    assert 2**30 <= multiplier < 2**31 and abs(Fraction(int(multiplier), 2**int(shift)) - Fraction(1e-3)) <= \
+        Fraction(1, 2**int(shift))
+    assert requant_params(np.array([2.0**-40]))[1] == 52  # capped: fewer bits of M, the same exactness
 
 
 @pytest.mark.parametrize("yz,lo,hi", [(0, 0, 255), (128, 0, 255), (-5, -128, 127), (255, 0, 255)])
 def test_requant_matches_float64_rounding(requant_library, yz, lo, hi):
-    """clamp(rint(fl(t * m)) + yz): the fixed-point path and, forced (shift 0), the float64 one."""
+    """clamp(rint(fl(t * m)) + yz): the fixed-point path and, forced (S = 0), the float64 one."""
     rng = np.random.default_rng(yz & 0xFF)
-    for m in _multipliers():
+    for scales in _scales():
+        m = _m(scales)
         q = requant_params(np.array([m]))
         ties = rng.integers(-400, 400, 3000)
         near = np.round((ties + 0.5) / m).astype(np.int64) if m > 1e-12 else ties
         t = np.concatenate([rng.integers(-2**31, 2**31, 4000), rng.integers(-3000, 3000, 4000),
                             *(near + d for d in (-2, -1, 0, 1, 2))]).clip(-2**33, 2**33)
         expected = np.clip(np.rint(t.astype(np.float64) * m) + yz, lo, hi).astype(np.int32)
-        np.testing.assert_array_equal(requant_library(t, q, yz, lo, hi), expected, err_msg=f"m = {m!r}")
+        np.testing.assert_array_equal(requant_library(t, q, scales, yz, lo, hi), expected, err_msg=f"{scales}")
         float_only = q.copy()
-        float_only[2] = 0
-        np.testing.assert_array_equal(requant_library(t, float_only, yz, lo, hi), expected, err_msg=f"m = {m!r}")
+        float_only[1] = 0
+        np.testing.assert_array_equal(requant_library(t, float_only, scales, yz, lo, hi), expected,
+                                      err_msg=f"{scales}")
 
 
 def test_weight_rows_pack_for_sxtb16():

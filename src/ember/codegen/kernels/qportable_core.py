@@ -19,12 +19,13 @@ y = clamp(rint(fl(t * m)) + y_zero), t the exact integer accumulator (bias inclu
 a_scale * b_scale / y_scale in float64, fl the float64 product rounded to nearest even, rint
 half to even. A fixed-point multiplier cannot reproduce that in every case (ties are decided
 by bits the float64 product rounds away), so the kernel computes it exactly without float in
-all but those cases: with M = m * 2**S rounded (31 bits), P = t * M (int64) is t * m within
-|t| / 2 + 2**(S-42) units of 2**-S; when P is farther than that from a tie of the rounding,
-rint(fl(t * m)) = floor((P + 2**(S-1)) / 2**S) exactly. Only within that margin (about one
-accumulator in 10**7) does it compute fl(t * m) in double, as the interpreter does, and round
-its bits with integers; |t| >= ceil(1024 / m) saturates without a product. So a core with no
-floating-point unit runs QLinear* with no float at all almost always, and bit for bit always.
+all but those cases: with M = m * 2**S rounded (31 bits, 8 bytes a column with S), P = t * M
+(one 32 x 32 -> 64-bit multiply) is t * m within |t| / 2 + 2**(S-42) units of 2**-S; when P
+is farther than that from a tie of the rounding, rint(fl(t * m)) = floor((P + 2**(S-1)) / 2**S)
+exactly, and |P| >= 2**(S+10) saturates. Only within that margin (about one accumulator in
+10**7) does it compute m and fl(t * m) in double from the stored scales, as the interpreter
+does, and round the product's bits with integers. So a core with no floating-point unit runs
+QLinear* with no float at all almost always, and bit for bit always.
 Imports numpy only."""
 from __future__ import annotations
 
@@ -34,9 +35,9 @@ from fractions import Fraction
 import numpy as np
 
 CAP_K = 33025  # 33025 * 255 * 255 < 2**31: every exact accumulator fits int32
-SATURATE = 1024  # |t * m| >= 1024 saturates 8 bits whatever the zero point (|y_zero| <= 255)
-MAX_SHIFT = 52   # |t| < 1024 / m and M ~ m * 2**S keep |t * M| near 2**(S + 10) <= 2**62
-REQUANT_FIELDS = 5  # per column: limit, multiplier, shift, error margin, float64 bits of m
+MAX_SHIFT = 52  # |t * M| < 2**31 * 2**31 and + 2**(S-1) stay within int64
+MIN_SHIFT = 21  # |t| / 2**(S+1) < 512 for any int32 t: |t * M| >= 2**(S+10) then saturates
+REQUANT_FIELDS = 2  # per column: multiplier M, shift S
 
 PQ_C = r"""
 #if defined(__ARM_FEATURE_SIMD32) && defined(__GNUC__) && !defined(EMBER_PQ_PLAIN)
@@ -112,25 +113,26 @@ static int32_t ember_pq_round_bits(double d, int32_t yz, int32_t lo, int32_t hi)
     return (int32_t)(v < lo ? lo : v > hi ? hi : v);
 }
 
-/* clamp(rint(fl(t * m)) + yz, lo, hi) exactly as the interpreter computes it, for the
- * column's parameters q = {limit, multiplier M, shift S, margin, bits of m} (see
- * qportable_core.requant_params; S = 0: always the float64 product). */
-static int32_t ember_pq_requant(int64_t t, const int64_t *q, int32_t yz, int32_t lo, int32_t hi)
+/* clamp(rint(fl(t * m)) + yz, lo, hi) exactly as the interpreter computes it, m = sa * sb / sy
+ * in float64, for the column's fixed-point form q = {M, S} (see qportable_core.requant_params;
+ * S = 0: always the float64 product). */
+static int32_t ember_pq_requant(int64_t t, const int32_t *q, double sa, double sb, double sy, int32_t yz, int32_t lo,
+                                int32_t hi)
 {
-    int shift = (int)q[2];
-    if (shift) {
-        if (t >= q[0]) return hi;
-        if (t <= -q[0]) return lo;
-        int64_t u = t * q[1] + ((int64_t)1 << (shift - 1));
+    int shift = q[1];
+    if (shift && t > -2147483648LL && t < 2147483648LL) {
+        int64_t p = (int64_t)(int32_t)t * q[0], big = (int64_t)1 << (shift + 10);
+        if (p >= big) return hi;                /* t * m >= 512: saturates whatever yz */
+        if (p <= -big) return lo;
+        int64_t u = p + ((int64_t)1 << (shift - 1));
         uint64_t one = (uint64_t)1 << shift, rem = (uint64_t)u & (one - 1);
-        uint64_t margin = (uint64_t)(t < 0 ? -t : t) / 2 + (uint64_t)q[3];
+        uint64_t margin = (uint64_t)(t < 0 ? -t : t) / 2 + (one >> 42) + 2;
         if (rem > margin && rem < one - margin) {
             int64_t v = (u >> shift) + yz;      /* >> of a negative int64: arithmetic in GCC and Clang */
             return (int32_t)(v < lo ? lo : v > hi ? hi : v);
         }
     }
-    double m;
-    memcpy(&m, &q[4], sizeof m);
+    double m = sa * sb / sy;
     return ember_pq_round_bits((double)t * m, yz, lo, hi);
 }
 """
@@ -154,22 +156,18 @@ def unpack_rows(packed: np.ndarray, n: int, k: int) -> np.ndarray:
 
 
 def requant_params(multipliers: np.ndarray) -> np.ndarray:
-    """Per multiplier m (float64), the int64 fields ember_pq_requant reads: the saturation
-    limit ceil(1024 / m), M = m * 2**S rounded (< 2**31), S, the error margin
-    2**S / 2**42 + 2 in units of 2**-S, and m's bits. S = 0 (the float64 product only) where
-    m is not a positive finite number or too large or small for the fixed-point form."""
-    out = np.zeros((multipliers.size, REQUANT_FIELDS), np.int64)
+    """Per multiplier m (float64) the int32 pair ember_pq_requant reads: M = m * 2**S rounded
+    (< 2**31) and S (at most 52). S = 0 (the float64 product only) where m is not a positive
+    finite number below 2**10 (S >= 21 keeps |t| / 2**(S+1) < 512 for any int32 t)."""
+    out = np.zeros((multipliers.size, REQUANT_FIELDS), np.int32)
     for row, m in zip(out, multipliers.astype(np.float64).reshape(-1), strict=True):
-        row[4] = np.asarray(m, np.float64).view(np.int64)
-        if not (math.isfinite(m) and m > 0):
+        if not (math.isfinite(m) and 0 < m < 2**10):
             continue
         exact = Fraction(float(m))
-        limit = math.ceil(Fraction(SATURATE) / exact)
         shift = min(30 - math.floor(math.log2(m)), MAX_SHIFT)
         if round(exact * 2**shift) >= 2**31:  # log2 rounded up, or m * 2**S rounded up to 2**31
             shift -= 1
         multiplier = round(exact * 2**shift)
-        if shift < 2 or multiplier == 0 or limit >= 2**62:
-            continue
-        row[:4] = (limit, multiplier, shift, (2**shift >> 42) + 2)
+        if shift >= MIN_SHIFT and multiplier > 0:
+            row[:] = (multiplier, shift)
     return out.reshape(-1)

@@ -83,6 +83,10 @@ def _check_common(view: OpView, roles: _Roles, rows: int, cols: int) -> str | No
     out = _type(roles.out)
     if roles.quantized and (out is None or out.dtype not in BYTES):
         return f"{view.op} output of type {out.dtype if out else None} has no portable int8 kernel"
+    for t in (roles.sa, roles.sb, roles.sy):
+        tt = _type(t)
+        if tt is not None and tt.dtype not in (DType.FLOAT32, DType.FLOAT64):
+            return f"{view.op} with {tt.dtype} scales has no portable int8 kernel"
     for what, t, per in (("A zero point", roles.za, rows), ("B zero point", roles.zb, cols), ("A scale", roles.sa, 1),
                          ("B scale", roles.sb, cols), ("output scale", roles.sy, cols),
                          ("output zero point", roles.zy, cols)):
@@ -182,7 +186,7 @@ def _plan_conv(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 def _operand_pointers(em: Emitter, roles: _Roles) -> list[str]:
     lines = []
-    for name in ("za", "zb", "zy", "bias"):
+    for name in ("za", "zb", "zy", "bias", "sa", "sb", "sy"):
         buffer = getattr(roles, name)
         if isinstance(buffer, Buffer):
             lines.append(f"const {c_type(buffer.type.dtype)} *{name} = {em.pointer(buffer, const=True)}; (void){name};")
@@ -207,8 +211,15 @@ def _store(em: Emitter, roles: _Roles, target: str, acc: str, column: str, bias:
     per_column = (sb is not None and sb.size > 1) or (sy is not None and sy.size > 1)
     table = f"rq + {REQUANT_FIELDS} * {column}" if per_column else "rq"
     t = f"(int64_t){acc}" + (f" + {bias}" if bias else "")
-    return (f"{target} = ({c_type(out.type.dtype)})ember_pq_requant({t}, {table}, "
+    scales = ", ".join(_scale(name, getattr(roles, name), column) for name in ("sa", "sb", "sy"))
+    return (f"{target} = ({c_type(out.type.dtype)})ember_pq_requant({t}, {table}, {scales}, "
             f"{_param('zy', roles.zy, column)}, {lo}, {hi});")
+
+
+def _scale(name: str, buffer: object, index: str) -> str:
+    """A scale (per tensor or per `index`) as double, for the rare float64 requantization."""
+    assert isinstance(buffer, Buffer)
+    return f"(double){name}[{index if buffer.type.size > 1 else '0'}]"
 
 
 def _prelude(em: Emitter, instr: Instr, roles: _Roles) -> list[str]:
@@ -219,7 +230,7 @@ def _prelude(em: Emitter, instr: Instr, roles: _Roles) -> list[str]:
              f"int16_t *restrict ac = (int16_t *){em.scratch(instr)};",
              *_operand_pointers(em, roles)]
     if roles.quantized:
-        lines.append(f"const int64_t *rq = {em.table(instr, 0)};")
+        lines.append(f"const int32_t *rq = {em.table(instr, 0)};")
     return lines
 
 
