@@ -40,9 +40,13 @@ class DescriptionError(EmberError):
 
 @dataclass(frozen=True)
 class RegisterFile:
+    """c: C templates for code generation of f32 vectors in this file (keys type, zero, load
+    and store; {p} a pointer, {v} a value), empty where the target has no emitter."""
+
     name: str
     count: int
     bits: int
+    c: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,8 @@ class Target:
     dma: tuple[DmaEngine, ...]
     instructions: tuple[Instruction, ...]
     source: str = ""
+    c_header: str = ""
+    c_flags: str = ""
 
     def register_file(self, name: str) -> RegisterFile | None:
         return next((r for r in self.registers if r.name == name), None)
@@ -195,7 +201,7 @@ class _Loader:
 
     def target(self, data: dict[str, Any]) -> Target:
         self.fields(data, "target", {"target", "frequency_ghz", "registers", "memory", "instructions"},
-                    {"summary", "dma"})
+                    {"summary", "dma", "c_header", "c_flags"})
         registers = tuple(self.register(f, t) for f, t in self.items(data, "registers"))
         dma = tuple(self.dma(f, t) for f, t in self.items(data, "dma"))
         memory = tuple(self.memory(f, t, {d.name for d in dma}) for f, t in self.items(data, "memory"))
@@ -213,7 +219,7 @@ class _Loader:
             if stray:
                 raise self.error(f"memory[{index}].holds", f"{stray[0]!r} is no instruction's operand")
         return Target(partial.name, partial.summary, partial.frequency_ghz, registers, memory, dma, instructions,
-                      self.source)
+                      self.source, str(data.get("c_header", "")), str(data.get("c_flags", "")))
 
     def unique(self, field: str, names: list[str]) -> None:
         seen: set[str] = set()
@@ -223,10 +229,14 @@ class _Loader:
             seen.add(name)
 
     def register(self, field: str, table: Any) -> RegisterFile:
-        t = self.fields(table, field, {"name", "count", "bits"}, set())
+        t = self.fields(table, field, {"name", "count", "bits"}, {"c"})
+        c = self.fields(t.get("c", {}), f"{field}.c", set(), {"type", "zero", "load", "store"})
+        if c and set(c) != {"type", "zero", "load", "store"}:
+            raise self.error(f"{field}.c", "give all of type, zero, load and store, or none")
         return RegisterFile(self.text(t["name"], f"{field}.name"),
                             self.number(t["count"], f"{field}.count", integer=True),
-                            self.number(t["bits"], f"{field}.bits", integer=True))
+                            self.number(t["bits"], f"{field}.bits", integer=True),
+                            tuple((k, self.text(v, f"{field}.c.{k}")) for k, v in sorted(c.items())))
 
     def dma(self, field: str, table: Any) -> DmaEngine:
         t = self.fields(table, field, {"name", "bandwidth", "latency"}, {"channels"})
