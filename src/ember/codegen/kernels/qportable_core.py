@@ -4,7 +4,7 @@ constants at compile time (weight rows, requantization parameters).
 
 Made for CPUs without x86's VNNI, microcontrollers first: the main loop is integer only, the
 weights are stored once as int8 rows with no padding beyond a multiple of 4, and the scratch is
-one row of int16.
+one row of int16 and the row's int32 dot products.
 
 Dot products. A row of A (or one output pixel's im2col taps) is centered once into int16,
 ac = a - a_zero (0 in the padding), so sum_k (a - za)(b - zb) = sum_k ac * w - beta * sum_k ac
@@ -59,6 +59,16 @@ static int32_t ember_pq_center(const uint8_t *a, long ks, long K, long K4, int i
     return sum;
 }
 
+#ifdef EMBER_PQ_SIMD32
+/* SXTB16 of w rotated right by 8: its bytes 1 and 3 sign-extended into two int16 halves. */
+static inline uint32_t ember_pq_sxtb16_ror8(uint32_t w)
+{
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(w));
+    return r;
+}
+#endif
+
 /* sum_k ac[k] * w[k] over K4 (a multiple of 4), w's groups of 4 stored as w0 w2 w1 w3. */
 static int32_t ember_pq_dot(const int16_t *ac, const int8_t *w, long K4)
 {
@@ -70,13 +80,40 @@ static int32_t ember_pq_dot(const int16_t *ac, const int8_t *w, long K4)
         memcpy(&a01, ac + k, 4);
         memcpy(&a23, ac + k + 2, 4);
         s = __smlad(__sxtb16(wv), a01, s);
-        s = __smlad(__sxtb16((wv >> 8) | (wv << 24)), a23, s);
+        s = __smlad(ember_pq_sxtb16_ror8(wv), a23, s);
     }
 #else
     for (long k = 0; k < K4; k += 4)
         s += ac[k] * w[k] + ac[k + 1] * w[k + 2] + ac[k + 2] * w[k + 1] + ac[k + 3] * w[k + 3];
 #endif
     return s;
+}
+
+/* dots[j] = sum_k ac[k] * w[j * K4 + k] for the n rows of w: the main loop. With SMLAD, two
+ * rows at a time share the loads of ac (8 multiply-accumulates in 12 instructions). */
+static void ember_pq_dots(const int16_t *ac, const int8_t *w, long K4, long n, int32_t *dots)
+{
+    long j = 0;
+#ifdef EMBER_PQ_SIMD32
+    for (; j + 1 < n; j += 2) {
+        const int8_t *w0 = w + j * K4, *w1 = w0 + K4;
+        int32_t s0 = 0, s1 = 0;
+        for (long k = 0; k < K4; k += 4) {
+            uint32_t a01, a23, x0, x1;
+            memcpy(&a01, ac + k, 4);
+            memcpy(&a23, ac + k + 2, 4);
+            memcpy(&x0, w0 + k, 4);
+            memcpy(&x1, w1 + k, 4);
+            s0 = __smlad(__sxtb16(x0), a01, s0);
+            s1 = __smlad(__sxtb16(x1), a01, s1);
+            s0 = __smlad(ember_pq_sxtb16_ror8(x0), a23, s0);
+            s1 = __smlad(ember_pq_sxtb16_ror8(x1), a23, s1);
+        }
+        dots[j] = s0;
+        dots[j + 1] = s1;
+    }
+#endif
+    for (; j < n; j++) dots[j] = ember_pq_dot(ac, w + j * K4, K4);
 }
 
 /* The exact accumulator sum_k (a - za)(b - zb) = dot - beta * sum(ac), in wrapping arithmetic

@@ -165,7 +165,7 @@ def _plan_matmul(instr: Instr, options: KernelOptions) -> KernelPlan:
     a, b = roles.a, roles.b
     assert isinstance(a, Buffer) and isinstance(b, Buffer)
     _, _, k, n = _matrix_dims(a.type, b.type)
-    plan = KernelPlan({"k4": _k4(k)}, scratch_bytes=2 * _k4(k))
+    plan = KernelPlan({"k4": _k4(k)}, scratch_bytes=2 * _k4(k) + 4 * n)
     plan.packed = [(b, "pq_rows", pack_rows(np.ascontiguousarray(b.constant().reshape(k, n).T)))]
     if roles.quantized:
         plan.tables = [_table(roles)]
@@ -177,7 +177,7 @@ def _plan_conv(instr: Instr, options: KernelOptions) -> KernelPlan:
     w = roles.b
     assert isinstance(w, Buffer)
     m, k = w.type.shape[0], math.prod(w.type.shape[1:])
-    plan = KernelPlan({"k4": _k4(k)}, scratch_bytes=2 * _k4(k))
+    plan = KernelPlan({"k4": _k4(k)}, scratch_bytes=2 * _k4(k) + 4 * (m // instr.attrs.group))
     plan.packed = [(w, "pq_rows", pack_rows(w.constant().reshape(m, k)))]
     if roles.quantized:
         plan.tables = [_table(roles)]
@@ -222,12 +222,15 @@ def _scale(name: str, buffer: object, index: str) -> str:
     return f"(double){name}[{index if buffer.type.size > 1 else '0'}]"
 
 
-def _prelude(em: Emitter, instr: Instr, roles: _Roles) -> list[str]:
+def _prelude(em: Emitter, instr: Instr, roles: _Roles, k4: int) -> list[str]:
+    """Pointers to the result, the weight rows, the scratch (the centered row, then the dot
+    products), the parameters and the requantization table."""
     out = roles.out
     assert isinstance(out, Buffer)
     lines = [f"{c_type(out.type.dtype)} *restrict y = {em.pointer(out)};",
              f"const int8_t *restrict wr = (const int8_t *){em.packed(instr, 0)};",
              f"int16_t *restrict ac = (int16_t *){em.scratch(instr)};",
+             f"int32_t *restrict dots = (int32_t *)(ac + {k4});",
              *_operand_pointers(em, roles)]
     if roles.quantized:
         lines.append(f"const int32_t *rq = {em.table(instr, 0)};")
@@ -252,12 +255,13 @@ def emit_matmul(em: Emitter, instr: Instr) -> str:
     k4 = _k4(k)
     za_row = f"i % {m}" if m > 1 else "0"
     signed = int(a.type.dtype is DType.INT8)
-    w = CWriter().line(f"const uint8_t *restrict xa = {em.address(a)};", *_prelude(em, instr, roles))
+    w = CWriter().line(f"const uint8_t *restrict xa = {em.address(a)};", *_prelude(em, instr, roles, k4))
     with w.block(f"for (long i = 0; i < {rows}; i++)"):
         w.line(f"int32_t asum = ember_pq_center(xa + i * {k}, 1, {k}, {k4}, {signed}, "
-               f"{_param('za', roles.za, za_row)}, ac);")
+               f"{_param('za', roles.za, za_row)}, ac);",
+               f"ember_pq_dots(ac, wr, {k4}, {n}, dots);")
         with w.block(f"for (long j = 0; j < {n}; j++)"):
-            w.line(f"int32_t acc = ember_pq_acc(ember_pq_dot(ac, wr + j * {k4}, {k4}), {_beta(roles, 'j')}, asum);",
+            w.line(f"int32_t acc = ember_pq_acc(dots[j], {_beta(roles, 'j')}, asum);",
                    _store(em, roles, f"y[i * {n} + j]", "acc", "j", ""))
     return w.text()
 
@@ -280,7 +284,7 @@ def emit_conv(em: Emitter, instr: Instr) -> str:
     pt, pl = attrs.pads[0], attrs.pads[1]
     xt = c_type(x.type.dtype)
     bias = f"(int64_t){_param('bias', roles.bias, 'oc')}" if isinstance(roles.bias, Buffer) else ""
-    w = CWriter().line(f"const {xt} *restrict x = {em.pointer(x, const=True)};", *_prelude(em, instr, roles),
+    w = CWriter().line(f"const {xt} *restrict x = {em.pointer(x, const=True)};", *_prelude(em, instr, roles, k4),
                        f"const int32_t xz = {_param('za', roles.za, '0')};")
     w.line(f"for (long nb = 0; nb < {batch}; nb++)")
     with w.block(f"for (long g = 0; g < {groups}; g++)"):
@@ -298,11 +302,11 @@ def emit_conv(em: Emitter, instr: Instr) -> str:
                    "        asum += t;",
                    "    }",
                    "}",
-                   f"for (; kk < {k4}; kk++) ac[kk] = 0;")
+                   f"for (; kk < {k4}; kk++) ac[kk] = 0;",
+                   f"ember_pq_dots(ac, wr + g * {mg * k4}, {k4}, {mg}, dots);")
             with w.block(f"for (long j = 0; j < {mg}; j++)"):
                 w.line(f"long oc = g * {mg} + j;",
-                       f"int32_t acc = ember_pq_acc(ember_pq_dot(ac, wr + oc * {k4}, {k4}), {_beta(roles, 'oc')}, "
-                       "asum);",
+                       f"int32_t acc = ember_pq_acc(dots[j], {_beta(roles, 'oc')}, asum);",
                        _store(em, roles, f"y[(nb * {out_channels} + oc) * {oh * ow} + p]", "acc", "oc", bias))
     return w.text()
 
