@@ -97,6 +97,16 @@ def test_entropy_is_not_pulled_to_zero_by_the_relu_spike():
     assert lo == 0.0 and hi > 2.5, hi
 
 
+def test_entropy_does_not_clip_most_of_a_few_discrete_values():
+    """An image input of 17 grey levels: the threshold folding everything beyond 1/16 onto that
+    spike matches Q exactly (KL 0); it would clip 40% of the pixels, so it is not a candidate."""
+    r = np.random.default_rng(2)
+    pixels = r.choice(np.arange(17) / 16, size=50_000, p=np.r_[0.5, np.full(15, 0.1 / 15), 0.4])
+    for levels in (128, 256):
+        lo, hi = activation_range(_stats(pixels), "entropy", levels=levels)
+        assert (lo, hi) == (0.0, 1.0), (levels, hi)
+
+
 def test_entropy_bins_hand_checked():
     counts = np.zeros(BINS // 2, np.int64)
     counts[:16] = 100  # everything in the first 16 bins: at 16 levels, keeping 16 bins is exact

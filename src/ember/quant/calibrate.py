@@ -10,7 +10,8 @@
                 same i bins into `levels` groups and spreads each group's count evenly over its
                 non-empty bins; the threshold is the i with the least KL(P || Q). The zero bin
                 takes its neighbour's count first (the Relu spike at 0, as NVIDIA's calibrator
-                does), and levels are 128 on |x| (256 for a never-negative tensor in uint8).
+                does), levels are 128 on |x| (256 for a never-negative tensor in uint8), and
+                no threshold clipping more than 1% of the values is considered.
 
 All work on the folded |x| histogram of TensorStats (BINS / 2 bins over [0, amax]). The bound
 applies to both sides and never widens the observed range: [max(lo, -T), min(hi, T)].
@@ -25,6 +26,7 @@ from ember.support.errors import EmberError
 
 METHODS = ("minmax", "percentile", "entropy")
 _SMOOTHING = 1e-4  # the mass Q gives its empty bins, so KL(P || Q) stays finite
+MAX_CLIPPED = 0.01  # the most of a tensor's values the entropy threshold may clip
 
 
 def folded_histogram(stats: TensorStats) -> np.ndarray:
@@ -50,15 +52,21 @@ def entropy_bins(counts: np.ndarray, levels: int = 128) -> int:
     """How many leading bins of the |x| histogram `counts` to keep (TensorRT's KL search)."""
     c = counts.astype(np.float64)
     n = c.size
-    if n > 1:
-        # The spike of exact zeros (half of every Relu output) would dominate the merged
-        # first level and push the threshold down: NVIDIA's calibrator flattens it the same way.
-        c[0] = c[1]
-    if n <= levels or c.sum() == 0:
+    total = c.sum()
+    if n <= levels or total == 0:
+        return n
+    # Never clip more than MAX_CLIPPED of the values: KL is a measure for smooth distributions,
+    # and on a few discrete values (an image input of 17 grey levels) a threshold that folds all
+    # the mass beyond it onto one spike matches Q exactly (KL 0) while clipping most values.
+    first = max(levels, int(np.searchsorted(np.cumsum(c), total * (1.0 - MAX_CLIPPED))) + 1)
+    # The spike of exact zeros (half of every Relu output) would dominate the merged first
+    # level and push the threshold down: NVIDIA's calibrator flattens it the same way.
+    c[0] = c[1]
+    if c.sum() == 0:
         return n
     tail = np.concatenate([np.cumsum(c[::-1])[::-1], [0.0]])  # tail[i]: the count beyond bin i - 1
     best, best_bins = float("inf"), n
-    for i in range(levels, n + 1):
+    for i in range(min(first, n), n + 1):
         kept = c[:i]
         p = kept.copy()
         p[-1] += tail[i]

@@ -10,9 +10,14 @@ channel, biases int32 at scale x_scale * w_scale. Calibration methods (calibrate
 
 What stays float, by design: only Conv / MatMul / Gemm whose weight (B) is a constant are
 quantized, so a MatMul of two activations (attention's Q.K^T and scores.V), Softmax and its
-inputs, and the additive attention-mask arithmetic (x + mask, with mask values like -1e9 that
-would wreck a min/max range) are never quantized; the keep-float list excludes more by op type
-or node name. Ranges are those of the float graph's tensors, so the profile must be taken on the
+inputs, and the additive attention-mask arithmetic (x + mask, with mask values like -1e9 or
+-3.4e38 that would wreck a min/max range) are never quantized; the keep-float list excludes
+more by op type or node name. A dense (MatMul / Gemm) result is requantized only where every
+reader takes it as a quantized input (the next dense layer); one read in float (a transformer's
+head reshapes, residual Add, GELU, a graph output) is MatMulInteger(Q(x), W) dequantized per
+column plus the bias in float: no rounding of the result, so a real encoder's outlier features
+survive (paraphrase-MiniLM-L3-v2: cosine 0.94 requantized, 0.996 so; bench/quant_bert.py).
+Convolutions always requantize (the next layer, or the residual Add, reads integers). Ranges are those of the float graph's tensors, so the profile must be taken on the
 graph being quantized (checked by hash).
 
 May import graph/, ops/, types and support/."""
