@@ -17,8 +17,9 @@ reader takes it as a quantized input (the next dense layer); one read in float (
 head reshapes, residual Add, GELU, a graph output) is MatMulInteger(Q(x), W) dequantized per
 column plus the bias in float: no rounding of the result, so a real encoder's outlier features
 survive (paraphrase-MiniLM-L3-v2: cosine 0.94 requantized, 0.996 so; bench/quant_bert.py).
-Convolutions always requantize (the next layer, or the residual Add, reads integers). Ranges are those of the float graph's tensors, so the profile must be taken on the
-graph being quantized (checked by hash).
+Convolutions always requantize (the next layer, or the residual Add, reads integers). Ranges
+are those of the float graph's tensors, so the profile must be taken on the graph being
+quantized (checked by hash).
 
 May import graph/, ops/, types and support/."""
 from __future__ import annotations
