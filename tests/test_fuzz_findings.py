@@ -459,3 +459,59 @@ def test_fused_ops_round_each_result_on_cpu():
     got = compiled.run({"x": x})["y"]
     expected = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
     assert np.isnan(expected).all() and np.isnan(got).all()
+
+
+def _unary(node, opset=18):
+    return _model([node], [_info("x", [2])], [_info("y", None)], opset=opset)
+
+
+def test_attribute_of_the_wrong_type_is_refused():
+    """Elu's alpha written as an INT (ONNX Runtime: "Mismatched attribute type") was read as a float."""
+    node = helper.make_node("Elu", ["x"], ["y"])
+    node.attribute.append(helper.make_attribute("alpha", 1))
+    _refused(_unary(node), r"\(Elu\): attribute 'alpha' is INT, but Elu-6 takes FLOAT")
+    pool = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2])
+    pool.attribute.append(helper.make_attribute("storage_order", 1.5))
+    _refused(_model([pool], [_info("x", [1, 1, 4])], [_info("y", None)]),
+             r"attribute 'storage_order' is FLOAT, but MaxPool-12 takes INT")
+
+
+def test_op_newer_than_the_model_opset_is_refused():
+    """Mish in an opset-13 model: no such op there (ONNX Runtime refuses; Ember ran opset 18's)."""
+    _refused(_unary(helper.make_node("Mish", ["x"], ["y"]), opset=13),
+             r"Mish does not exist in opset 13: ONNX added it in opset 18")
+
+
+def test_default_domain_imported_twice_is_refused():
+    model = _unary(helper.make_node("Relu", ["x"], ["y"]), opset=18)
+    model.opset_import.append(helper.make_opsetid("", 9))
+    _refused(model, r"imports the default ONNX domain more than once, at opsets 9, 18")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_attention_bool_mask_is_added_not_selected(backend):
+    """A boolean attn_mask is an additive 0 / -inf bias (ONNX and its reference implementation):
+    a NaN score under a masked key stays NaN. The cpu lowering selected -inf there."""
+    from onnx.reference import ReferenceEvaluator
+    node = helper.make_node("Attention", ["Q", "K", "V", "attn_mask"], ["Y", "", "", "qk"], qk_matmul_output_mode=1)
+    shape = [1, 2, 2, 4]
+    model = _model([node], [_info(n, shape) for n in "QKV"] + [_info("attn_mask", [2, 2], TensorProto.BOOL)],
+                   [_info("Y", None), _info("qk", None)], opset=24)
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal(shape).astype(np.float32) for n in "QKV"}
+    feeds["Q"][0, 1, 0, 0] = np.nan
+    feeds["attn_mask"] = np.array([[True, False], [True, True]])
+    got = ember.compile(model, backend=backend).run(feeds)["qk"]
+    expected = ReferenceEvaluator(model).run(None, feeds)[1]
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    assert np.isnan(got[0, 1, 0, 1])
+
+
+def test_average_pool_window_wholly_in_padding_is_nan_on_cpu():
+    """0 / 0 for a window that covers no input cell: NaN in the interpreter and ONNX's
+    reference; the 2-D cpu kernel gave 0 (ONNX Runtime refuses pads this large)."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[3, 3], pads=[0, 0, 3, 3])
+    model = _model([node], [_info("x", [1, 1, 2, 2])], [_info("y", None)])
+    x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
+    got = ember.compile(model, backend="cpu").run({"x": x})["y"].ravel()
+    assert got[0] == 1.5 and np.isnan(got[1:]).all()

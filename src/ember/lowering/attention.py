@@ -87,8 +87,8 @@ def _static_bias(mask: np.ndarray, total: int) -> np.ndarray:
 
 def _mask_scores(graph: Graph, node: Node, scores: Value, q_seq: int, total: int) -> tuple[Value, Value | None]:
     """The scores with the mask, the causal and window frontier and the key padding applied
-    (each straight onto the scores: a float mask and the constant frontier add, a bool mask
-    and the padding select -inf, so the steps stay one elementwise chain), and a bool
+    (each added onto the scores as a 0 / -inf bias, as ONNX defines them, so the steps stay one
+    elementwise chain), and a bool
     'every key of this row is masked' broadcastable to the scores, None when no row can be."""
     attrs: AttentionAttrs = node.attrs
     mask, past_k, nonpad = node.inputs[3], node.inputs[4], node.inputs[6]
@@ -102,8 +102,10 @@ def _mask_scores(graph: Graph, node: Node, scores: Value, q_seq: int, total: int
     if mask is not None:
         padded = _padded_mask(graph, mask, total, dtype, name)
         if padded.type.dtype is DType.BOOL:
-            x = graph.add("Where", padded, x, neg_inf, name=f"{name}.masked")
-            terms.append(_additive(graph, padded, dtype, f"{name}.mask_bias"))
+            # Added as a bias, as ONNX defines it (not selected): a NaN score stays NaN
+            bias = _additive(graph, padded, dtype, f"{name}.mask_bias")
+            x = graph.add("Add", x, bias, name=f"{name}.masked")
+            terms.append(bias)
         else:
             x = graph.add("Add", x, padded, name=f"{name}.masked")
             terms.append(padded)
@@ -113,8 +115,9 @@ def _mask_scores(graph: Graph, node: Node, scores: Value, q_seq: int, total: int
             runtime = True
     if nonpad is not None:  # query positions known at run time only
         allowed = _nonpad_allowed(graph, attrs, nonpad, q_seq, total, name)
-        x = graph.add("Where", allowed, x, neg_inf, name=f"{name}.padded")
-        terms.append(_additive(graph, allowed, dtype, f"{name}.pad_bias"))
+        bias = _additive(graph, allowed, dtype, f"{name}.pad_bias")
+        x = graph.add("Add", x, bias, name=f"{name}.padded")
+        terms.append(bias)
         runtime = True
     elif attrs.is_causal or attrs.left_window_size >= 0 or attrs.right_window_size >= 0:
         offset = 0 if past_k is None else past_k.type.shape[2]  # queries follow the cached keys

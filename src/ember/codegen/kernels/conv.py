@@ -357,7 +357,8 @@ def emit_avgpool(em, instr: Instr) -> str:
         )
         finish = lambda o: f"({c_type(t)})(acc / {counts})"  # noqa: E731
     else:
-        finish = lambda o: f"({c_type(t)})(count ? acc / count : 0.0)"  # noqa: E731
+        # A window wholly in the padding averages nothing: 0 / 0, NaN (as the reference gives)
+        finish = lambda o: f"({c_type(t)})(count ? acc / count : NAN)"  # noqa: E731
     return _pool_loops(em, instr, "double acc = 0.0;", "acc += val; count++;", finish)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 import onnx.defs
-from onnx import GraphProto, ModelProto, NodeProto, TensorShapeProto, ValueInfoProto
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorShapeProto, ValueInfoProto
 
 from ember.frontends.onnx import converters as _converters  # noqa: F401  (registration)
 from ember.frontends.onnx.context import ConstantRequired, NodeContext
@@ -114,6 +114,10 @@ def check_against_schema(node: NodeProto, opset: int) -> None:
     Runtime refuses them too)."""
     schema = _schema(node.op_type, opset)
     if schema is None:
+        first = _first_version(node.op_type)
+        if first is not None and first > opset:
+            raise ModelImportError(f"{node.op_type} does not exist in opset {opset}: ONNX added it in opset {first} "
+                                   "(raise the model's opset import)")
         return
     where = f"{node.op_type}-{schema.since_version}"
     if len(node.input) > schema.max_input:
@@ -125,6 +129,26 @@ def check_against_schema(node: NodeProto, opset: int) -> None:
         known = ", ".join(sorted(schema.attributes)) or "none"
         raise ModelImportError(f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
                                f" ({where} has: {known})")
+    for attr in node.attribute:
+        expected = schema.attributes[attr.name].type.value
+        # UNDEFINED: writers older than IR version 2 left the type out (the value's field tells)
+        if attr.type not in (AttributeProto.UNDEFINED, expected):
+            raise ModelImportError(f"attribute '{attr.name}' is {AttributeProto.AttributeType.Name(attr.type)}, but "
+                                   f"{where} takes {AttributeProto.AttributeType.Name(expected)}")
+
+
+def _first_version(op_type: str) -> int | None:
+    """The opset that introduced a default-domain op, or None when ONNX has no such op."""
+    return _first_versions().get(op_type)
+
+
+@functools.cache
+def _first_versions() -> dict[str, int]:
+    first: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain == "":
+            first[schema.name] = min(schema.since_version, first.get(schema.name, schema.since_version))
+    return first
 
 
 def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> set[str]:

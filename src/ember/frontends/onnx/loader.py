@@ -111,7 +111,10 @@ def _default_opset(proto: ModelProto, label: str) -> int:
     if not versions:
         raise ModelImportError(f"{label} imports no opset of the default ONNX domain "
                                "(the file is truncated or not an ONNX model)")
-    opset = max(versions)
+    if len(set(versions)) > 1:
+        raise ModelImportError(f"{label} imports the default ONNX domain more than once, at opsets "
+                               f"{', '.join(map(str, sorted(set(versions))))}: which one its ops follow is ambiguous")
+    opset = versions[0]
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise UnsupportedOpError(f"{label} uses ONNX opset {opset}; Ember supports opsets {MIN_OPSET} to "
                                  f"{MAX_OPSET} (convert it with onnx.version_converter)")
