@@ -57,11 +57,12 @@ def test_x86_gemm_matches_numpy(tmp_path, m, n, k, transposed):
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", *code.flags.split(), str(tmp_path / "gemm.c"), "-o",
                     str(tmp_path / "gemm.so")], check=True)
     function = ctypes.CDLL(str(tmp_path / "gemm.so")).mapped_gemm
-    function.argtypes = [ctypes.c_void_p] * 3
+    function.argtypes = [ctypes.c_void_p] * 4
     a, b, expected = _inputs(code)
     packed = code.pack_b(b)
     c = np.full((m, n), np.nan, np.float32)
-    function(a.ctypes.data, packed.ctypes.data, c.ctypes.data)
+    workspace = np.full(code.workspace_floats, np.nan, np.float32)
+    function(a.ctypes.data, packed.ctypes.data, c.ctypes.data, workspace.ctypes.data)
     np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
     assert code.kc <= k and code.nr % 16 == 0 and code.mr >= 1
 
@@ -75,9 +76,9 @@ def test_generated_source_is_deterministic_and_follows_the_schedule():
     code = emit_gemm(best)
     assert (code.mr, code.nr) == (tile["i"], tile["j'"])
     assert first.count("_mm512_fmadd_ps(_mm512_set1_ps(") == code.mr * code.nr // 16 + (1760 % code.mr) * code.nr // 16
-    # KC x NR of B plus MR x KC of A within L1's usable share; MC x KC of A within L2's.
-    assert (code.nr + code.mr) * code.kc * 4 <= X86.memory[0].usable_bytes
-    assert code.mc * code.kc * 4 <= X86.memory[1].usable_bytes
+    # KC x NR of B plus MR x KC of A within L2's usable share, MC x KC of A within half of it.
+    assert (code.nr + code.mr) * code.kc * 4 <= X86.memory[1].usable_bytes and code.kc == 1760
+    assert code.mc * code.kc * 4 <= X86.memory[1].usable_bytes / 2 and code.mc % code.mr == 0
 
 
 def test_unsupported_forms_are_refused_with_the_reason():
@@ -98,7 +99,8 @@ def test_unsupported_forms_are_refused_with_the_reason():
 HARNESS = """
 #include <stdio.h>
 #include <stdlib.h>
-void mapped_gemm(const float *A, const float *Bp, float *C);
+void mapped_gemm(const float *A, const float *Bp, float *C, float *workspace);
+long mapped_gemm_workspace_floats(void);
 static float *load(const char *path, long count) {
     float *data = malloc(count * sizeof(float));
     FILE *f = fopen(path, "rb");
@@ -109,7 +111,7 @@ static float *load(const char *path, long count) {
 int main(int argc, char **argv) {
     long m = atol(argv[1]), n = atol(argv[2]), k = atol(argv[3]), packed = atol(argv[4]);
     float *a = load("a.bin", m * k), *b = load("b.bin", packed), *c = calloc(m * n, sizeof(float));
-    mapped_gemm(a, b, c);
+    mapped_gemm(a, b, c, malloc(mapped_gemm_workspace_floats() * sizeof(float)));
     FILE *f = fopen("c.bin", "wb");
     fwrite(c, sizeof(float), m * n, f);
     fclose(f);

@@ -6,9 +6,9 @@ The structure is the one the schedule describes: an MR x NR register tile of acc
 rows of the output's M dimension, NR = NR/width vectors of its N dimension, the schedule's
 register tile), each reduction step broadcasting one A element per row and loading NR/width B
 vectors; B is packed at compile time into zero-padded panels of NR columns (the mapping's
-compile-time pack); the K loop is blocked so that a KC x NR panel of B and the MR x KC slice
-of A stay within the innermost cache's usable share, and rows in blocks of MC so that the
-MC x KC block of A stays within the next level's. Tails: the last rows run a shorter tile,
+compile-time pack); A is packed per call, block by block; the K loop is blocked so that a
+KC x NR panel of B and the MR x KC slice of A stay within the second cache level's usable
+share, rows in blocks of MC so that the MC x KC block of A takes half of it (see _blocking). Tails: the last rows run a shorter tile,
 the last panel's columns go through a local tile.
 
 Only this form is emitted; anything else is refused with the reason. Imports isa.* and
@@ -30,8 +30,9 @@ from ember.types import DType
 
 @dataclass(frozen=True)
 class GemmCode:
-    """C source of `void {name}(const float *A, const float *Bp, float *C)`: C (M x N,
-    row-major) = A (M x K, row-major) times B packed by pack_b."""
+    """C source of `void {name}(const float *A, const float *Bp, float *C, float *workspace)`:
+    C (M x N, row-major) = A (M x K, row-major) times B packed by pack_b; the workspace holds
+    `{name}_workspace_floats()` = workspace_floats floats (A's blocks, packed per call)."""
 
     name: str
     source: str
@@ -44,6 +45,10 @@ class GemmCode:
     mc: int
     b_transposed: bool
     flags: str
+
+    @property
+    def workspace_floats(self) -> int:
+        return self.mc * self.kc
 
     @property
     def panels(self) -> int:
@@ -114,16 +119,15 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
 
 
 def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int) -> tuple[int, int]:
-    """KC so that a KC x NR panel of B and an MR x KC slice of A fill the innermost cache's
-    usable share; MC (a multiple of MR) so that an MC x KC block of A fills the next one's."""
-    if not caches:
+    """KC so that a KC x NR panel of B and an MR x KC slice of A fit the second cache level's
+    usable share (so the tile runs the whole K of most GEMMs: measured on this machine, each
+    extra K block costs a round trip of the accumulators that outweighs L1 residency), and MC
+    (a multiple of MR) so that an MC x KC block of A fills half of that share."""
+    level = caches[1] if len(caches) > 1 else (caches[0] if caches else None)
+    if level is None:
         return k, m
-    kc = int(caches[0].usable_bytes // ((nr + mr) * 4))
-    kc = max(8, kc // 8 * 8)
-    kc = min(kc, k)
-    if len(caches) < 2:
-        return kc, m
-    mc = int(caches[1].usable_bytes // (kc * 4)) // mr * mr
+    kc = min(k, max(8, int(level.usable_bytes // ((nr + mr) * 4)) // 8 * 8))
+    mc = int(level.usable_bytes / 2 // (kc * 4)) // mr * mr
     return kc, max(mr, min(mc, math.ceil(m / mr) * mr))
 
 
@@ -155,7 +159,7 @@ def _source(name, header, c, emit, semantics, m, n, k, mr, nr, width, kc, mc, ma
         lines += [f"        {vtype} b{v} = {c['load'].replace('{p}', f'bp + k * {nr} + {v * width}')};"
                   for v in range(vectors)]
         for r in range(rows):
-            lines.append(f"        {{ const float a{r} = a[{r} * {k}L + k];")
+            lines.append(f"        {{ const float a{r} = a[k * {rows} + {r}];")
             lines += [f"          {fma(f'c{r}_{v}', f'a{r}', f'b{v}')}" for v in range(vectors)]
             lines.append("        }")
         lines.append("    }")
@@ -166,17 +170,31 @@ def _source(name, header, c, emit, semantics, m, n, k, mr, nr, width, kc, mc, ma
     tail = m % mr
     panels = math.ceil(n / nr)
     lines += [
-        f"void {name}(const float *A, const float *Bp, float *C) {{",
+        "/* A's MC x KC block, packed as row panels [MR rows][KC][MR] so that each reduction step",
+        " * broadcasts from one contiguous line; workspace holds MC * KC floats. */",
+        f"static void {name}_pack_a(float *panel, const float *A, long ic, long ic_end, long pc, long kc) {{",
+        f"    for (long ir = ic; ir < ic_end; ir += {mr}) {{",
+        f"        int rows = ic_end - ir < {mr} ? (int)(ic_end - ir) : {mr};",
+        "        for (long kk = 0; kk < kc; kk++)",
+        f"            for (int r = 0; r < rows; r++) panel[kk * rows + r] = A[(ir + r) * {k}L + pc + kk];",
+        "        panel += rows * kc;",
+        "    }",
+        "}",
+        "",
+        f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L; }}",
+        "",
+        f"void {name}(const float *A, const float *Bp, float *C, float *workspace) {{",
         f"    for (long pc = 0; pc < {k}; pc += {kc}) {{",
         f"        long kc = {k} - pc < {kc} ? {k} - pc : {kc};",
         "        int first = pc == 0;",
         f"        for (long ic = 0; ic < {m}; ic += {mc}) {{",
         f"            long ic_end = ic + {mc} < {m} ? ic + {mc} : {m};",
+        f"            {name}_pack_a(workspace, A, ic, ic_end, pc, kc);",
         f"            for (long jp = 0; jp < {panels}; jp++) {{",
         f"                const float *bp = Bp + (jp * {k}L + pc) * {nr};",
         f"                long col = jp * {nr}, ncols = {n} - col < {nr} ? {n} - col : {nr};",
         f"                for (long ir = ic; ir < ic_end; ir += {mr}) {{",
-        f"                    const float *a = A + ir * {k}L + pc;",
+        "                    const float *a = workspace + (ir - ic) * kc;",
         f"                    int rows = ic_end - ir < {mr} ? (int)(ic_end - ir) : {mr};",
         f"                    if (ncols == {nr}) {{",
         f"                        if (rows == {mr}) {name}_tile{mr}(kc, a, bp, C + ir * {n}L + col, {n}, first);",
