@@ -94,7 +94,8 @@ def main() -> None:
     target = load_target("x86-avx512")
     peak = 2 * 16 * 2 * target.frequency_ghz
     print(f"CPU: {cpu_name()}; 1 thread; FMA peak {peak:.1f} GFLOP/s at the description's "
-          f"{target.frequency_ghz} GHz; best thread CPU time of ~0.25 s per engine per round, {args.rounds} interleaved rounds")
+          f"{target.frequency_ghz} GHz; best thread CPU time of ~0.25 s per engine per round, "
+          f"{args.rounds} interleaved rounds")
     print(f"{'M,N,K':>18} {'mapped':>8} {'ember':>8} {'ort':>8} {'peak%':>6} {'mapped/ember':>13} "
           f"{'mapped/ort':>11} {'predicted':>10} {'tile':>9}")
     rng = np.random.default_rng(0)
@@ -115,8 +116,9 @@ def main() -> None:
                 error = float(np.abs(out - expected).max())
                 if error > 1e-3 * scale:
                     raise SystemExit(f"{name} is wrong on {m},{n},{k}: max error {error}")
-            runs = {"mapped": mapped, "ember": lambda: compiled.run({"A": a}),
-                    "ort": lambda: session.run(None, {"A": a})}
+            feed = {"A": a}
+            runs = {"mapped": mapped, "ember": lambda c=compiled, f=feed: c.run(f),
+                    "ort": lambda s=session, f=feed: s.run(None, f)}
             times: dict[str, list[float]] = {name: [] for name in runs}
             for _ in range(args.rounds):
                 for name, run in runs.items():

@@ -8,8 +8,8 @@ register tile), each reduction step broadcasting one A element per row and loadi
 vectors; B is packed at compile time into zero-padded panels of NR columns (the mapping's
 compile-time pack); A is packed per call, block by block; the K loop is blocked so that a
 KC x NR panel of B and the MR x KC slice of A stay within the second cache level's usable
-share, rows in blocks of MC so that the MC x KC block of A takes half of it (see _blocking). Tails: the last rows run a shorter tile,
-the last panel's columns go through a local tile.
+share, rows in blocks of MC so that the MC x KC block of A takes half of it (see _blocking).
+Tails: the last rows run a shorter tile, the last panel's columns go through a local tile.
 
 Only this form is emitted; anything else is refused with the reason. Imports isa.* and
 support/."""
