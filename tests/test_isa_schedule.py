@@ -103,7 +103,8 @@ def test_report_shows_mappings_schedules_and_the_separable_block():
     assert "node 'depthwise' (Conv) conv: O[g, oh, ow]:f32 += I[g, oh + kh, ow + kw]:f32" in text
     assert "vpdpbusd: none ([C=O A=I B=W] element types differ: C is i32, kernel O is f32" in text
     assert "depthwise-separable block: node 'depthwise' (Conv) -> node 'pointwise' (Conv)" in text
-    assert "  pointwise: GEMM M=oh·ow (100) N=m (16) K=c (8); mapped vfmadd231ps" in text
+    assert "  pointwise: GEMM M=oh·ow (100) N=m (16) K=c (8)\n    mapped vfmadd231ps" in text
+    assert "  depthwise: batched over g (8): GEMM M=oh·ow (100) N=1 K=kh·kw (9)" in text
     assert text.count("  chosen: ") == 2 and "predicted " in text and text.endswith("over 2 kernels\n")
     assert format_mappings(_separable_graph(), X86) == text  # deterministic
 

@@ -94,11 +94,12 @@ def _separable_blocks(graph: Graph, chosen: dict[str, tuple[Kernel, Schedule | N
             pointwise = [k for k in kernels_of(user) if _is_pointwise(k)]
             if not pointwise:
                 continue
-            _, best = chosen.get(f"{user.name}/{pointwise[0].name}", (None, None))
-            mapped = str(best.mapping).splitlines()[0] if best else "no mapping"
             lines.append(f"depthwise-separable block: {node.location} -> {user.location}")
-            lines.append(f"  depthwise: {gemm_view(depthwise[0].expr)}")
-            lines.append(f"  pointwise: {gemm_view(pointwise[0].expr)}; mapped {mapped}")
+            for role, part, owner in (("depthwise", depthwise[0], node), ("pointwise", pointwise[0], user)):
+                _, best = chosen.get(f"{owner.name}/{part.name}", (None, None))
+                mapped = f"{str(best.mapping).splitlines()[0]}, {best.cycles:,.0f} cycles" if best else "no mapping"
+                lines.append(f"  {role}: {gemm_view(part.expr)}")
+                lines.append(f"    mapped {mapped}")
     return lines or ["depthwise-separable blocks: none"]
 
 
