@@ -297,7 +297,12 @@ def small_cnn():
 
 
 def _model(name: str):
-    return small_cnn() if name == "cnn" else str(require_shared_models() / "mlp.onnx")
+    """`name`: mlp (the shared model) or cnn, with ':SCHEMA' for a quantization schema."""
+    return small_cnn() if name.startswith("cnn") else str(require_shared_models() / "mlp.onnx")
+
+
+def _options(name: str) -> dict | None:
+    return {"schema": name.split(":")[1]} if ":" in name else None
 
 
 _PROFILES: dict[str, object] = {}
@@ -305,6 +310,7 @@ _PROFILES: dict[str, object] = {}
 
 def profile_of(name: str):
     """The model's profile on random calibration data (seeded), and its input's name and shape."""
+    name = name.split(":")[0]
     shape = (1, 1, 6, 6) if name == "cnn" else (1, 784)
     if name not in _PROFILES:
         rng = np.random.default_rng(0)
@@ -313,13 +319,23 @@ def profile_of(name: str):
     return _PROFILES[name], ("x" if name == "cnn" else "input"), shape
 
 
-def test_native_portable_model_matches_interpreter():
+@pytest.mark.parametrize("schema", ["asymmetric", "symmetric", "power2"])
+def test_native_portable_model_matches_interpreter(schema):
+    """uint8 activations (asymmetric), int8 ones (symmetric) and power-of-2 scales."""
     profile, input_name, shape = profile_of("cnn")
+    options = {"schema": schema}
     graph = load_model(small_cnn())
-    quantize_loaded(graph, profile)
-    reference = ember.compile(small_cnn(), quantize=profile)
-    assert {"QLinearConv", "QLinearMatMul", "MatMulInteger"} <= set(reference.stats["ops"]["optimized"])
-    portable = compile_graph(graph, PortableCpuBackend(num_threads=1))
+    quantize_loaded(graph, profile, options)
+    reference = ember.compile(small_cnn(), quantize=profile, quantize_options=options)
+    assert {"QLinearConv", "QLinearMatMul"} <= set(reference.stats["ops"]["optimized"])
+    kernels: set[str] = set()
+
+    def observe(stage, artifact):
+        if stage == "lir":
+            kernels.update(i.kernel.name for i in artifact.instrs if i.name in INT_OPS and i.kernel is not None)
+
+    portable = compile_graph(graph, PortableCpuBackend(num_threads=1), observe)
+    assert kernels <= {"qconv_portable", "qgemm_portable"} and "qconv_portable" in kernels
     rng = np.random.default_rng(5)
     for _ in range(20):
         feeds = {input_name: (rng.standard_normal(shape) * 1.5).astype(F32)}
@@ -385,9 +401,10 @@ def build(tmp_path_factory):
     def get(name: str, target: str, quantized: bool = True, *make_args: str):
         key = (name, target, quantized)
         if key not in _BUILT:
-            folder = tmp_path_factory.mktemp(f"{name}-{target}-{'int8' if quantized else 'f32'}")
+            folder = tmp_path_factory.mktemp(f"{name.replace(':', '-')}-{target}-{'int8' if quantized else 'f32'}")
             profile = profile_of(name)[0] if quantized else None
-            bundle = ember.bundle(_model(name), target=target, output_dir=folder, quantize=profile)
+            bundle = ember.bundle(_model(name), target=target, output_dir=folder, quantize=profile,
+                                  quantize_options=_options(name) if quantized else None)
             make(folder, *make_args)
             _BUILT[key] = bundle
         return _BUILT[key]
@@ -403,7 +420,7 @@ def _inputs(name: str, count: int) -> list[np.ndarray]:
 
 def _check_runs(name: str, bundle, **run) -> None:
     profile, input_name, _ = profile_of(name)
-    reference = ember.compile(_model(name), quantize=profile)
+    reference = ember.compile(_model(name), quantize=profile, quantize_options=_options(name))
     for x in _inputs(name, 3):
         (actual,) = run_bundle(bundle, [x], **run)
         expected = reference.run({input_name: x})[reference.output_names[0]]
@@ -416,7 +433,7 @@ def _firmware_flash(bundle) -> int:
     return int(text) + int(data)
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "cnn:symmetric"])  # uint8 and int8 activations
 def test_int8_bundle_on_cortex_m4_matches_interpreter(build, name):
     require_newlib()
     require("qemu-system-arm", package="qemu-system-arm")
