@@ -43,9 +43,11 @@ def compile(model: Any, backend: str | Sequence[str] = "interpreter",
     the next bucket (one compile per bucket) where the model keeps samples independent.
     num_threads: threads for native backends (default: all cores).
     quantize: a quantization profile (ember.profile(...), or the path of one it saved) taken on
-    this model: Conv/MatMul/Gemm run as int8 (U8S8) where the backend has integer kernels;
-    quantize_options: keep_float (op types or node names), method ("minmax", "percentile"),
-    percentile. One backend by name and static shapes only, for now.
+    this model: Conv/MatMul/Gemm run as int8 where the backend has integer kernels;
+    quantize_options: schema ("asymmetric" uint8 activations, the default; "symmetric" int8;
+    "symmetric-uint8"; "power2" scales), method ("minmax", "percentile", "entropy"),
+    percentile, keep_float (op types or node names). One backend by name and static shapes
+    only, for now. ember.quant.accuracy_report compares the result with the float model.
     precision: "fp32" (the default), "bf16" (convolutions and GEMMs with weights computed from
     bfloat16-rounded operands with float32 sums, on backends with bf16 kernels: cpu on a CPU
     with AVX512-BF16; stats["precision"] gives the choice per node) or "int8" (what quantize=
