@@ -1,12 +1,13 @@
 """DeepBench inference GEMMs (C[M x N] = A[M x K] * B, B a constant weight), three engines at one
 thread, timed in interleaved rounds: the ISA mapper's kernel (ember.isa: mapped, scheduled and
 emitted as C with AVX-512 intrinsics, built with the system compiler), Ember's hand-written
-cpu GEMM (ember.compile of a MatMul) and ONNX Runtime. Prints GFLOP/s, the fraction of this
+cpu GEMM (ember.compile of a MatMul) and ONNX Runtime. --int8: u8 x i8 -> i32 on VNNI
+(vpdpbusd) against MatMulInteger on Ember's cpu backend and on ONNX Runtime. Prints GFLOP/s, the fraction of this
 CPU's FMA peak (2 x 16-lane FMA per cycle at the description's clock) and the per-round
 median ratios mapped / hand-written and mapped / ONNX Runtime, with the predicted cycles of
 the mapper's cost model.
 
-    python bench/isa_gemm.py [--rounds 5] [--sizes M,N,K ...]
+    python bench/isa_gemm.py [--rounds 5] [--sizes M,N,K ...] [--int8]
 """
 from __future__ import annotations
 
@@ -40,17 +41,21 @@ DEEPBENCH = [(5124, 700, 2048), (35, 8457, 2560), (1, 7680, 2560), (1760, 128, 1
 
 def matmul_model(b: np.ndarray, m: int) -> onnx.ModelProto:
     k, n = b.shape
-    graph = helper.make_graph([helper.make_node("MatMul", ["A", "B"], ["C"])], "gemm",
-                              [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])],
-                              [helper.make_tensor_value_info("C", TensorProto.FLOAT, [m, n])],
+    integer = b.dtype == np.int8
+    graph = helper.make_graph([helper.make_node("MatMulInteger" if integer else "MatMul", ["A", "B"], ["C"])], "gemm",
+                              [helper.make_tensor_value_info("A", TensorProto.UINT8 if integer else TensorProto.FLOAT,
+                                                             [m, k])],
+                              [helper.make_tensor_value_info("C", TensorProto.INT32 if integer else TensorProto.FLOAT,
+                                                             [m, n])],
                               [numpy_helper.from_array(b, "B")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: Path):
     target = load_target("x86-avx512")
-    kernel = Kernel("gemm", parse_expr(f"C[i, j]:f32 += A[i, k]:f32 * B[k, j]:f32 over i:{m}, j:{n}, k:{k}"),
-                    constants=frozenset({"B"}))
+    types = ("i32", "u8", "i8") if b.dtype == np.int8 else ("f32", "f32", "f32")
+    kernel = Kernel("gemm", parse_expr(f"C[i, j]:{types[0]} += A[i, k]:{types[1]} * B[k, j]:{types[2]} "
+                                       f"over i:{m}, j:{n}, k:{k}"), constants=frozenset({"B"}))
     best = choose(kernel, target)
     assert best is not None
     code = emit_gemm(best)
@@ -61,8 +66,8 @@ def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: 
     function = ctypes.CDLL(str(library)).mapped_gemm
     function.argtypes = [ctypes.c_void_p] * 4
     packed = code.pack_b(b)
-    c = np.empty((m, n), np.float32)
-    workspace = np.empty(code.workspace_floats, np.float32)
+    c = np.empty((m, n), np.int32 if b.dtype == np.int8 else np.float32)
+    workspace = np.empty(code.workspace_elements, a.dtype)
 
     def run() -> np.ndarray:
         function(a.ctypes.data, packed.ctypes.data, c.ctypes.data, workspace.ctypes.data)
@@ -89,11 +94,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sizes", nargs="*", default=None, metavar="M,N,K")
+    parser.add_argument("--int8", action="store_true", help="u8 x i8 GEMMs on VNNI against MatMulInteger")
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes] if args.sizes else DEEPBENCH
     target = load_target("x86-avx512")
-    peak = 2 * 16 * 2 * target.frequency_ghz
-    print(f"CPU: {cpu_name()}; 1 thread; FMA peak {peak:.1f} GFLOP/s at the description's "
+    # f32: 2 FMAs x 16 lanes x 2 flops per cycle; int8: 2 vpdpbusd x 16 lanes x 4 products x 2 ops.
+    peak = (4 if args.int8 else 1) * 2 * 16 * 2 * target.frequency_ghz
+    print(f"CPU: {cpu_name()}; 1 thread; {'int8 (VNNI) GOP/s' if args.int8 else 'f32 GFLOP/s'}; "
+          f"peak {peak:.1f} at the description's "
           f"{target.frequency_ghz} GHz; best thread CPU time of ~0.25 s per engine per round, "
           f"{args.rounds} interleaved rounds")
     print(f"{'M,N,K':>18} {'mapped':>8} {'ember':>8} {'ort':>8} {'peak%':>6} {'mapped/ember':>13} "
@@ -101,8 +109,12 @@ def main() -> None:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
         for m, n, k in sizes:
-            a = rng.standard_normal((m, k)).astype(np.float32)
-            b = rng.standard_normal((k, n)).astype(np.float32)
+            if args.int8:
+                a = rng.integers(0, 256, size=(m, k)).astype(np.uint8)
+                b = rng.integers(-128, 128, size=(k, n)).astype(np.int8)
+            else:
+                a = rng.standard_normal((m, k)).astype(np.float32)
+                b = rng.standard_normal((k, n)).astype(np.float32)
             mapped, best, code = mapped_runner(m, n, k, b, a, Path(folder))
             model = matmul_model(b, m)
             compiled = ember.compile(model, backend="cpu", num_threads=1)
@@ -110,10 +122,10 @@ def main() -> None:
             options.intra_op_num_threads = 1
             session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
             expected = a.astype(np.float64) @ b.astype(np.float64)
-            scale = np.sqrt(k)
+            scale = 0.0 if args.int8 else np.sqrt(k)  # int8 results are exact
             for name, out in (("mapped", mapped()), ("ember", compiled.run({"A": a})["C"]),
                               ("ort", session.run(None, {"A": a})[0])):
-                error = float(np.abs(out - expected).max())
+                error = float(np.abs(out.astype(np.float64) - expected).max())
                 if error > 1e-3 * scale:
                     raise SystemExit(f"{name} is wrong on {m},{n},{k}: max error {error}")
             feed = {"A": a}

@@ -61,7 +61,7 @@ def test_x86_gemm_matches_numpy(tmp_path, m, n, k, transposed):
     a, b, expected = _inputs(code)
     packed = code.pack_b(b)
     c = np.full((m, n), np.nan, np.float32)
-    workspace = np.full(code.workspace_floats, np.nan, np.float32)
+    workspace = np.zeros(code.workspace_elements, np.float32)
     function(a.ctypes.data, packed.ctypes.data, c.ctypes.data, workspace.ctypes.data)
     np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
     assert code.kc <= k and code.nr % 16 == 0 and code.mr >= 1
@@ -88,10 +88,13 @@ def test_unsupported_forms_are_refused_with_the_reason():
     assert best is not None
     with pytest.raises(UnsupportedError, match="no C emitter for vfmadd231ps.bcst on x86-avx512"):
         emit_gemm(best)
-    vnni = Kernel("q", parse_expr("C[i, j]:i32 += A[i, k]:u8 * B[k, j]:i8 over i:4, j:16, k:8"))
-    mapping = map_kernel(vnni, X86.instruction("vpdpbusd"))[0][0]
-    with pytest.raises(UnsupportedError, match=r"only a broadcast FMA, C\[j\] \+= A\[\] \* B\[j\], is emitted"):
-        emit_gemm(schedule(mapping, X86))
+    bf16 = map_kernel(gemm(4, 16, 8), X86.instruction("vdpbf16ps"))[0][0]
+    with pytest.raises(UnsupportedError, match="element-type fix-ups are not emitted yet"):
+        emit_gemm(schedule(bf16, X86))
+    lanes = map_kernel(Kernel("v", parse_expr("C[j]:f32 += A[j]:f32 * B[j]:f32 over j:32")),
+                       X86.instruction("vfmadd231ps"))[0][0]
+    with pytest.raises(UnsupportedError, match=r"only C\[j\] \+= A\[\] \* B\[j\] or C\[j\] \+= A\[k\]"):
+        emit_gemm(schedule(lanes, X86))
     with pytest.raises(UnsupportedError, match="not a C identifier"):
         emit_gemm(choose(gemm(8, 16, 8), X86), name="x; system(")  # type: ignore[arg-type]
 
@@ -99,43 +102,100 @@ def test_unsupported_forms_are_refused_with_the_reason():
 HARNESS = """
 #include <stdio.h>
 #include <stdlib.h>
-void mapped_gemm(const float *A, const float *Bp, float *C, float *workspace);
+void mapped_gemm(const void *A, const void *Bp, void *C, void *workspace);
 long mapped_gemm_workspace_floats(void);
-static float *load(const char *path, long count) {
-    float *data = malloc(count * sizeof(float));
+static void *load(const char *path, long bytes) {
+    void *data = malloc(bytes);
     FILE *f = fopen(path, "rb");
-    if (!f || fread(data, sizeof(float), count, f) != (size_t)count) exit(2);
+    if (!f || fread(data, 1, bytes, f) != (size_t)bytes) exit(2);
     fclose(f);
     return data;
 }
 int main(int argc, char **argv) {
-    long m = atol(argv[1]), n = atol(argv[2]), k = atol(argv[3]), packed = atol(argv[4]);
-    float *a = load("a.bin", m * k), *b = load("b.bin", packed), *c = calloc(m * n, sizeof(float));
-    mapped_gemm(a, b, c, malloc(mapped_gemm_workspace_floats() * sizeof(float)));
+    long a_bytes = atol(argv[1]), b_bytes = atol(argv[2]), c_bytes = atol(argv[3]);
+    void *a = load("a.bin", a_bytes), *b = load("b.bin", b_bytes), *c = calloc(c_bytes, 1);
+    mapped_gemm(a, b, c, malloc(mapped_gemm_workspace_floats() * 4));
     FILE *f = fopen("c.bin", "wb");
-    fwrite(c, sizeof(float), m * n, f);
+    fwrite(c, 1, c_bytes, f);
     fclose(f);
     return 0;
 }
 """
 
 
-@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None or shutil.which("qemu-aarch64") is None,
-                    reason="needs aarch64-linux-gnu-gcc and qemu-aarch64")
+def _int8_inputs(code: GemmCode, a_dtype, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0 if a_dtype == np.uint8 else -128, 256 if a_dtype == np.uint8 else 128,
+                     size=(code.m, code.k)).astype(a_dtype)
+    b = rng.integers(-128, 128, size=(code.k, code.n)).astype(np.int8)
+    return a, b, a.astype(np.int64) @ b.astype(np.int64)
+
+
+def _vnni() -> bool:
+    try:
+        return "avx512_vnni" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not _vnni(), reason="needs gcc and AVX512-VNNI")
+@pytest.mark.parametrize("m, n, k", [(7, 40, 30), (33, 64, 256)])
+def test_x86_vnni_gemm_is_exact(tmp_path, m, n, k):
+    kernel = Kernel("q", parse_expr(f"C[i, j]:i32 += A[i, k]:u8 * B[k, j]:i8 over i:{m}, j:{n}, k:{k}"),
+                    constants=frozenset({"B"}))
+    best = choose(kernel, X86)
+    assert best is not None and best.mapping.instruction.name == "vpdpbusd"
+    code = emit_gemm(best)
+    assert code.group == 4 and "_mm512_dpbusd_epi32" in code.source
+    (tmp_path / "gemm.c").write_text(code.source)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", *code.flags.split(), str(tmp_path / "gemm.c"), "-o",
+                    str(tmp_path / "gemm.so")], check=True)
+    function = ctypes.CDLL(str(tmp_path / "gemm.so")).mapped_gemm
+    function.argtypes = [ctypes.c_void_p] * 4
+    a, b, expected = _int8_inputs(code, np.uint8)
+    packed = code.pack_b(b)
+    c = np.zeros((m, n), np.int32)
+    workspace = np.zeros(code.workspace_elements, np.uint8)
+    function(a.ctypes.data, packed.ctypes.data, c.ctypes.data, workspace.ctypes.data)
+    np.testing.assert_array_equal(c, expected)
+
+
+def _run_qemu(tmp_path, code: GemmCode, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:
+    (tmp_path / "gemm.c").write_text(code.source)
+    (tmp_path / "main.c").write_text(HARNESS)
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", "-static", *code.flags.split(), str(tmp_path / "gemm.c"),
+                    str(tmp_path / "main.c"), "-o", str(tmp_path / "gemm")], check=True)
+    packed = code.pack_b(b)
+    a.tofile(tmp_path / "a.bin")
+    packed.tofile(tmp_path / "b.bin")
+    c_bytes = code.m * code.n * np.dtype(out_dtype).itemsize
+    subprocess.run(["qemu-aarch64", str(tmp_path / "gemm"), str(a.nbytes), str(packed.nbytes), str(c_bytes)],
+                   check=True, cwd=tmp_path, timeout=60)
+    return np.fromfile(tmp_path / "c.bin", dtype=out_dtype).reshape(code.m, code.n)
+
+
+QEMU = pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None or shutil.which("qemu-aarch64") is None,
+                          reason="needs aarch64-linux-gnu-gcc and qemu-aarch64")
+
+
+@QEMU
 def test_neon_gemm_under_qemu(tmp_path):
     best = choose(gemm(13, 21, 37), NEON)
     assert best is not None and best.mapping.instruction.name == "fmla.4s.lane"
     code = emit_gemm(best)
     assert "vfmaq_n_f32" in code.source
-    (tmp_path / "gemm.c").write_text(code.source)
-    (tmp_path / "main.c").write_text(HARNESS)
-    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", "-static", str(tmp_path / "gemm.c"), str(tmp_path / "main.c"),
-                    "-o", str(tmp_path / "gemm")], check=True)
     a, b, expected = _inputs(code, seed=1)
-    packed = code.pack_b(b)
-    a.tofile(tmp_path / "a.bin")
-    packed.tofile(tmp_path / "b.bin")
-    subprocess.run(["qemu-aarch64", str(tmp_path / "gemm"), str(code.m), str(code.n), str(code.k),
-                    str(packed.size)], check=True, cwd=tmp_path, timeout=60)
-    c = np.fromfile(tmp_path / "c.bin", dtype=np.float32).reshape(code.m, code.n)
+    c = _run_qemu(tmp_path, code, a, b, np.float32)
     np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(code.k))
+
+
+@QEMU
+def test_neon_sdot_gemm_under_qemu(tmp_path):
+    kernel = Kernel("q", parse_expr("C[i, j]:i32 += A[i, k]:i8 * B[k, j]:i8 over i:9, j:14, k:23"),
+                    constants=frozenset({"B"}))
+    best = choose(kernel, NEON)
+    assert best is not None and best.mapping.instruction.name == "sdot.4s.lane"
+    code = emit_gemm(best)
+    assert "vdotq_s32" in code.source and code.group == 4
+    a, b, expected = _int8_inputs(code, np.int8, seed=2)
+    np.testing.assert_array_equal(_run_qemu(tmp_path, code, a, b, np.int32), expected)

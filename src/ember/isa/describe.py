@@ -17,7 +17,8 @@ The schema (every size in bytes, every bandwidth in bytes per cycle, latencies i
                      -> register file or memory level holding it), throughput (per cycle) and
                      latency, or cycles (an affine formula of the instruction's dimensions, per
                      issue), fixups ([{operand, from, how, lossy}]: kernel element types the
-                     instruction takes after a rewrite), emit (C template, optional)
+                     instruction takes after a rewrite), emit (C template, optional: {C} the
+                     accumulator, {B} a vector, {A} an lvalue of A's first element)
 
 Imports isa.expr, types and support/ only."""
 from __future__ import annotations
@@ -40,13 +41,17 @@ class DescriptionError(EmberError):
 
 @dataclass(frozen=True)
 class RegisterFile:
-    """c: C templates for code generation of f32 vectors in this file (keys type, zero, load
-    and store; {p} a pointer, {v} a value), empty where the target has no emitter."""
+    """c: per element type of a vector's lanes (f32, i32...), the C templates of code
+    generation (type, zero, load and store; {p} a pointer, {v} a value); empty where the
+    target has no emitter."""
 
     name: str
     count: int
     bits: int
-    c: tuple[tuple[str, str], ...] = ()
+    c: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+
+    def c_templates(self, dtype: DType) -> dict[str, str] | None:
+        return next((dict(t) for name, t in self.c if name == dtype.value), None)
 
 
 @dataclass(frozen=True)
@@ -230,13 +235,15 @@ class _Loader:
 
     def register(self, field: str, table: Any) -> RegisterFile:
         t = self.fields(table, field, {"name", "count", "bits"}, {"c"})
-        c = self.fields(t.get("c", {}), f"{field}.c", set(), {"type", "zero", "load", "store"})
-        if c and set(c) != {"type", "zero", "load", "store"}:
-            raise self.error(f"{field}.c", "give all of type, zero, load and store, or none")
+        by_type = self.fields(t.get("c", {}), f"{field}.c", set(), set(ELEMENT_TYPES))
+        templates = []
+        keys = {"type", "zero", "load", "store"}
+        for dtype, table_ in sorted(by_type.items()):
+            c = self.fields(table_, f"{field}.c.{dtype}", keys, set())
+            templates.append((dtype, tuple((k, self.text(v, f"{field}.c.{dtype}.{k}")) for k, v in sorted(c.items()))))
         return RegisterFile(self.text(t["name"], f"{field}.name"),
                             self.number(t["count"], f"{field}.count", integer=True),
-                            self.number(t["bits"], f"{field}.bits", integer=True),
-                            tuple((k, self.text(v, f"{field}.c.{k}")) for k, v in sorted(c.items())))
+                            self.number(t["bits"], f"{field}.bits", integer=True), tuple(templates))
 
     def dma(self, field: str, table: Any) -> DmaEngine:
         t = self.fields(table, field, {"name", "bandwidth", "latency"}, {"channels"})
