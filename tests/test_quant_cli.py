@@ -206,3 +206,22 @@ def test_cli_quantize_refuses_bad_eval_data_before_profiling(tmp_path, model, ca
     assert main(["quantize", str(model), "--calibration", str(data), "--eval", str(tmp_path / "eval.npz"),
                  "-o", str(tmp_path / "p.json")]) == 1
     assert "NaN/Inf" in capsys.readouterr().err and not (tmp_path / "p.json").exists()
+
+
+def test_the_profile_carries_the_options_it_was_reported_with(tmp_path, model, capsys):
+    import ember
+
+    data = _batches(tmp_path / "cal.npz", n=5)
+    assert main(["quantize", str(model), "--calibration", str(data), "--schema", "power2", "--keep-float", "Conv",
+                 "--backend", "interpreter", "-o", str(tmp_path / "p.json")]) == 0
+    profile = Profile.load(tmp_path / "p.json")
+    assert profile.options == {"schema": "power2", "method": "minmax", "percentile": 99.99, "keep_float": ["Conv"]}
+    compiled = ember.compile(model, quantize=tmp_path / "p.json")
+    ops = compiled.stats["ops"]["optimized"]
+    assert "QLinearConv" not in ops and ops.get("MatMulInteger") == 2, ops  # Conv kept float, as recorded
+    overridden = ember.compile(model, quantize=tmp_path / "p.json", quantize_options={"keep_float": []})
+    assert overridden.stats["ops"]["optimized"].get("QLinearConv") == 2
+    text = (tmp_path / "p.json").read_text()
+    (tmp_path / "bad.json").write_text(text.replace('"schema": "power2"', '"colour": "red"'))
+    with pytest.raises(ember.quant.ProfileError, match="malformed.*option colour"):
+        Profile.load(tmp_path / "bad.json")

@@ -494,14 +494,15 @@ def _quantize(args: argparse.Namespace) -> int:
         held_out = load_calibration(args.eval, inputs)
     check_calibration(graph, held_out or calibration)  # bad evaluation data fails before profiling too
     profile = profile_graph(graph, calibration)
-    profile.save(args.output)
     options = {"schema": args.schema, "method": args.calibration_method, "percentile": args.percentile,
                "keep_float": args.keep_float}
+    profile.options = dict(options)  # compile(quantize=PROFILE) and bundles quantize as reported here
+    profile.save(args.output)
     floating = compile_model(args.model, args.backend, shapes)
     quantized = compile_model(args.model, args.backend, shapes, quantize=profile, quantize_options=options)
     integer = {op: n for op, n in sorted(quantized.stats["ops"]["optimized"].items())
                if op in ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger")}
-    print(f"profile of {len(calibration)} calibration sample(s) written to {args.output}")
+    print(f"profile of {len(calibration)} calibration sample(s) written to {args.output} (with these options)")
     print(f"schema {args.schema}, calibration {args.calibration_method}, backend {args.backend}: integer ops {integer}")
     if not held_out:
         print("no held-out inputs (one sample, no --eval): the report uses the calibration sample")

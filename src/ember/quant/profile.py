@@ -96,9 +96,15 @@ class TensorStats:
 
 @dataclass
 class Profile:
+    """Ranges per tensor name, the hash of the graph they were taken on, and the quantization
+    options chosen with it (`ember quantize` records its --schema, --calibration-method,
+    --percentile and --keep-float there, so that compile(quantize=path) and bundles quantize
+    as the accuracy report measured; options given to quantize_graph override them)."""
+
     graph_hash: str
     tensors: dict[str, TensorStats]
     samples: int
+    options: dict[str, Any] = field(default_factory=dict)
 
     def check_graph(self, graph: Graph) -> None:
         found = graph_hash(graph)
@@ -109,7 +115,7 @@ class Profile:
     def save(self, path: str | os.PathLike) -> None:
         with open(path, "w") as f:
             json.dump({"format": FORMAT, "version": VERSION, "graph_hash": self.graph_hash, "samples": self.samples,
-                       "tensors": {k: v.to_json() for k, v in self.tensors.items()}}, f)
+                       "options": self.options, "tensors": {k: v.to_json() for k, v in self.tensors.items()}}, f)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Profile:
@@ -125,9 +131,25 @@ class Profile:
                                f"version {VERSION} (its histograms differ): profile the model again")
         try:
             return cls(str(d["graph_hash"]), {str(k): TensorStats.from_json(v) for k, v in d["tensors"].items()},
-                       int(d["samples"]))
+                       int(d["samples"]), _options(d.get("options", {})))
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
             raise ProfileError(f"the quantization profile '{path}' is malformed: {type(err).__name__} {err}") from None
+
+
+OPTION_TYPES: dict[str, tuple[type, ...]] = {"schema": (str,), "method": (str,), "percentile": (int, float),
+                                             "keep_float": (list,)}
+
+
+def _options(options: Any) -> dict[str, Any]:
+    """A profile's recorded quantization options, checked for names and types (values are
+    checked where they are used)."""
+    if not isinstance(options, dict):
+        raise TypeError(f"options {options!r} is not a mapping")
+    for key, value in options.items():
+        if key not in OPTION_TYPES or not isinstance(value, OPTION_TYPES[key]) or (
+                key == "keep_float" and not all(isinstance(v, str) for v in value)):
+            raise ValueError(f"option {key}={value!r} (known: {', '.join(OPTION_TYPES)})")
+    return dict(options)
 
 
 def check_calibration(graph: Graph, inputs: Iterable[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:

@@ -175,13 +175,20 @@ def _replace(graph: Graph, old: Value, make: Callable[..., Value], *args: Any) -
         o.value = new
 
 
-def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] = (), method: str = "minmax",
-                   percentile: float = 99.99, schema: str | Schema = "asymmetric") -> int:
-    """Inserts Q/DQ around every quantizable node; returns how many were quantized."""
+def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | None = None,
+                   method: str | None = None, percentile: float | None = None,
+                   schema: str | Schema | None = None) -> int:
+    """Inserts Q/DQ around every quantizable node; returns how many were quantized. Options
+    left None take the profile's recorded ones (Profile.options), else asymmetric, minmax,
+    99.99 and nothing kept float."""
     profile.check_graph(graph)
+    recorded = profile.options
+    keep_float = recorded.get("keep_float", ()) if keep_float is None else keep_float
+    method = recorded.get("method", "minmax") if method is None else method
+    percentile = float(recorded.get("percentile", 99.99) if percentile is None else percentile)
     if method not in METHODS:
         raise EmberError(f"unknown calibration method '{method}' (known: {', '.join(METHODS)})")
-    chosen = get_schema(schema)
+    chosen = get_schema(recorded.get("schema", "asymmetric") if schema is None else schema)
     if not 0.0 < percentile <= 100.0:
         raise EmberError(f"percentile {percentile}: give a percentage in (0, 100]")
     keep = set(keep_float)

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.graph import Node, Value
-from ember.ops.elementwise import ClipAttrs
+from ember.ops.elementwise import CastAttrs, ClipAttrs
+from ember.ops.nn import PoolAttrs
 from ember.ops.quant import QuantizeAttrs, quantize
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import constant_data, producer
@@ -263,6 +264,105 @@ def drop_requantize(rw: Rewriter, q: Node) -> Value | None:
     return dq.q
 
 
+def _real_cell_in_every_window(attrs: PoolAttrs, spatial: tuple[int, ...]) -> bool:
+    """Whether every window of a pool covers at least one input cell (never only padding):
+    then its max over integers, which pad with the type's minimum, is the max over reals."""
+    for i, size in enumerate(spatial):
+        k, s, d = attrs.kernel[i], attrs.strides[i], attrs.dilations[i]
+        begin, end = attrs.pads[i], attrs.pads[i + len(spatial)]
+        extent = (k - 1) * d + 1
+        total = size + begin + end - extent
+        count = (-(-total // s) if attrs.ceil_mode else total // s) + 1
+        for w in range(count):
+            if not any(0 <= w * s - begin + j * d < size for j in range(k)):
+                return False
+    return True
+
+
+@pattern("MaxPool", "Reshape", "Transpose")
+def sink_dequantize(rw: Rewriter, node: Node) -> Value | None:
+    """X(DQ(q)) -> DQ(X(q)) for a per-tensor DQ: moving data commutes with an elementwise map,
+    and so does a max with an increasing one (a positive scale), so the pool runs on the
+    integers and what reads the result can stay integer."""
+    dq = _dequantized(node.input(0), False)
+    if not _per_tensor(dq) or len(node.outputs) != 1:
+        return None
+    assert dq is not None
+    if node.op == "MaxPool" and (float(dq.scale.reshape(-1)[0]) <= 0.0 or not np.isfinite(dq.scale).all() or
+                                 not _real_cell_in_every_window(node.attrs, dq.q.type.shape[2:])):
+        return None
+    moved = rw.add(node.op, dq.q, attrs=node.attrs, name=f"{node.name}.q")
+    dq_node = producer(node.input(0), "DequantizeLinear")
+    assert dq_node is not None
+    return rw.add("DequantizeLinear", moved, dq_node.inputs[1], dq_node.inputs[2], attrs=dq_node.attrs, name=node.name)
+
+
+# Elementwise ops whose operands and results the expanded Q/DQ below meet inside one fused loop.
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Relu", "Clip", "Max", "Min"})
+
+
+def _expanded_dequantize(rw: Rewriter, dq: _Dq, name: str) -> Value:
+    """(float32(q) - zero) * scale: DequantizeLinear's arithmetic as elementwise ops."""
+    real = rw.add("Cast", dq.q, attrs=CastAttrs(DType.FLOAT32), name=f"{name}.f")
+    if dq.zero is not None and np.any(dq.zero):
+        real = rw.add("Sub", real, rw.constant(dq.zero.reshape(()).astype(np.float32), f"{name}.zf"), name=f"{name}.c")
+    return rw.add("Mul", real, rw.constant(dq.scale.reshape(()), f"{name}.s"), name=name)
+
+
+def _expanded_quantize(rw: Rewriter, value: Value, scale: np.ndarray, zero: np.ndarray, to: DType,
+                       name: str) -> Value:
+    """QuantizeLinear's arithmetic as elementwise ops: round(v / scale) (half to even, in
+    float32) + zero, saturated, cast. The float32 sum is exact below 2**24; above, it
+    saturates to the same bound as the interpreter's float64 sum."""
+    info = np.iinfo(to.numpy)
+    q = rw.add("Round", rw.add("Div", value, rw.constant(scale.reshape(()).astype(np.float32), f"{name}.s"),
+                               name=f"{name}.d"), name=f"{name}.r")
+    if np.any(zero):
+        q = rw.add("Add", q, rw.constant(zero.reshape(()).astype(np.float32), f"{name}.zf"), name=f"{name}.z")
+    q = rw.add("Clip", q, attrs=ClipAttrs(float(info.min), float(info.max)), name=f"{name}.c")
+    return rw.add("Cast", q, attrs=CastAttrs(to), name=name)
+
+
+def _per_tensor_q(q: Node) -> tuple[np.ndarray, np.ndarray, DType] | None:
+    scale, zero = constant_data(q.inputs[1]), constant_data(q.inputs[2])
+    to = q.attrs.to
+    if to not in _BYTES or scale is None or scale.size != 1 or q.input(0).type.dtype is not DType.FLOAT32 or (
+            q.inputs[2] is not None and (zero is None or zero.size != 1)):
+        return None
+    return scale.astype(np.float32), (np.zeros((), to.numpy) if zero is None else zero.astype(to.numpy)), to
+
+
+@pattern("DequantizeLinear")
+def expand_dequantize(rw: Rewriter, node: Node) -> Value | None:
+    """A per-tensor DQ of a computed u8/i8 tensor read only by elementwise ops becomes its
+    arithmetic, which the backend's elementwise fusion computes in the readers' loop: the
+    float tensor never reaches memory."""
+    dq = _dequantized(node.outputs[0], False)
+    users = rw.users(node.outputs[0])
+    if not _per_tensor(dq) or constant_data(node.inputs[0]) is not None or not users or rw.is_output(node.outputs[0]) \
+            or any(user.op not in ELEMENTWISE for user, _ in users):
+        return None
+    assert dq is not None
+    return _expanded_dequantize(rw, dq, node.name)
+
+
+@pattern("QuantizeLinear")
+def expand_quantize(rw: Rewriter, q: Node) -> Value | None:
+    """A per-tensor Q of an elementwise result, or of a per-tensor DQ (a requantize), becomes
+    its arithmetic (the DQ's too), so the elementwise loop writes the 8-bit result."""
+    params = _per_tensor_q(q)
+    source = q.input(0)
+    if params is None:
+        return None
+    dq = _dequantized(source, False)
+    if _per_tensor(dq) and constant_data(source) is None:
+        assert dq is not None
+        source = _expanded_dequantize(rw, dq, f"{q.name}.dq")
+    elif producer(source, *ELEMENTWISE) is None:
+        return None
+    return _expanded_quantize(rw, source, *params, q.name)
+
+
 @register_pass
 class FoldQdq(RewritePass):
     """Preconditions: none (it only matches QDQ islands; run it before constant-fold, which
@@ -277,7 +377,15 @@ class FoldQdq(RewritePass):
     2. Q(act(MatMul(DQ(a), DQ(B))) / Gemm without bias) -> QLinearMatMul [Clip].
     3. Q(MatMul(DQ(a), DQ(B)) + bias) / Q(Gemm(.., bias)) -> Q(DQ(MatMulInteger(a, B),
        a_scale * b_scale per column) + bias).
-    4. Q(DQ(x)) with the same parameters and type -> x."""
+    4. Q(DQ(x)) with the same parameters and type -> x.
+    5. MaxPool/Reshape/Transpose(DQ(q)) -> DQ(op(q)) for a per-tensor DQ (MaxPool: a positive
+       scale and no window entirely in padding), so pools and reshapes run on the integers.
+    6. What is left between integer ops, run by elementwise ops, becomes exact arithmetic that
+       the backend fuses into one loop over the 8-bit tensors (the residual Add of two
+       quantized tensors, its Relu and its Q): a per-tensor DQ of a computed tensor read only by
+       elementwise ops (Add, Sub, Mul, Relu, Clip, Max, Min) -> Mul(Sub(Cast(q), zero), scale);
+       a per-tensor Q of an elementwise result or of another per-tensor DQ (a requantize) ->
+       Cast(Clip(Add(Round(Div(v, scale)), zero))). Same float32 operations as the two ops."""
 
     name = "fold-qdq"
-    patterns = (drop_requantize, fold_conv, fold_dense)
+    patterns = (drop_requantize, fold_conv, fold_dense, sink_dequantize, expand_dequantize, expand_quantize)

@@ -509,3 +509,7 @@ def emit_qconv(em: Emitter, instr: Instr) -> str:
                f"ember_qgemm({p}, {mg}, {k}, col, {k}, bp + gi * {lay.packed_bytes}, rowsum, alpha, "
                f"beta, g, &o, {param(instr, 'threads', 1)});")
     return w.text()
+
+
+# The direct int8 convolution and the 8-bit MaxPool register themselves ahead of the general kernels.
+from ember.codegen.kernels import qconv_direct, qpool  # noqa: E402, F401  (registration)

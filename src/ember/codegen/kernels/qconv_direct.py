@@ -1,0 +1,424 @@
+"""qconv_direct: QLinearConv without im2col, for the common form (2-D, one group, no dilation,
+symmetric int8 weights, constant parameters). Tried before qconv_im2col (quantized.py).
+
+The input is copied once per image into phase planes (one per stride phase, as the float
+conv_direct does), each in groups of 4 channels interleaved per pixel ([phase][C/4][pos][4]),
+with the zero point in the padding. On a grid of Wph columns per output row (a few more than
+the output's), the 4 bytes of one k group (4 channels of one tap) of 64 consecutive grid
+positions are then 256 contiguous bytes at a fixed offset per k group from the block's start:
+the GEMM reads the planes in place through an offset table, 4 vectors per k group, and
+multiplies them by 6 output channels' broadcast weights (vpdpbusd, u8 x s8 -> s32). Tiles are
+6 output channels x 64 grid positions, so each output row is stored contiguously in NCHW (the
+grid's extra columns are dropped).
+
+Exactly the interpreter's QLinearConv: acc = sum (x - zx) w, in int32 as
+sum x w - zx sum w (the correction a table computed at compile time), then
+(double)acc + bias, times x_scale * w_scale / y_scale (float64, as the interpreter divides),
+rounded half to even, plus the output zero point, saturated. int8 inputs are flipped to uint8
+(x + 128, the zero point with them) as the planes are built."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from ember.codegen.c_types import c_type
+from ember.codegen.c_writer import CWriter
+from ember.codegen.emitter import Emitter, param
+from ember.codegen.kernels.layouts import threads_for
+from ember.codegen.kernels.qgemm_core import QGEMM_C, QMR, QNR, pack_qpanels
+from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
+from ember.codegen.kernels.table import C_KERNELS
+from ember.lir.ir import Buffer, Instr
+from ember.support.errors import EmberError
+from ember.types import DType
+
+QDC_MR, QDC_NR = 6, 64  # mirror EMBER_QDC_MR / EMBER_QDC_NR
+MAX_K = 65000  # 65000 * 255 * 128 < 2**31: sum (x - zx) w fits int32
+
+QDC_C = r"""
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+#define EMBER_QDC_MR 6
+#define EMBER_QDC_NR 64
+
+/* One EMBER_QDC_MR x 64 tile: tile[r][j] = sum_g sum_t act[koff[g] + 4 j + t] * w[g][r][t]. */
+static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups, const int8_t *w, int32_t *tile)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
+    /* Named accumulators stay in registers; vpdpbusd as inline asm (see qgemm_core.py). */
+#define EMBER_QDC_DP(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+#define EMBER_QDC_ACC(r) \
+    __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
+    EMBER_QDC_ACC(0); EMBER_QDC_ACC(1); EMBER_QDC_ACC(2); EMBER_QDC_ACC(3); EMBER_QDC_ACC(4); EMBER_QDC_ACC(5);
+#define EMBER_QDC_ROW(r)                                                                      \
+    do {                                                                                      \
+        int32_t wv; memcpy(&wv, wg + 4 * (r), 4);                                             \
+        __m512i wb = _mm512_set1_epi32(wv);                                                   \
+        EMBER_QDC_DP(c##r##0, a0, wb); EMBER_QDC_DP(c##r##1, a1, wb);                         \
+        EMBER_QDC_DP(c##r##2, a2, wb); EMBER_QDC_DP(c##r##3, a3, wb);                         \
+    } while (0)
+    for (long g = 0; g < groups; g++) {
+        const uint8_t *p = act + koff[g];
+        const int8_t *wg = w + g * 4 * EMBER_QDC_MR;
+        __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
+        __m512i a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
+        EMBER_QDC_ROW(0); EMBER_QDC_ROW(1); EMBER_QDC_ROW(2); EMBER_QDC_ROW(3); EMBER_QDC_ROW(4); EMBER_QDC_ROW(5);
+    }
+#define EMBER_QDC_PUT(r)                                                                      \
+    do {                                                                                      \
+        _mm512_storeu_si512(tile + (r) * 64, c##r##0); _mm512_storeu_si512(tile + (r) * 64 + 16, c##r##1); \
+        _mm512_storeu_si512(tile + (r) * 64 + 32, c##r##2); _mm512_storeu_si512(tile + (r) * 64 + 48, c##r##3); \
+    } while (0)
+    EMBER_QDC_PUT(0); EMBER_QDC_PUT(1); EMBER_QDC_PUT(2); EMBER_QDC_PUT(3); EMBER_QDC_PUT(4); EMBER_QDC_PUT(5);
+#undef EMBER_QDC_DP
+#undef EMBER_QDC_ACC
+#undef EMBER_QDC_ROW
+#undef EMBER_QDC_PUT
+#else
+    for (int x = 0; x < EMBER_QDC_MR * 64; x++) tile[x] = 0;
+    for (long g = 0; g < groups; g++) {
+        const uint8_t *p = act + koff[g];
+        const int8_t *wg = w + g * 4 * EMBER_QDC_MR;
+        for (int r = 0; r < EMBER_QDC_MR; r++) {
+            int32_t w0 = wg[4 * r], w1 = wg[4 * r + 1], w2 = wg[4 * r + 2], w3 = wg[4 * r + 3];
+            int32_t *t = tile + r * 64;
+            for (int j = 0; j < 64; j++)
+                t[j] += p[4 * j] * w0 + p[4 * j + 1] * w1 + p[4 * j + 2] * w2 + p[4 * j + 3] * w3;
+        }
+    }
+#endif
+}
+
+/* Row r of a tile requantized to 64 bytes: nearbyint(((double)(t + corr) + bias) * mult) + zy,
+ * saturated to [lo, hi] (the wrapping int32 sum is exact: the true value fits). */
+static void ember_qdc_requant(const int32_t *t, int32_t corr, double bias, double mult, double zy, double lo,
+                              double hi, uint8_t *out)
+{
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
+    const __m512i c = _mm512_set1_epi32(corr);
+    const __m512d b = _mm512_set1_pd(bias), m = _mm512_set1_pd(mult), z = _mm512_set1_pd(zy);
+    const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
+    for (int v = 0; v < 4; v++) {
+        __m512i acc = _mm512_add_epi32(_mm512_loadu_si512(t + 16 * v), c);
+        __m256i part[2];
+        for (int half = 0; half < 2; half++) {
+            __m256i a8 = half ? _mm512_extracti64x4_epi64(acc, 1) : _mm512_castsi512_si256(acc);
+            __m512d d = _mm512_mul_pd(_mm512_add_pd(_mm512_cvtepi32_pd(a8), b), m);
+            d = _mm512_add_pd(_mm512_roundscale_pd(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+            d = _mm512_min_pd(_mm512_max_pd(d, l), h);
+            part[half] = _mm512_cvtpd_epi32(d);
+        }
+        __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1);
+        _mm_storeu_si128((__m128i *)(out + 16 * v), _mm512_cvtepi32_epi8(both));
+    }
+#else
+    for (int j = 0; j < 64; j++) {
+        int32_t a = (int32_t)((uint32_t)t[j] + (uint32_t)corr);
+        double q = nearbyint(((double)a + bias) * mult) + zy;
+        q = q > lo ? q : lo;
+        q = q < hi ? q : hi;
+        out[j] = (uint8_t)(int32_t)q;
+    }
+#endif
+}
+
+/* The grid positions [q0, q0 + 64) of one requantized row copied to the output row-major
+ * channel plane y (OH x OW), dropping the grid's columns past OW and positions past the grid. */
+static void ember_qdc_store(const uint8_t *row, long q0, long grid, long wph, long ow, uint8_t *y)
+{
+    long q = q0, end = q0 + 64 < grid ? q0 + 64 : grid;
+    while (q < end) {
+        long oy = q / wph, ox = q % wph;
+        if (ox >= ow) { q += wph - ox; continue; }
+        long n = ow - ox < end - q ? ow - ox : end - q;
+        memcpy(y + oy * ow + ox, row + (q - q0), (size_t)n);
+        q += n;
+    }
+}
+"""
+
+
+def _dims(view_or_instr_types: tuple) -> dict:
+    """Shapes and strides of the computation (x [N, C, H, W], w [M, C, KH, KW])."""
+    x, w, out, attrs = view_or_instr_types
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    oh, ow = out.shape[2:]
+    sh, sw = attrs.strides
+    pt, pl = attrs.pads[0], attrs.pads[1]
+    hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw  # the padded extent the windows read
+    hph, wph = -(-hp // sh), -(-wp // sw)
+    cq = -(-c // 4)
+    grid = oh * wph
+    blocks = -(-grid // QDC_NR)
+    reach = ((kh - 1) // sh) * wph + (kw - 1) // sw
+    plane = -(-max(hph * wph, blocks * QDC_NR + reach) // 16) * 16
+    return {"n": n, "c": c, "h": h, "w": wd, "m": m, "kh": kh, "kw": kw, "oh": oh, "ow": ow, "sh": sh, "sw": sw,
+            "pt": pt, "pl": pl, "hph": hph, "wph": wph, "cq": cq, "grid": grid, "blocks": blocks, "plane": plane,
+            "groups": kh * kw * cq, "phases": sh * sw, "mblocks": -(-m // QDC_MR)}
+
+
+def _accepts(view: OpView) -> str | None:
+    x, w, out = view.operand(0), view.operand(3), view.results[0]
+    attrs = view.attrs
+    if x.rank != 4 or attrs.group != 1 or any(d != 1 for d in attrs.dilations):
+        return "qconv_direct takes 2-D convolutions of one group without dilation"
+    if x.dtype not in (DType.UINT8, DType.INT8) or out.dtype not in (DType.UINT8, DType.INT8) \
+            or w.dtype is not DType.INT8:
+        return "qconv_direct takes u8/i8 inputs and outputs and int8 weights"
+    if not all(view.constant[i] for i in (1, 2, 3, 4, 5, 6, 7)) or (len(view.operands) > 8 and view.operands[8]
+                                                                    is not None and not view.constant[8]):
+        return "qconv_direct needs constant weights, scales, zero points and bias"
+    if -(-x.shape[1] // 4) * 4 * w.shape[2] * w.shape[3] > MAX_K:
+        return f"qconv_direct sums at most {MAX_K} products per output"
+    for i, count in ((1, 1), (2, 1), (4, w.shape[0]), (5, w.shape[0]), (6, 1), (7, 1)):
+        t = view.operand(i)
+        if t.size not in (1, count) or (t.size > 1 and t.rank != 1):
+            return "qconv_direct takes per-tensor x/y parameters and per-tensor or per-channel weight ones"
+    if any(view.operand(i).dtype is not DType.FLOAT32 for i in (1, 4, 6)):
+        return "qconv_direct takes float32 scales"
+    return None
+
+
+def _applies(instr: Instr, options: KernelOptions) -> bool:
+    w_zero = instr.operand(6)
+    return is_whole_weight(w_zero) and not np.any(w_zero.constant())
+
+
+def _roles(instr: Instr) -> tuple[list[Buffer], Buffer | None]:
+    """y, x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero (all present), and the bias."""
+    ops = instr.base_operands
+    required = [b for b in ops[:9] if b is not None]
+    if len(required) != 9:
+        raise EmberError(f"node '{instr.source}' (QLinearConv): a scale or zero point is absent")
+    return required, ops[9] if len(ops) > 9 else None
+
+
+def _tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
+    ops, bias = _roles(instr)
+    x, sx, zx, w, sw, _, sy, zy = ops[1:9]
+    m, rows = d["m"], d["mblocks"] * QDC_MR
+    weights = w.constant().astype(np.int64).reshape(m, -1)
+    flip = 128 if x.type.dtype is DType.INT8 else 0
+    zx_u = int(zx.constant().reshape(-1)[0]) + flip
+    corr = np.zeros(rows, np.int32)
+    corr[:m] = (-zx_u * weights.sum(axis=1)).astype(np.int32)
+    b = np.zeros(rows, np.float64)
+    if bias is not None:
+        b[:m] = bias.constant().astype(np.float64).reshape(-1)
+    mult = np.zeros(rows, np.float64)
+    # As the interpreter: x_scale * w_scale / y_scale in float64.
+    mult[:m] = np.float64(sx.constant().reshape(-1)[0]) * np.broadcast_to(
+        sw.constant().astype(np.float64).reshape(-1), (m,)) / np.float64(sy.constant().reshape(-1)[0])
+    koff = []
+    for u in range(d["kh"]):
+        for v in range(d["kw"]):
+            phase = (u % d["sh"]) * d["sw"] + v % d["sw"]
+            shift = (u // d["sh"]) * d["wph"] + v // d["sw"]
+            koff += [((phase * d["cq"] + q) * d["plane"] + shift) * 4 for q in range(d["cq"])]
+    tables = [("corr", corr), ("bias", b), ("mult", mult), ("koff", np.asarray(koff, np.int64)),
+              ("kword", (np.asarray(koff, np.int64) // 4).astype(np.int32))]
+    return [(hashlib.sha256(data.tobytes()).hexdigest()[:16], f"qdc_{name}", data) for name, data in tables]
+
+
+def pack_qdc_weights(w: np.ndarray) -> np.ndarray:
+    """int8 [M, C, KH, KW] as [M/6][tap][C/4][6][4] (zero-padded couts and channels): the
+    weights of one k group (4 channels of a tap) for the 6 output channels of a tile."""
+    m, c, kh, kw = w.shape
+    mb, cq = -(-m // QDC_MR), -(-c // 4)
+    padded = np.zeros((mb * QDC_MR, cq * 4, kh, kw), np.int8)
+    padded[:m, :c] = w
+    # [mb, 6, cq, 4, kh, kw] -> [mb, kh, kw, cq, 6, 4]
+    return np.ascontiguousarray(padded.reshape(mb, QDC_MR, cq, 4, kh, kw).transpose(0, 4, 5, 2, 1, 3)).reshape(-1)
+
+
+def _layout(instr: Instr) -> dict:
+    ops, _ = _roles(instr)
+    return _dims((ops[1].type, ops[4].type, ops[0].type, instr.attrs))
+
+
+def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    d = _layout(instr)
+    w = _roles(instr)[0][4]
+    threads = threads_for(options.num_threads, d["n"] * d["grid"] * d["m"] * d["groups"] * 4)
+    plan = KernelPlan({"threads": threads}, scratch_bytes=d["phases"] * d["cq"] * d["plane"] * 4)
+    plan.packed = [(w, "qdc_weights", pack_qdc_weights(w.constant()))]
+    plan.tables = _tables(instr, d)
+    return plan
+
+
+def _plane_fill(d: dict, flip: int) -> str:
+    """The phase planes of image nb from x: the zero point everywhere, then each input row's
+    values at their phase, row and column, 4 channels interleaved (one loop per quad of
+    channel rows, which the compiler vectorizes as interleaving stores)."""
+    sh, sw, c = d["sh"], d["sw"], d["c"]
+
+    def quad(count: int) -> list[str]:
+        srcs = [f"const uint8_t *s{t} = xn + ((4 * cq + {t}) * {d['h']} + ih) * {d['w']} + iw0;" for t in range(count)]
+        body = " ".join(f"dst[4 * j + {t}] = (uint8_t)(s{t}[j * {sw}] ^ {flip});" for t in range(count))
+        return [*srcs, f"for (long j = 0; j < n; j++) {{ {body} }}"]
+
+    w = CWriter().line(f"memset(planes, xz, (size_t){d['phases'] * d['cq'] * d['plane'] * 4});")
+    with w.block(f"for (long cq = 0; cq < {d['cq']}; cq++)"):
+        with w.block(f"for (long ih = 0; ih < {d['h']}; ih++)"):
+            w.line(f"long ph = ih + {d['pt']}, a = ph % {sh}, r = ph / {sh};", f"if (r >= {d['hph']}) continue;")
+            with w.block(f"for (long b = 0; b < {sw}; b++)"):
+                # the first input column of phase b, its column in the plane, and how many
+                w.line(f"long iw0 = ((b - {d['pl']}) % {sw} + {sw}) % {sw}, col0 = (iw0 + {d['pl']}) / {sw};",
+                       f"long n = iw0 < {d['w']} ? ({d['w']} - iw0 + {sw} - 1) / {sw} : 0;",
+                       f"if (col0 + n > {d['wph']}) n = {d['wph']} - col0 > 0 ? {d['wph']} - col0 : 0;",
+                       f"uint8_t *dst = planes + ((((a * {sw} + b) * {d['cq']} + cq) * {d['plane']}) + "
+                       f"r * {d['wph']} + col0) * 4;")
+                if c % 4:
+                    with w.block(f"if (cq == {c // 4})"):
+                        w.line(*quad(c % 4), "continue;")
+                if c >= 4:
+                    w.line(*quad(4))
+    return w.text()
+
+
+def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
+    d = _layout(instr)
+    ops, _ = _roles(instr)
+    out, x, zx, zy = ops[0], ops[1], ops[3], ops[8]
+    flip = 128 if x.type.dtype is DType.INT8 else 0
+    signed_out = out.type.dtype is DType.INT8
+    lo, hi = (-128.0, 127.0) if signed_out else (0.0, 255.0)
+    if out.type.size == 0:
+        return "/* empty result */"
+    threads = int(param(instr, "threads", 1))
+    w = CWriter().line(
+        f"const uint8_t *x = {em.address(x)};",
+        f"uint8_t *y = {em.address(out)};",
+        f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(zx, const=True)}[0] ^ {flip});",
+        f"const double zy = (double){em.pointer(zy, const=True)}[0];",
+        f"const int8_t *wp = (const int8_t *){em.packed(instr, 0)};",
+        f"const int32_t *corr = {em.table(instr, 0)};",
+        f"const double *bias = {em.table(instr, 1)};",
+        f"const double *mult = {em.table(instr, 2)};",
+        f"const int64_t *koff = {em.table(instr, 3)};",
+        f"uint8_t *planes = (uint8_t *){em.scratch(instr)};",
+        f"/* {c_type(out.type.dtype)} output through its bytes */")
+    with w.block(f"for (long nb = 0; nb < {d['n']}; nb++)"):
+        w.line(f"const uint8_t *xn = x + nb * {d['c'] * d['h'] * d['w']};",
+               f"uint8_t *yn = y + nb * {d['m'] * d['oh'] * d['ow']};",
+               _plane_fill(d, flip))
+        if threads > 1:
+            w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
+        with w.block(f"for (long t = 0; t < {d['blocks'] * d['mblocks']}; t++)"):
+            w.line(f"long q0 = t / {d['mblocks']} * {QDC_NR}, mb = t % {d['mblocks']};",
+                   f"int32_t tile[{QDC_MR * QDC_NR}] __attribute__((aligned(64)));",
+                   "uint8_t row[64] __attribute__((aligned(64)));",
+                   f"ember_qdc_tile(planes + q0 * 4, koff, {d['groups']}, wp + mb * {d['groups'] * 4 * QDC_MR}, tile);")
+            with w.block(f"for (long r = 0; r < {QDC_MR}; r++)"):
+                w.line(f"long co = mb * {QDC_MR} + r;",
+                       f"if (co >= {d['m']}) break;",
+                       f"ember_qdc_requant(tile + r * 64, corr[co], bias[co], mult[co], zy, {lo}, {hi}, row);",
+                       f"ember_qdc_store(row, q0, {d['grid']}, {d['wph']}, {d['ow']}, yn + co * {d['oh'] * d['ow']});")
+    return w.text()
+
+
+# qconv_rows: the same planes, read as GEMM rows --------------------------------------------
+#
+# On small maps the 64-wide pixel vectors above mostly compute the grid's padding columns (7x7
+# outputs on a grid of 9 columns, 49 pixels in 64 lanes). There, pixels become the GEMM's rows
+# instead (6 at a time, output channels in 64-wide panels: the qgemm core of quantized.py):
+# each row gathers its k groups' 4-byte words from the planes (16 per AVX-512 gather), and
+# tiles are stored transposed into NCHW.
+
+
+def executed_macs(d: dict) -> tuple[int, int]:
+    """Products computed, padding included, by (qconv_direct, qconv_rows) for one image."""
+    direct = d["mblocks"] * QDC_MR * d["blocks"] * QDC_NR
+    pixels = d["oh"] * d["ow"]
+    rows = -(-pixels // QMR) * QMR * -(-d["m"] // QNR) * QNR
+    return direct * d["groups"] * 4, rows * d["groups"] * 4
+
+
+def _rows_apply(instr: Instr, options: KernelOptions) -> bool:
+    direct, rows = executed_macs(_layout(instr))
+    return _applies(instr, options) and rows < 0.9 * direct  # the gather costs: only clear wins
+
+
+def _direct_apply(instr: Instr, options: KernelOptions) -> bool:
+    return _applies(instr, options) and not _rows_apply(instr, options)
+
+
+def _rows_scratch(d: dict) -> dict[str, int]:
+    pixels = d["oh"] * d["ow"]
+    regions = {"planes": d["phases"] * d["cq"] * d["plane"] * 4, "col": pixels * d["groups"] * 4,
+               "rowsum": 4 * pixels, "alpha": 4 * pixels, "beta": 4 * d["m"], "g": 4 * d["m"]}
+    return {name: -(-size // 64) * 64 for name, size in regions.items()}
+
+
+def pack_rows_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 [M, C, KH, KW] as the GEMM's B [K, M] with k = (tap, channel quad, 4), channels
+    zero-padded to quads, in qgemm panels (and its column sums)."""
+    m, c, kh, kw = w.shape
+    cq = -(-c // 4)
+    padded = np.zeros((m, cq * 4, kh, kw), np.int8)
+    padded[:, :c] = w
+    b = padded.transpose(2, 3, 1, 0).reshape(kh * kw * cq * 4, m)
+    return pack_qpanels(np.ascontiguousarray(b))
+
+
+def _rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    d = _layout(instr)
+    w = _roles(instr)[0][4]
+    threads = threads_for(options.num_threads, d["n"] * d["oh"] * d["ow"] * d["m"] * d["groups"] * 4)
+    plan = KernelPlan({"threads": threads}, scratch_bytes=sum(_rows_scratch(d).values()))
+    panels, colsum = pack_rows_weights(w.constant())
+    plan.packed = [(w, "qpanels64_taps", panels), (w, "qcolsum_taps", colsum)]
+    plan.tables = _tables(instr, d)
+    return plan
+
+
+def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
+    d = _layout(instr)
+    ops, bias = _roles(instr)
+    out, x, zx, zy = ops[0], ops[1], ops[3], ops[8]
+    flip = 128 if x.type.dtype is DType.INT8 else 0
+    if out.type.size == 0:
+        return "/* empty result */"
+    pixels, k4, m = d["oh"] * d["ow"], d["groups"] * 4, d["m"]
+    offsets, at = {}, 0
+    for name, size in _rows_scratch(d).items():
+        offsets[name], at = at, at + size
+    base = f"((uint8_t *){em.scratch(instr)})"
+    kind = 2 if out.type.dtype is DType.INT8 else 1
+    w = CWriter().line(
+        f"const uint8_t *x = {em.address(x)};",
+        f"uint8_t *y = {em.address(out)};",
+        f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(zx, const=True)}[0] ^ {flip});",
+        f"const int8_t *bp = (const int8_t *){em.packed(instr, 0)};",
+        f"const int32_t *colsum = (const int32_t *){em.packed(instr, 1)};",
+        f"const double *mult = {em.table(instr, 2)};",
+        f"const int32_t *kword = {em.table(instr, 4)};",
+        f"const int32_t *bias = {em.pointer(bias, const=True) if bias is not None else 'NULL'};",
+        *(f"{t} *{name} = ({t} *)({base} + {offsets[name]});" for name, t in (
+            ("planes", "uint8_t"), ("col", "uint8_t"), ("rowsum", "int32_t"), ("alpha", "int32_t"),
+            ("beta", "int32_t"), ("g", "int32_t"))),
+        f"for (long i = 0; i < {pixels}; i++) alpha[i] = xz;",
+        f"for (long j = 0; j < {m}; j++) {{ beta[j] = 0; g[j] = -colsum[j]; }}")
+    with w.block(f"for (long nb = 0; nb < {d['n']}; nb++)"):
+        w.line(f"const uint8_t *xn = x + nb * {d['c'] * d['h'] * d['w']};",
+               _plane_fill(d, flip),
+               f"ember_qgather({pixels}, {d['groups']}, planes, kword, {d['ow']}, {d['wph']}, col);",
+               f"ember_qrows({pixels}, {k4}, col, {k4}, 0, rowsum, NULL);",
+               f"ember_qout o = {{ .kind = {kind}, .c = y + nb * {m * pixels}, .c_rs = 1, .c_cs = {pixels}, "
+               f".bias = bias, .a_scale = NULL, .b_scale = NULL, .b_step = 0, "
+               f".y_scale = 1.0, .y_zero = (double){em.pointer(zy, const=True)}[0], .mcol = mult }};",
+               f"ember_qgemm({pixels}, {m}, {k4}, col, {k4}, bp, rowsum, alpha, beta, g, &o, "
+               f"{int(param(instr, 'threads', 1))});")
+    return w.text()
+
+
+# Before qconv_im2col, which takes what these refuse; rows where it computes clearly less.
+C_KERNELS.add(Kernel("qconv_direct", ("QLinearConv",), emit_qconv_direct, accepts=_accepts, applies=_direct_apply,
+                     plan=_plan, preamble=QDC_C), first=True)
+C_KERNELS.add(Kernel("qconv_rows", ("QLinearConv",), emit_qconv_rows, accepts=_accepts, applies=_rows_apply,
+                     plan=_rows_plan, preamble=QGEMM_C), first=True)
+
+__all__ = ["QDC_MR", "QDC_NR", "executed_macs", "pack_qdc_weights", "pack_rows_weights"]
