@@ -33,6 +33,7 @@ from ember.graph import Graph, Node, Value
 from ember.graph.ir import Constant
 from ember.ops.quant import QuantizeAttrs
 from ember.quant.calibrate import METHODS, activation_range
+from ember.quant.integer_ops import quantize_residual_adds
 from ember.quant.profile import Profile, ProfileError
 from ember.quant.schemas import SCHEMAS, Schema, get_schema
 from ember.support.errors import EmberError
@@ -216,6 +217,7 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | N
             node.inputs[2] = ins.bias(node, b, chosen.bias_scale(x_scale, w_scale))
         _replace(graph, out, ins.qdq, out)
         count += 1
+    quantize_residual_adds(graph, ins, profile.tensors, keep)  # keeps residual Adds integer
     graph.sort()
     graph.remove_unused()
     return count
