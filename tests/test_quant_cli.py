@@ -225,3 +225,11 @@ def test_the_profile_carries_the_options_it_was_reported_with(tmp_path, model, c
     (tmp_path / "bad.json").write_text(text.replace('"schema": "power2"', '"colour": "red"'))
     with pytest.raises(ember.quant.ProfileError, match="malformed.*option colour"):
         Profile.load(tmp_path / "bad.json")
+
+
+def test_one_calibration_sample_and_no_eval_reports_on_that_sample(tmp_path, model, capsys):
+    data = _batches(tmp_path / "one.npz", n=1)
+    assert main(["quantize", str(model), "--calibration", str(data), "--backend", "interpreter",
+                 "-o", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "no held-out inputs" in out and "on 1 calibration sample(s)" in out

@@ -45,9 +45,10 @@ class OutputAccuracy:
 class AccuracyReport:
     samples: int
     outputs: list[OutputAccuracy]
+    inputs: str = "held-out"  # what the samples were
 
     def format(self) -> str:
-        lines = [f"accuracy of the quantized model against float on {self.samples} held-out sample(s):"]
+        lines = [f"accuracy of the quantized model against float on {self.samples} {self.inputs} sample(s):"]
         for o in self.outputs:
             line = (f"  output '{o.name}' {list(o.shape)}: max |error| {o.max_abs_error:.4g} (max |float| "
                     f"{o.max_abs_float:.4g}), cosine mean {o.cosine_mean:.5f} min {o.cosine_min:.5f}")
@@ -58,7 +59,7 @@ class AccuracyReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "outputs": [asdict(o) for o in self.outputs]}
+        return {"samples": self.samples, "inputs": self.inputs, "outputs": [asdict(o) for o in self.outputs]}
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -101,11 +102,14 @@ def compare_outputs(reference: Sequence[Outputs], actual: Sequence[Outputs],
 
 
 def accuracy_report(float_model: Runnable, quantized_model: Runnable, feeds: Sequence[Mapping[str, np.ndarray]],
-                    class_axes: Mapping[str, int] | None = None) -> AccuracyReport:
-    """Runs both models on every feed (held-out inputs) and compares their outputs."""
+                    class_axes: Mapping[str, int] | None = None, inputs: str = "held-out") -> AccuracyReport:
+    """Runs both models on every feed (held-out inputs; `inputs` says what they are, for the
+    text) and compares their outputs."""
     if not feeds:
         raise CalibrationError("an accuracy report needs at least one held-out input")
     # Copies: a backend may hand back the same output buffers on every run.
     reference = [{k: np.array(v) for k, v in float_model.run(feed).items()} for feed in feeds]
     actual = [{k: np.array(v) for k, v in quantized_model.run(feed).items()} for feed in feeds]
-    return compare_outputs(reference, actual, class_axes)
+    report = compare_outputs(reference, actual, class_axes)
+    report.inputs = inputs
+    return report
