@@ -206,6 +206,15 @@ NN = [
            _x(4)),
 ]
 
+with torch.random.fork_rng():
+    torch.manual_seed(0)
+    _LSTMS = [torch.nn.LSTM(5, 6, num_layers=2, bidirectional=True, batch_first=True).eval(),
+              torch.nn.LSTM(5, 6, bias=False).eval()]
+NN += [
+    OpCase("aten.lstm.input", lambda x: _LSTMS[0](x[:, :, :5])[0], _x(2, 4, 5)),
+    OpCase("aten.lstm.input", lambda x: _LSTMS[1](x[:, :, :5])[1][1], _x(3, 2, 5)),
+]
+
 REDUCE = [
     OpCase("aten.sum.dim_IntList", lambda x: x.sum(dim=(0, 2)), _x(3)),
     OpCase("aten.sum.dim_IntList", lambda x: (x > 0).sum(dim=1, keepdim=True), _x(3)),

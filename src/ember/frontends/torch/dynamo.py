@@ -100,6 +100,17 @@ def _as_array(tensor: torch.Tensor) -> np.ndarray:
     return tensor.numpy()
 
 
+def _concrete(args: Sequence[Any]) -> bool:
+    """Whether the arguments have concrete sizes (Dynamo's symbolic-shape graphs get their
+    example inputs with symbolic ones: those graphs compile at their first call)."""
+    for arg in args:
+        if isinstance(arg, torch.SymInt | torch.SymFloat | torch.SymBool):
+            return False
+        if isinstance(arg, torch.Tensor) and not all(isinstance(d, int) for d in arg.shape):
+            return False
+    return True
+
+
 class CompiledGraphModule:
     """What the backend returns to Dynamo: called with the graph's inputs, returns its outputs."""
 
@@ -122,7 +133,8 @@ class CompiledGraphModule:
         self._versions: dict[int, int] = {}
         self._cache: dict[tuple, _Entry] = {}
         self._lock = threading.Lock()
-        self._entry(example_inputs)  # compile now: unsupported ops fail at torch.compile's first call
+        if _concrete(example_inputs):  # compile now: unsupported ops fail at torch.compile's first call
+            self._entry(example_inputs)
 
     def _key(self, args: Sequence[Any]) -> tuple:
         return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a

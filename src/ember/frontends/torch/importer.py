@@ -3,7 +3,7 @@
 Parameters, buffers and lifted constants become graph constants; user inputs become
 placeholders of the static types torch recorded; each ATen node goes through its converter
 (converters/); outputs take the names of their place in the module's output structure
-(`last_hidden_state`, `0`, ...). Every ATen op without a converter is reported in one
+(`last_hidden_state`, `output_0`, ...). Every ATen op without a converter is reported in one
 UnsupportedOpError with the Python source line of each use, before anything is converted."""
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def _convert_node(graph: Graph, node: torch.fx.Node, env: dict[torch.fx.Node, An
 
 def output_names(program: ExportedProgram, count: int) -> list[str]:
     """A name per flat output from its place in the module's output structure: an attribute
-    or key ('logits'), else its index ('0', '1_2')."""
+    or key ('logits'), else its index ('output_0', 'output_1_2')."""
     spec = program.call_spec.out_spec
     if spec is None:
         return [str(i) for i in range(count)]
@@ -133,7 +133,8 @@ def output_names(program: ExportedProgram, count: int) -> list[str]:
     names = []
     for path, _ in paths:
         parts = [str(getattr(k, "name", getattr(k, "key", getattr(k, "idx", k)))) for k in path]
-        names.append(sanitize_identifier("_".join(parts) or "output"))
+        name = "_".join(parts)
+        names.append(sanitize_identifier(name) if name[:1].isalpha() else f"output_{name}" if name else "output")
     return _unique(names)
 
 
