@@ -59,10 +59,10 @@ def requant_library(tmp_path_factory):
     folder = tmp_path_factory.mktemp("requant")
     source = folder / "requant.c"
     source.write_text("#include <stdint.h>\n#include <string.h>\n" + PQ_C + """
-void requant_all(long n, const int64_t *t, const int32_t *q, const double *s, int32_t yz, int32_t lo, int32_t hi,
+void requant_all(long n, const int64_t *t, const int32_t *q, const float *s, int32_t yz, int32_t lo, int32_t hi,
                  int32_t *out)
 {
-    for (long i = 0; i < n; i++) out[i] = ember_pq_requant(t[i], q, s[0], s[1], s[2], yz, lo, hi);
+    for (long i = 0; i < n; i++) out[i] = ember_pq_requant(t[i], q, s, s + 1, s + 2, yz, lo, hi);
 }
 """)
     library = folder / "requant.so"
@@ -73,7 +73,7 @@ void requant_all(long n, const int64_t *t, const int32_t *q, const double *s, in
 
     def requant(t: np.ndarray, q: np.ndarray, scales: tuple, yz: int, lo: int, hi: int) -> np.ndarray:
         t, q = np.ascontiguousarray(t, np.int64), np.ascontiguousarray(q, np.int32)
-        s = np.array(scales, np.float64)
+        s = np.array(scales, np.float32)
         out = np.zeros(t.size, np.int32)
         pointer = ctypes.c_void_p
         lib.requant_all(ctypes.c_long(t.size), pointer(t.ctypes.data), pointer(q.ctypes.data), pointer(s.ctypes.data),
@@ -84,14 +84,14 @@ void requant_all(long n, const int64_t *t, const int32_t *q, const double *s, in
 
 
 def _scales() -> list[tuple[float, float, float]]:
-    """(a_scale, b_scale, y_scale) triples: float32 scales as quantizers make them; exact ties
-    at every odd t (m = 0.5), powers of two, 1/3, and multipliers too small or too large for
-    the fixed-point form (the float64 path alone)."""
+    """(a_scale, b_scale, y_scale) float32 triples as quantizers make them; exact ties at every
+    odd t (m = 0.5), powers of two, 1/3, 0.7, and multipliers too small or too large for the
+    fixed-point form (the float64 path alone)."""
     rng = np.random.default_rng(0)
-    made = [(float(F32(a)), float(F32(b)), float(F32(c)))
-            for a, b, c in zip(rng.random(12) * 0.1, rng.random(12) * 0.01, rng.random(12) * 0.1 + 1e-3, strict=True)]
-    special = [(m, 1.0, 1.0) for m in (0.5, 0.25, 1.0, 1 / 3, 7.0, 1e-3, 2.0**-40, 2.0**-60, 3e8)]
-    return special + made
+    made = [(a, b, c) for a, b, c in zip(rng.random(12) * 0.1, rng.random(12) * 0.01, rng.random(12) * 0.1 + 1e-3,
+                                         strict=True)]
+    special = [(m, 1.0, 1.0) for m in (0.5, 0.25, 1.0, 1 / 3, 0.7, 7.0, 1e-3, 2.0**-40, 2.0**-60, 3e8)]
+    return [tuple(float(F32(v)) for v in triple) for triple in special + made]
 
 
 def _m(scales: tuple[float, float, float]) -> float:
@@ -100,18 +100,20 @@ def _m(scales: tuple[float, float, float]) -> float:
 
 
 def test_requant_params_fixed_point_form():
-    q = requant_params(np.array([0.5, 2.0**-60, 0.0, np.nan, 3e8, 1e-3])).reshape(-1, 2)
-    assert q[0].tolist() == [2**30, 31]  # 0.5 = 2**30 / 2**31
-    assert (q[1:5, 1] == 0).all()  # no fixed-point form: the float64 product alone
-    multiplier, shift = q[5]
-    assert 2**30 <= multiplier < 2**31 and abs(Fraction(int(multiplier), 2**int(shift)) - Fraction(1e-3)) <= \
-        Fraction(1, 2**int(shift))
-    assert requant_params(np.array([2.0**-40]))[1] == 52  # capped: fewer bits of M, the same exactness
+    q = requant_params(np.array([0.5, 0.2, 2.0**-60, 0.0, np.nan, 1.0, 3e8, 1e-3])).reshape(-1, 2)
+    multipliers = q[:, 0].view(np.uint32)
+    assert (multipliers[0], q[0, 1]) == (2**31, 0)  # 0.5 = 2**31 / 2**32: 32 bits of M for m in [1/4, 1)
+    assert 2**30 <= multipliers[1] < 2**31 and q[1, 1] == 1
+    assert (q[2:7, 1] == -1).all()  # no fixed-point form: the float64 product alone
+    multiplier, k = int(multipliers[7]), int(q[7, 1])
+    assert 2**30 <= multiplier < 2**31 and abs(Fraction(multiplier, 2**(32 + k)) - Fraction(1e-3)) <= \
+        Fraction(1, 2**(33 + k))
+    assert requant_params(np.array([2.0**-40]))[1] == 20  # capped: fewer bits of M, the same exactness
 
 
 @pytest.mark.parametrize("yz,lo,hi", [(0, 0, 255), (128, 0, 255), (-5, -128, 127), (255, 0, 255)])
 def test_requant_matches_float64_rounding(requant_library, yz, lo, hi):
-    """clamp(rint(fl(t * m)) + yz): the fixed-point path and, forced (S = 0), the float64 one."""
+    """clamp(rint(fl(t * m)) + yz): the fixed-point path and, forced (k = -1), the float64 one."""
     rng = np.random.default_rng(yz & 0xFF)
     for scales in _scales():
         m = _m(scales)
@@ -123,7 +125,7 @@ def test_requant_matches_float64_rounding(requant_library, yz, lo, hi):
         expected = np.clip(np.rint(t.astype(np.float64) * m) + yz, lo, hi).astype(np.int32)
         np.testing.assert_array_equal(requant_library(t, q, scales, yz, lo, hi), expected, err_msg=f"{scales}")
         float_only = q.copy()
-        float_only[1] = 0
+        float_only[1] = -1
         np.testing.assert_array_equal(requant_library(t, float_only, scales, yz, lo, hi), expected,
                                       err_msg=f"{scales}")
 
@@ -226,7 +228,9 @@ CONVS = [  # x shape, w shape, strides, pads, dilations, group
     ((1, 1, 3, 3), (1, 1, 2, 2), (1, 1), (0, 0, 0, 0), (1, 1), 1),
     ((2, 3, 9, 8), (5, 3, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     ((1, 4, 10, 11), (6, 2, 3, 2), (2, 3), (1, 0, 2, 1), (1, 2), 2),
-    ((1, 8, 5, 5), (8, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8),
+    ((1, 8, 5, 5), (8, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 8),   # depthwise: direct
+    ((2, 5, 4, 3), (7, 5, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 1),   # pointwise: no bounds checks
+    ((1, 6, 5, 5), (6, 1, 2, 3), (2, 1), (0, 1, 1, 0), (2, 1), 6),   # depthwise strided, dilated
 ]
 
 
@@ -272,21 +276,25 @@ def test_forms_it_refuses_fall_back_to_the_x86_kernels_portable_path():
 # models and targets ------------------------------------------------------------------------
 
 def small_cnn():
-    """Conv + Relu, depthwise Conv + Relu, a strided Conv without bias, a MatMul without bias
-    (QLinearMatMul once quantized) and a Gemm with one (MatMulInteger + float bias)."""
+    """Conv + Relu, depthwise Conv + Relu, pointwise Conv + Relu, a strided Conv without bias, a
+    MatMul without bias (QLinearMatMul once quantized) and a Gemm with one (MatMulInteger +
+    float bias)."""
     rng = np.random.default_rng(3)
 
     def weight(name, *shape, s=0.3):
         return numpy_helper.from_array((rng.standard_normal(shape) * s).astype(np.float32), name)
 
     inits = [weight("c1w", 8, 1, 3, 3), weight("c1b", 8), weight("c2w", 8, 1, 3, 3), weight("c2b", 8),
-             weight("c3w", 16, 8, 3, 3, s=0.1), weight("mw", 144, 24, s=0.1), weight("gw", 10, 24, s=0.2),
+             weight("pw", 12, 8, 1, 1), weight("pb", 12), weight("c3w", 16, 12, 3, 3, s=0.1),
+             weight("mw", 144, 24, s=0.1), weight("gw", 10, 24, s=0.2),
              weight("gb", 10), numpy_helper.from_array(np.array([1, 144], np.int64), "shape")]
     nodes = [helper.make_node("Conv", ["x", "c1w", "c1b"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              helper.make_node("Conv", ["r1", "c2w", "c2b"], ["c2"], pads=[1, 1, 1, 1], group=8, name="depthwise"),
              helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-             helper.make_node("Conv", ["r2", "c3w"], ["c3"], pads=[1, 0, 1, 1], strides=[2, 2], name="conv3"),
+             helper.make_node("Conv", ["r2", "pw", "pb"], ["pc"], name="pointwise"),
+             helper.make_node("Relu", ["pc"], ["rp"], name="relu_pw"),
+             helper.make_node("Conv", ["rp", "c3w"], ["c3"], pads=[1, 0, 1, 1], strides=[2, 2], name="conv3"),
              helper.make_node("Reshape", ["c3", "shape"], ["flat"], name="flatten"),
              helper.make_node("MatMul", ["flat", "mw"], ["mm"], name="matmul"),
              helper.make_node("Relu", ["mm"], ["rm"], name="relu3"),

@@ -19,13 +19,15 @@ y = clamp(rint(fl(t * m)) + y_zero), t the exact integer accumulator (bias inclu
 a_scale * b_scale / y_scale in float64, fl the float64 product rounded to nearest even, rint
 half to even. A fixed-point multiplier cannot reproduce that in every case (ties are decided
 by bits the float64 product rounds away), so the kernel computes it exactly without float in
-all but those cases: with M = m * 2**S rounded (31 bits, 8 bytes a column with S), P = t * M
-(one 32 x 32 -> 64-bit multiply) is t * m within |t| / 2 + 2**(S-42) units of 2**-S; when P
-is farther than that from a tie of the rounding, rint(fl(t * m)) = floor((P + 2**(S-1)) / 2**S)
-exactly, and |P| >= 2**(S+10) saturates. Only within that margin (about one accumulator in
-10**7) does it compute m and fl(t * m) in double from the stored scales, as the interpreter
-does, and round the product's bits with integers. So a core with no floating-point unit runs
-QLinear* with no float at all almost always, and bit for bit always.
+all but those cases: with M = m * 2**(32+k) rounded to 32 bits (8 bytes a column with k), one
+32 x 32 -> 64-bit multiply and a shift by k give z = t * m in 32.32 fixed point within
+|t| / 2**(k+1) + 2 units of 2**-32; when z is farther than that from a tie of the rounding,
+rint(fl(t * m)) is its integer part rounded by its fraction's top bit, exactly, and an integer
+part beyond +-512 saturates. Only within that margin (fewer than one accumulator in a million
+in our measurements) does it compute m and fl(t * m) in double from the stored float32
+scales, as the interpreter does, and round the product's bits with integers. So a core with
+no floating-point unit runs QLinear* with no float at all almost always, and bit for bit
+always; the common path is 32-bit operations but the one multiply (SMULL/UMULL on Cortex-M).
 Imports numpy only."""
 from __future__ import annotations
 
@@ -35,9 +37,8 @@ from fractions import Fraction
 import numpy as np
 
 CAP_K = 33025  # 33025 * 255 * 255 < 2**31: every exact accumulator fits int32
-MAX_SHIFT = 52  # |t * M| < 2**31 * 2**31 and + 2**(S-1) stay within int64
-MIN_SHIFT = 21  # |t| / 2**(S+1) < 512 for any int32 t: |t * M| >= 2**(S+10) then saturates
-REQUANT_FIELDS = 2  # per column: multiplier M, shift S
+MAX_K = 20  # M = m * 2**(32 + k): at most 52 fractional bits
+REQUANT_FIELDS = 2  # per column: multiplier M, k
 
 PQ_C = r"""
 #if defined(__ARM_FEATURE_SIMD32) && defined(__GNUC__) && !defined(EMBER_PQ_PLAIN)
@@ -150,27 +151,39 @@ static int32_t ember_pq_round_bits(double d, int32_t yz, int32_t lo, int32_t hi)
     return (int32_t)(v < lo ? lo : v > hi ? hi : v);
 }
 
-/* clamp(rint(fl(t * m)) + yz, lo, hi) exactly as the interpreter computes it, m = sa * sb / sy
- * in float64, for the column's fixed-point form q = {M, S} (see qportable_core.requant_params;
- * S = 0: always the float64 product). */
-static int32_t ember_pq_requant(int64_t t, const int32_t *q, double sa, double sb, double sy, int32_t yz, int32_t lo,
-                                int32_t hi)
+/* The float64 requantization, for the rare accumulators near a tie (and multipliers without
+ * a fixed-point form): m = sa * sb / sy and fl(t * m) as the interpreter computes them. */
+static __attribute__((noinline)) int32_t ember_pq_requant_float(int64_t t, float sa, float sb, float sy, int32_t yz,
+                                                                int32_t lo, int32_t hi)
 {
-    int shift = q[1];
-    if (shift && t > -2147483648LL && t < 2147483648LL) {
-        int64_t p = (int64_t)(int32_t)t * q[0], big = (int64_t)1 << (shift + 10);
-        if (p >= big) return hi;                /* t * m >= 512: saturates whatever yz */
-        if (p <= -big) return lo;
-        int64_t u = p + ((int64_t)1 << (shift - 1));
-        uint64_t one = (uint64_t)1 << shift, rem = (uint64_t)u & (one - 1);
-        uint64_t margin = (uint64_t)(t < 0 ? -t : t) / 2 + (one >> 42) + 2;
-        if (rem > margin && rem < one - margin) {
-            int64_t v = (u >> shift) + yz;      /* >> of a negative int64: arithmetic in GCC and Clang */
-            return (int32_t)(v < lo ? lo : v > hi ? hi : v);
+    double m = (double)sa * (double)sb / (double)sy;
+    return ember_pq_round_bits((double)t * m, yz, lo, hi);
+}
+
+/* clamp(rint(fl(t * m)) + yz, lo, hi) exactly as the interpreter computes it, for the column's
+ * fixed-point form q = {M, k} (M = m * 2**(32 + k) rounded, unsigned; k < 0: none) and its
+ * scales (see qportable_core.requant_params). All 32-bit operations but one multiply. */
+static inline int32_t ember_pq_requant(int64_t t, const int32_t *q, const float *sa, const float *sb,
+                                       const float *sy, int32_t yz, int32_t lo, int32_t hi)
+{
+    int k = q[1];
+    if (k >= 0 && t > -2147483648LL && t < 2147483648LL) {
+        int32_t t32 = (int32_t)t;
+        uint64_t p = (uint64_t)((int64_t)t32 * (int64_t)(uint32_t)q[0]);
+        uint32_t plo = (uint32_t)p, phi = (uint32_t)(p >> 32);
+        /* z = p >> k (floor): t * m in 32.32 fixed point, integer part zhi, fraction zlo */
+        int32_t zhi = (int32_t)phi >> k;
+        uint32_t zlo = (plo >> k) | ((phi << 1) << (31 - k));
+        if (zhi >= 512) return hi;              /* t * m > 511.7: saturates whatever yz */
+        if (zhi < -512) return lo;
+        uint32_t from_tie = zlo ^ 0x80000000u;  /* 0 at a tie of rounding to nearest */
+        uint32_t margin = ((uint32_t)(t32 < 0 ? -t32 : t32) >> (k + 1)) + 3;
+        if (from_tie > margin && (uint32_t)-from_tie > margin) {
+            int32_t v = zhi + (int32_t)(zlo >> 31) + yz;
+            return v < lo ? lo : v > hi ? hi : v;
         }
     }
-    double m = sa * sb / sy;
-    return ember_pq_round_bits((double)t * m, yz, lo, hi);
+    return ember_pq_requant_float(t, *sa, *sb, *sy, yz, lo, hi);
 }
 """
 
@@ -193,18 +206,20 @@ def unpack_rows(packed: np.ndarray, n: int, k: int) -> np.ndarray:
 
 
 def requant_params(multipliers: np.ndarray) -> np.ndarray:
-    """Per multiplier m (float64) the int32 pair ember_pq_requant reads: M = m * 2**S rounded
-    (< 2**31) and S (at most 52). S = 0 (the float64 product only) where m is not a positive
-    finite number below 2**10 (S >= 21 keeps |t| / 2**(S+1) < 512 for any int32 t)."""
-    out = np.zeros((multipliers.size, REQUANT_FIELDS), np.int32)
+    """Per multiplier m (float64) the int32 pair ember_pq_requant reads: M = m * 2**(32 + k)
+    rounded, an unsigned 32-bit value (stored as int32 bits), and k in [0, 20]: as many bits
+    of m as 31 hold (32 for m in [1/4, 1)). k = -1 (the float64 product only) where m is not
+    a positive finite number below 1."""
+    out = np.zeros((multipliers.size, REQUANT_FIELDS), np.int64)
+    out[:, 1] = -1
     for row, m in zip(out, multipliers.astype(np.float64).reshape(-1), strict=True):
-        if not (math.isfinite(m) and 0 < m < 2**10):
+        if not (math.isfinite(m) and 0 < m < 1):
             continue
         exact = Fraction(float(m))
-        shift = min(30 - math.floor(math.log2(m)), MAX_SHIFT)
-        if round(exact * 2**shift) >= 2**31:  # log2 rounded up, or m * 2**S rounded up to 2**31
-            shift -= 1
+        shift = min(max(30 - math.floor(math.log2(m)), 32), 32 + MAX_K)
+        if round(exact * 2**shift) >= 2**32:  # m * 2**32 rounded up to 2**32
+            continue
         multiplier = round(exact * 2**shift)
-        if shift >= MIN_SHIFT and multiplier > 0:
-            row[:] = (multiplier, shift)
-    return out.reshape(-1)
+        if multiplier > 0:
+            row[:] = (multiplier, shift - 32)
+    return out.astype(np.uint32).view(np.int32).reshape(-1)

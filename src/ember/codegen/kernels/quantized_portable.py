@@ -33,6 +33,7 @@ from ember.lir.ir import Buffer, Instr
 from ember.types import DType, TensorType
 
 BYTES = (DType.INT8, DType.UINT8)
+DEPTHWISE_TAPS = 64  # depthwise windows up to this many taps run direct, their weights in a local array
 
 
 @dataclass
@@ -85,8 +86,8 @@ def _check_common(view: OpView, roles: _Roles, rows: int, cols: int) -> str | No
         return f"{view.op} output of type {out.dtype if out else None} has no portable int8 kernel"
     for t in (roles.sa, roles.sb, roles.sy):
         tt = _type(t)
-        if tt is not None and tt.dtype not in (DType.FLOAT32, DType.FLOAT64):
-            return f"{view.op} with {tt.dtype} scales has no portable int8 kernel"
+        if tt is not None and tt.dtype is not DType.FLOAT32:
+            return f"{view.op} with {tt.dtype} scales has no portable int8 kernel (float32 only)"
     for what, t, per in (("A zero point", roles.za, rows), ("B zero point", roles.zb, cols), ("A scale", roles.sa, 1),
                          ("B scale", roles.sb, cols), ("output scale", roles.sy, cols),
                          ("output zero point", roles.zy, cols)):
@@ -217,9 +218,9 @@ def _store(em: Emitter, roles: _Roles, target: str, acc: str, column: str, bias:
 
 
 def _scale(name: str, buffer: object, index: str) -> str:
-    """A scale (per tensor or per `index`) as double, for the rare float64 requantization."""
+    """A pointer to a scale (per tensor or per `index`), for the rare float64 requantization."""
     assert isinstance(buffer, Buffer)
-    return f"(double){name}[{index if buffer.type.size > 1 else '0'}]"
+    return f"{name} + {index}" if buffer.type.size > 1 else name
 
 
 def _prelude(em: Emitter, instr: Instr, roles: _Roles, k4: int) -> list[str]:
@@ -286,28 +287,54 @@ def emit_conv(em: Emitter, instr: Instr) -> str:
     bias = f"(int64_t){_param('bias', roles.bias, 'oc')}" if isinstance(roles.bias, Buffer) else ""
     w = CWriter().line(f"const {xt} *restrict x = {em.pointer(x, const=True)};", *_prelude(em, instr, roles, k4),
                        f"const int32_t xz = {_param('za', roles.za, '0')};")
+    store = _store(em, roles, f"y[(nb * {out_channels} + oc) * {oh * ow} + p]", "acc", "oc", bias)
+    inside = f"ih >= 0 && ih < {height} && iw >= 0 && iw < {width}"
     w.line(f"for (long nb = 0; nb < {batch}; nb++)")
+    if cg == 1 and mg == 1 and kh * kw <= DEPTHWISE_TAPS:
+        # Depthwise: each output is its channel's taps against kh*kw centered weights, direct.
+        with w.block(f"for (long oc = 0; oc < {groups}; oc++)"):
+            w.line(f"const {xt} *xg = x + (nb * {channels} + oc) * {height * width};",
+                   f"const int8_t *wg = wr + oc * {k4};",
+                   f"int32_t wc[{kh * kw}], beta = {_beta(roles, 'oc')};",
+                   # tap t sits at (t & ~3) | swap of its two low bits in the SXTB16 order
+                   f"for (int t = 0; t < {kh * kw}; t++) wc[t] = (int32_t)wg[(t & ~3) | ((t & 1) << 1) | "
+                   "((t >> 1) & 1)] - beta;")
+            with w.block(f"for (long p = 0; p < {oh * ow}; p++)"):
+                w.line(f"long oy = p / {ow}, ox = p % {ow};", "int32_t acc = 0;",
+                       f"for (long u = 0; u < {kh}; u++) {{",
+                       f"    long ih = oy * {sh} - {pt} + u * {dh};",
+                       f"    for (long v = 0; v < {kw}; v++) {{",
+                       f"        long iw = ox * {sw} - {pl} + v * {dw};",
+                       f"        if ({inside}) acc += ((int32_t)xg[ih * {width} + iw] - xz) * wc[u * {kw} + v];",
+                       "    }",
+                       "}",
+                       store)
+        return w.text()
     with w.block(f"for (long g = 0; g < {groups}; g++)"):
         w.line(f"const {xt} *xg = x + (nb * {channels} + g * {cg}) * {height * width};")
         with w.block(f"for (long p = 0; p < {oh * ow}; p++)"):
             # One output pixel's taps, centered by the zero point (padding reads it: 0).
-            w.line(f"long oy = p / {ow}, ox = p % {ow}, kk = 0;", "int32_t asum = 0;",
-                   f"for (long c = 0; c < {cg}; c++) for (long u = 0; u < {kh}; u++) {{",
-                   f"    long ih = oy * {sh} - {pt} + u * {dh};",
-                   f"    for (long v = 0; v < {kw}; v++, kk++) {{",
-                   f"        long iw = ox * {sw} - {pl} + v * {dw};",
-                   f"        int32_t t = ih >= 0 && ih < {height} && iw >= 0 && iw < {width} "
-                   f"? (int32_t)xg[(c * {height} + ih) * {width} + iw] - xz : 0;",
-                   "        ac[kk] = (int16_t)t;",
-                   "        asum += t;",
-                   "    }",
-                   "}",
-                   f"for (; kk < {k4}; kk++) ac[kk] = 0;",
-                   f"ember_pq_dots(ac, wr + g * {mg * k4}, {k4}, {mg}, dots);")
+            if kh == kw == 1 and (sh, sw) == (1, 1) and not any(attrs.pads):
+                w.line("int32_t asum = 0;",
+                       f"for (long c = 0; c < {cg}; c++) {{ int32_t t = (int32_t)xg[c * {height * width} + p] - xz; "
+                       "ac[c] = (int16_t)t; asum += t; }",
+                       f"for (long kk = {cg}; kk < {k4}; kk++) ac[kk] = 0;")
+            else:
+                w.line(f"long oy = p / {ow}, ox = p % {ow}, kk = 0;", "int32_t asum = 0;",
+                       f"for (long c = 0; c < {cg}; c++) for (long u = 0; u < {kh}; u++) {{",
+                       f"    long ih = oy * {sh} - {pt} + u * {dh};",
+                       f"    for (long v = 0; v < {kw}; v++, kk++) {{",
+                       f"        long iw = ox * {sw} - {pl} + v * {dw};",
+                       f"        int32_t t = {inside} ? (int32_t)xg[(c * {height} + ih) * {width} + iw] - xz : 0;",
+                       "        ac[kk] = (int16_t)t;",
+                       "        asum += t;",
+                       "    }",
+                       "}",
+                       f"for (; kk < {k4}; kk++) ac[kk] = 0;")
+            w.line(f"ember_pq_dots(ac, wr + g * {mg * k4}, {k4}, {mg}, dots);")
             with w.block(f"for (long j = 0; j < {mg}; j++)"):
-                w.line(f"long oc = g * {mg} + j;",
-                       f"int32_t acc = ember_pq_acc(dots[j], {_beta(roles, 'oc')}, asum);",
-                       _store(em, roles, f"y[(nb * {out_channels} + oc) * {oh * ow} + p]", "acc", "oc", bias))
+                w.line(f"long oc = g * {mg} + j;", f"int32_t acc = ember_pq_acc(dots[j], {_beta(roles, 'oc')}, asum);",
+                       store)
     return w.text()
 
 
