@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -24,13 +23,40 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ember.driver import STAGES
-from ember.support.errors import EmberError
+from ember.support.errors import EmberError, ModelImportError, UnsupportedError
+from ember.tools.common import (
+    EXIT_ACCURACY,
+    EXIT_COMPILE,
+    EXIT_ERROR,
+    REFERENCE_HELP,
+    CommandError,
+    add_compile_options,
+    check_outputs,
+    check_reference_names,
+    compile_for_command,
+    load_feeds,
+    positive_int,
+    read_reference,
+)
 
 if TYPE_CHECKING:
     from ember.passes import PassManager, PassRegistry
 
-_REFERENCE_HELP = ("an .npz holding in_<input name> arrays (used as inputs) and out_<i> arrays "
-                   "(the expected outputs, in model output order)")
+_EXAMPLES = """examples:
+  ember run model.onnx                          compile on cpu, run on random inputs, print latency
+  ember run model.onnx --reference ref.npz      inputs and expected outputs from an .npz
+  ember profile model.onnx -o trace.json        time every step; open the trace in ui.perfetto.dev
+  ember debug model.onnx                        find the first node whose output diverges
+  ember dump model.onnx --stage lir             the compiled program, every kernel choice
+  ember bundle model.onnx --target cortex-m4 -o out   C and weights for a microcontroller
+
+exit codes: 0 ok, 1 error, 2 usage error, 3 the model could not be compiled, 4 accuracy check failed
+"""
+_RUN_EXAMPLES = """examples:
+  ember run model.onnx --threads 2 --repeat 100 --json
+  ember run model.onnx --input input=x.npy --save outs/
+  ember run model.onnx --reference ref.npz --rtol 1e-3 --atol 1e-5   (exit code 4 when it fails)
+"""
 
 
 _PRECISION_HELP = ("bf16: convolutions and GEMMs with weights on bf16 kernels (cpu, AVX512-BF16), float32 "
@@ -38,24 +64,25 @@ _PRECISION_HELP = ("bf16: convolutions and GEMMs with weights on bf16 kernels (c
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ember", description="Ember neural-network compiler")
-    commands = parser.add_subparsers(dest="command", required=True)
+    import ember
+    from ember.tools import add_commands
 
-    run = commands.add_parser("run", help="compile a model, run it, print outputs and latency")
-    run.add_argument("model")
-    run.add_argument("--backend", default="interpreter",
-                     help="a backend, several in priority order (cpu,interpreter: the model is partitioned) "
-                          "or auto (partitioned by estimated cost)")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
-    run.add_argument("--reference", metavar="REF.npz", help=_REFERENCE_HELP)
-    run.add_argument("--tolerance", type=float, default=1e-4,
-                     help="max |error| relative to max(1, max |reference|) (default 1e-4)")
-    run.add_argument("--repeat", type=int, default=10, help="timed runs for the latency (default 10)")
-    run.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...",
-                     help="bind an input's symbolic dimensions")
+    parser = argparse.ArgumentParser(prog="ember", description="Ember neural-network compiler",
+                                     epilog=_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"ember {ember.__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run", help="compile a model, run it, print outputs, latency and an optional reference check",
+        epilog=_RUN_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_compile_options(run)
+    run.add_argument("--reference", metavar="REF.npz", help=REFERENCE_HELP)
+    run.add_argument("--rtol", type=float, default=1e-4,
+                     help="relative tolerance of the reference check (default 1e-4), as numpy.testing.assert_allclose")
+    run.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    run.add_argument("--repeat", type=positive_int, default=10, help="timed runs for the latency (default 10)")
     run.add_argument("--save", metavar="DIR", help="save outputs as DIR/output_<i>.npy")
-    run.add_argument("--threads", type=int, help="threads for native backends (default: all cores)")
-    run.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
+    run.add_argument("--json", action="store_true", help="print outputs' statistics, checks and timings as JSON")
 
     dump = commands.add_parser("dump", help="print one compilation stage")
     dump.add_argument("model")
@@ -130,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     quantize.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     quantize.add_argument("-o", "--output", required=True, metavar="PROFILE", help="the profile file (JSON)")
 
+    add_commands(commands)
+
     args = parser.parse_args(argv)
     try:
+        if hasattr(args, "handler"):
+            return int(args.handler(args))
         if args.command == "quantize":
             return _quantize(args)
         if args.command == "run":
@@ -143,9 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "opt":
             return _opt(args)
         return _dump(args)
+    except CommandError as err:
+        print(f"ember: error: {err}", file=sys.stderr)
+        return err.code
+    except (ModelImportError, UnsupportedError) as err:
+        print(f"ember: error: {err}", file=sys.stderr)
+        return EXIT_COMPILE
     except EmberError as err:
         print(f"ember: error: {err}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
 
 
 def _shapes(items: list[str]) -> dict[str, tuple[int, ...]] | None:
@@ -159,88 +196,66 @@ def _shapes(items: list[str]) -> dict[str, tuple[int, ...]] | None:
     return shapes or None
 
 
-def _inputs(model: Any, items: list[str], reference: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    given: dict[str, np.ndarray] = {}
-    for item in items:
-        name, _, path = item.partition("=")
-        if not path:
-            raise EmberError(f"--input {item!r} is not NAME=FILE.npy")
-        try:
-            given[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise EmberError(f"cannot read input '{name}' from {path}: {err}") from None
-    rng = np.random.default_rng(0)
-    for spec in model.inputs:
-        if spec.name in given:
-            continue
-        if f"in_{spec.name}" in reference:
-            given[spec.name] = reference[f"in_{spec.name}"]
-        elif not hasattr(spec, "type"):  # a DynamicInput: its size is the user's to say
-            raise EmberError(f"input '{spec.name}' has symbolic dimensions {list(spec.dims)}: pass --input "
-                             f"{spec.name}=FILE.npy or bind them with --shape {spec.name}=D0,D1,...")
-        elif spec.type.dtype.is_float:
-            given[spec.name] = rng.standard_normal(spec.type.shape).astype(spec.type.dtype.numpy)
-        else:
-            given[spec.name] = np.zeros(spec.type.shape, spec.type.dtype.numpy)
-    return given
-
-
 def _run(args: argparse.Namespace) -> int:
-    import ember
-    from ember.heterogeneous import backend_spec
-
+    compiled = compile_for_command(args)
+    model = compiled.model
+    reference = read_reference(args.reference)
+    if reference:
+        check_reference_names(reference, model.input_names, model.output_names, args.reference)
+    inputs = load_feeds(model.inputs, args.input, reference)
     start = time.perf_counter()
-    model = ember.compile(args.model, backend=backend_spec(args.backend), input_shapes=_shapes(args.shape),
-                          num_threads=args.threads, precision=args.precision)
-    compile_seconds = time.perf_counter() - start
-    reference: dict[str, np.ndarray] = {}
-    if args.reference:
-        try:
-            reference = dict(np.load(args.reference, allow_pickle=False))
-        except (OSError, ValueError) as err:
-            raise EmberError(f"cannot read reference {args.reference}: {err}") from None
-    inputs = _inputs(model, args.input, reference)
     outputs = model.run(inputs)
+    first_run = time.perf_counter() - start
     times = []
-    for _ in range(max(args.repeat, 1)):
+    for _ in range(args.repeat):
         start = time.perf_counter()
         model.run(inputs)
         times.append(time.perf_counter() - start)
-
-    print(f"model: {args.model} (backend {model.backend}, compiled in {compile_seconds:.2f} s)")
-    for name, value in outputs.items():
-        print(f"output {name}: {value.dtype}{list(value.shape)} mean={float(np.mean(value)):.6g} "
-              f"min={float(np.min(value)):.6g} max={float(np.max(value)):.6g}")
-    status = 0
-    if reference:
-        status = _compare(outputs, reference, args.tolerance)
-    print(f"latency: median {statistics.median(times) * 1e3:.3f} ms over {len(times)} runs")
+    checks = check_outputs(outputs, reference, args.rtol, args.atol) if reference else []
+    latency = latency_summary(times)
+    status = EXIT_ACCURACY if any(not check.ok for check in checks) else 0
     if args.save:
         folder = Path(args.save)
-        folder.mkdir(parents=True, exist_ok=True)
-        for index, value in enumerate(outputs.values()):
-            # Files are named by position: output names come from the model file.
-            np.save(folder / f"output_{index}.npy", value)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for index, value in enumerate(outputs.values()):
+                # Files are named by position: output names come from the model file.
+                np.save(folder / f"output_{index}.npy", value)
+        except OSError as err:
+            raise EmberError(f"cannot save outputs in {folder}: {err}") from None
+    if args.json:
+        print(json.dumps({
+            "model": args.model, "backend": model.backend, "compile_seconds": compiled.seconds,
+            "first_run_ms": first_run * 1e3, "latency_ms": latency,
+            "outputs": {name: _statistics(value) for name, value in outputs.items()},
+            "checks": [{"output": c.name, "ok": c.ok, "detail": c.detail, "max_abs_error": c.max_abs_error}
+                       for c in checks],
+        }, indent=1))
+        return status
+    print(f"model: {args.model} (backend {model.backend}, compiled in {compiled.seconds:.2f} s)")
+    for name, value in outputs.items():
+        stats = _statistics(value)
+        print(f"output {name}: {stats['dtype']}{stats['shape']} mean={stats['mean']:.6g} "
+              f"min={stats['min']:.6g} max={stats['max']:.6g}")
+    for check in checks:
+        print(f"check {check.name}: {'ok' if check.ok else 'FAIL'} ({check.detail})")
+    print(f"latency: median {latency['median']:.3f} ms, min {latency['min']:.3f}, p90 {latency['p90']:.3f}, "
+          f"p99 {latency['p99']:.3f} over {len(times)} runs; {1e3 / latency['median']:.1f} runs/s; "
+          f"first run {first_run * 1e3:.3f} ms")
     return status
 
 
-def _compare(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray], tolerance: float) -> int:
-    status = 0
-    for index, (name, value) in enumerate(outputs.items()):
-        expected = reference.get(f"out_{index}")
-        if expected is None:
-            continue
-        if expected.shape != value.shape:
-            print(f"check {name}: FAIL shape {list(value.shape)} vs reference {list(expected.shape)}")
-            status = 1
-            continue
-        error = float(np.max(np.abs(value.astype(np.float64) - expected))) if value.size else 0.0
-        scale = max(1.0, float(np.max(np.abs(expected)))) if expected.size else 1.0
-        ok = error / scale <= tolerance
-        status |= 0 if ok else 1
-        print(f"check {name}: {'ok' if ok else 'FAIL'} (max abs error {error:.3g}, relative {error / scale:.3g}, "
-              f"tolerance {tolerance:g})")
-    return status
+def latency_summary(times: list[float]) -> dict[str, float]:
+    """Milliseconds: min, median, p90, p99 (linear interpolation) and mean of run times."""
+    ms = np.asarray(times) * 1e3
+    return {"min": float(ms.min()), "median": float(np.median(ms)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()), "runs": len(times)}
+
+
+def _statistics(value: np.ndarray) -> dict[str, Any]:
+    numeric = value.size and value.dtype.kind in "biuf"
+    return {"dtype": str(value.dtype), "shape": list(value.shape),
+            **{key: float(getattr(np, key)(value)) if numeric else float("nan") for key in ("mean", "min", "max")}}
 
 
 def _dump(args: argparse.Namespace) -> int:

@@ -3,12 +3,15 @@ instruction, each kernel being the op table's reference semantics. It is the ora
 other backend is tested against, so it favours obviously-correct over fast."""
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ember.backends.api import Backend
+from ember.backends.profiling import StepHook, StepTimes, step_infos
 from ember.graph import Graph, Node
 from ember.lir.chain import ELEMENTWISE_CHAIN, chain_steps, run_steps
 from ember.lir.ir import COPY, MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
@@ -81,6 +84,28 @@ class InterpretedProgram:
         return files, {"weights": table}
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self._run(inputs, None)
+
+    def run_profiled(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], StepTimes]:
+        """Outputs and each instruction's time in one run (backends/profiling.py)."""
+        stamps: list[float] = []
+
+        def stamp(k: int, *_: object) -> bool:
+            stamps.append(time.perf_counter())
+            return False
+
+        outputs = self._run(inputs, stamp)
+        steps = step_infos(self.program)
+        begin = stamps[0]
+        return outputs, StepTimes(steps, [t - begin for t in stamps[:-1]],
+                                  [b - a for a, b in itertools.pairwise(stamps)], stamps[-1] - begin)
+
+    def run_stepwise(self, inputs: Sequence[np.ndarray], hook: StepHook) -> list[np.ndarray]:
+        """Runs with `hook(k, arena, inputs, outputs)` before each instruction k and after the
+        last (backends/profiling.py); a hook returning True stops the run."""
+        return self._run(inputs, hook)
+
+    def _run(self, inputs: Sequence[np.ndarray], hook: StepHook | None) -> list[np.ndarray]:
         arena = np.full(self.arena_bytes, 0xFF, dtype=np.uint8)
         env: Env = {id(w): w.constant() for w in self.program.weights}
         for buffer, array in zip(self.program.inputs, inputs, strict=True):
@@ -94,8 +119,12 @@ class InterpretedProgram:
             root, offset = resolve_address(view)
             env[id(view)] = _typed(env[id(root)].reshape(-1).view(np.uint8), offset, view)
         with np.errstate(all="ignore"):
-            for step in self.steps:
+            for k, step in enumerate(self.steps):
+                if hook is not None and hook(k, arena, inputs, outputs):
+                    return outputs
                 step(env)
+        if hook is not None:
+            hook(len(self.steps), arena, inputs, outputs)
         return outputs
 
 

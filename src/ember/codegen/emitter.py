@@ -45,6 +45,8 @@ class CodegenOptions:
 
     entry: str = "ember_run"
     static_entry: bool = False
+    # Also emit `ember_instrumented_run` (see instrumented_entry): per-step timers and a hook.
+    instrumented: bool = False
 
 
 @dataclass
@@ -56,6 +58,8 @@ class CProgram:
     arena_bytes: int
     entry: str = "ember_run"
     errors: dict[int, str] = field(default_factory=dict)
+    # The program's instruction index of each step function, in call order.
+    steps: list[int] = field(default_factory=list)
 
     @property
     def digest(self) -> str:
@@ -201,7 +205,7 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
            "#define EMBER_ROUND_EACH_OP", "#else", "#define EMBER_STEP static int",
            "#define EMBER_STEP_ROUNDED static int", "#define EMBER_ROUND_EACH_OP", "#endif", "")
     params = "const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A"
-    steps = []
+    steps: list[int] = []
     for index, instr, kernel in kernels:
         emitter.instr_index = index
         code = kernel.emit(emitter, instr)
@@ -216,7 +220,7 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
                 w.line(code.strip("\n"))
             w.line("return 0;")
         w.line("")
-        steps.append(f"step{index}")
+        steps.append(index)
     linkage = "static int" if opts.static_entry else "int"
     w.line(f"{linkage} {opts.entry}(const uint8_t *restrict W, uint8_t *const *restrict in, "
            "uint8_t *const *restrict out,",
@@ -224,10 +228,43 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
     with w.block():
         w.line("int status;", "(void)status;")
         for step in steps:
-            w.line(f"if ((status = {step}(W, in, out, A)) != 0) return status;")
+            w.line(f"if ((status = step{step}(W, in, out, A)) != 0) return status;")
         w.line("return 0;")
-    source = w.text() + "\n"
-    return CProgram(source, emitter.blob.data, emitter.arena_bytes, opts.entry, emitter.errors)
+    source = w.text() + "\n" + (instrumented_entry(steps) if opts.instrumented else "")
+    return CProgram(source, emitter.blob.data, emitter.arena_bytes, opts.entry, emitter.errors, steps)
+
+
+INSTRUMENTED_ENTRY = "ember_instrumented_run"
+
+
+def instrumented_entry(steps: list[int]) -> str:
+    """C appended to a program's translation unit (it calls the static step functions):
+
+        int ember_instrumented_run(W, in, out, A, uint64_t *T, int (*hook)(int))
+
+    Around step k it stores CLOCK_MONOTONIC nanoseconds in T[2k] and T[2k+1] (T holds
+    2 * steps + 2 values; the last two bracket the whole run); `hook`, if not NULL, is called
+    with k before step k and with the step count after the last, outside the timed spans (a
+    debugger reads buffers there), and a nonzero return stops the run. Returns what ember_run
+    returns, or -1 when the hook stopped it. Built only when a profile or debugger asks: the
+    plain entry carries no timers."""
+    w = CWriter()
+    w.line("#include <time.h>", "static uint64_t ember_now_ns(void)")
+    with w.block():
+        w.line("struct timespec t;", "clock_gettime(CLOCK_MONOTONIC, &t);",
+               "return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;")
+    w.line(f"int {INSTRUMENTED_ENTRY}(const uint8_t *restrict W, uint8_t *const *restrict in, "
+           "uint8_t *const *restrict out,",
+           "                           uint8_t *restrict A, uint64_t *restrict T, int (*hook)(int))")
+    with w.block():
+        w.line("int status;", "(void)status;", f"T[{2 * len(steps)}] = ember_now_ns();")
+        for k, step in enumerate(steps):
+            w.line(f"if (hook && hook({k})) return -1;", f"T[{2 * k}] = ember_now_ns();",
+                   f"status = step{step}(W, in, out, A);", f"T[{2 * k + 1}] = ember_now_ns();",
+                   "if (status != 0) return status;")
+        w.line(f"if (hook && hook({len(steps)})) return -1;", f"T[{2 * len(steps) + 1}] = ember_now_ns();",
+               "return 0;")
+    return w.text() + "\n"
 
 
 def _library() -> str:

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
 from ember.backends import Executable
 from ember.support.errors import EmberError, InputError, QueueFullError
 from ember.types import TensorType
+
+if TYPE_CHECKING:
+    from ember.runtime.profile import RunProfile
 
 
 @dataclass(frozen=True)
@@ -70,13 +74,37 @@ class CompiledModel:
     def output_names(self) -> list[str]:
         return [spec.name for spec in self.outputs]
 
-    def run(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    @overload
+    def run(self, inputs: Mapping[str, Any], profile: Literal[False] = False) -> dict[str, np.ndarray]: ...
+
+    @overload
+    def run(self, inputs: Mapping[str, Any], profile: Literal[True]) -> tuple[dict[str, np.ndarray], RunProfile]: ...
+
+    def run(self, inputs: Mapping[str, Any], profile: bool = False) -> Any:
+        """Outputs by name. With profile=True, (outputs, RunProfile): the time of every step of
+        this run (runtime/profile.py); the cpu backend builds its timed library on first use."""
+        if profile:
+            return self._run_profiled(inputs)
         arrays = self._validate(inputs)
         if self._limit is None:
             results = self._executable.run(arrays)
         else:
             results = self._run_admitted(arrays)
         return {spec.name: value for spec, value in zip(self.outputs, results, strict=True)}
+
+    def _run_profiled(self, inputs: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], RunProfile]:
+        from ember.runtime.profile import RunProfile
+
+        run_profiled = getattr(self._executable, "run_profiled", None)
+        if run_profiled is None:
+            raise EmberError(f"backend '{self.backend}' cannot profile runs ({type(self._executable).__name__} has "
+                             "no per-step timers; the cpu backend and the interpreter have, a saved model has not)")
+        arrays = self._validate(inputs)
+        start = time.perf_counter()
+        results, times = run_profiled(arrays)
+        wall = time.perf_counter() - start
+        outputs = {spec.name: value for spec, value in zip(self.outputs, results, strict=True)}
+        return outputs, RunProfile(self.backend, [times], [wall])
 
     def _run_admitted(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         with self._admission:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
 from ember.backends.cpu.features import has_avx512_bf16
+from ember.backends.cpu.instrumented import InstrumentedNativeProgram
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
@@ -117,10 +118,12 @@ class CpuBackend(Backend):
 
     def compile(self, program: Program) -> NativeProgram:
         cprogram = self.generate(program)
-        library = build_library(cprogram.source, extra_flags=[*self.compile_flags], sanitize=self.sanitize,
-                                march=self.march, extra_sources=dict(self.c_sources),
-                                link_flags=[*self.link_flags])
-        return NativeProgram(library, cprogram, program)
+        return InstrumentedNativeProgram(self._build(cprogram.source), cprogram, program, self._build)
+
+    def _build(self, source: str) -> Path:
+        """A library of `source` with this backend's flags, sources and link flags."""
+        return build_library(source, extra_flags=[*self.compile_flags], sanitize=self.sanitize, march=self.march,
+                             extra_sources=dict(self.c_sources), link_flags=[*self.link_flags])
 
 
 def check_precision(precision: str) -> str:

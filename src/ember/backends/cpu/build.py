@@ -73,12 +73,23 @@ def _write_runtime(folder: Path) -> None:
         (folder / name).write_text(runtime_source(name))
 
 
+def _runtime_path(compiler: str, flags: list[str]) -> Path:
+    sources = "\0".join(runtime_source(name) for name in RUNTIME_SOURCES)
+    return cache_folder("cpu") / f"runtime-{_key(sources, compiler_identity(compiler), *flags)}.o"
+
+
+def library_is_built(march: str | None = None) -> bool:
+    """Whether the kernel library for the host (or `march`) is in the cache already: when it
+    is not, the next compile builds it first (seconds; tools say so)."""
+    compiler = find_compiler()
+    return intact(_runtime_path(compiler, BASE_FLAGS + target_flags(march)))
+
+
 def _runtime_object(compiler: str, flags: list[str]) -> Path:
     """The kernel library compiled once per (sources, compiler, flags) into one relocatable
     object reused by every model library."""
-    sources = "\0".join(runtime_source(name) for name in RUNTIME_SOURCES)
-    folder = cache_folder("cpu")
-    obj = folder / f"runtime-{_key(sources, compiler_identity(compiler), *flags)}.o"
+    obj = _runtime_path(compiler, flags)
+    folder = obj.parent
     if intact(obj):
         return obj
     with build_folder(folder) as work:

@@ -1,0 +1,13 @@
+"""Layer 12: the `ember` command's tools beyond compile and run: the profiler, the network
+debugger and the HTML report, each a subcommand module registered by cli.py through
+`add_commands`, and the options and checks every command shares (tools/common.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def add_commands(commands: Any) -> None:
+    """Adds the tools' subcommands to the `ember` parser's subparsers; each sets `handler`."""
+    from ember.tools import profile_command
+
+    profile_command.add_parser(commands)
