@@ -70,6 +70,11 @@ def test_keep_float_by_op_type_and_by_node_name():
         graph = parse_graph(MLP)
         assert quantize_graph(graph, profile_graph(graph, _feeds()), keep_float=keep) == 0
         assert "QuantizeLinear" not in graph.op_counts()
+    graph = parse_graph(MLP)
+    assert quantize_graph(graph, profile_graph(graph, _feeds()), keep_float=["Conv"]) == 1  # an op type, absent here
+    graph = parse_graph(MLP)
+    with pytest.raises(ember.EmberError, match=r"keep_float \['Matmul', 'mm'\]: neither op types nor node names"):
+        quantize_graph(graph, profile_graph(graph, _feeds()), keep_float=["mm", "Matmul", "m"])
 
 
 def test_calibration_schemas_and_degenerate_ranges():

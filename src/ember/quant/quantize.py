@@ -32,6 +32,7 @@ import numpy as np
 from ember.graph import Graph, Node, Value
 from ember.graph.ir import Constant
 from ember.ops.quant import QuantizeAttrs
+from ember.ops.registry import OPS
 from ember.quant.calibrate import METHODS, activation_range
 from ember.quant.integer_ops import quantize_residual_adds
 from ember.quant.profile import Profile, ProfileError
@@ -193,6 +194,9 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | N
     if not 0.0 < percentile <= 100.0:
         raise EmberError(f"percentile {percentile}: give a percentage in (0, 100]")
     keep = set(keep_float)
+    unknown = sorted(keep - set(OPS) - {n.name for n in graph.nodes})
+    if unknown:
+        raise EmberError(f"keep_float {unknown}: neither op types nor node names of graph '{graph.name}'")
     ins = _Inserter(graph, profile, chosen, method, percentile)
     users = graph.users()
     count = 0
