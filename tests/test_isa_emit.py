@@ -48,7 +48,7 @@ def _inputs(code: GemmCode, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.n
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not _avx512(), reason="needs gcc and an AVX-512 CPU")
 @pytest.mark.parametrize("m, n, k, transposed", [(37, 45, 29, False), (5, 100, 300, True), (64, 48, 700, False),
-                                                 (1, 200, 64, False)])
+                                                 (1, 200, 64, False), (21, 16, 50, False)])
 def test_x86_gemm_matches_numpy(tmp_path, m, n, k, transposed):
     best = choose(gemm(m, n, k, transposed), X86)
     assert best is not None
@@ -139,7 +139,7 @@ def _vnni() -> bool:
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not _vnni(), reason="needs gcc and AVX512-VNNI")
-@pytest.mark.parametrize("m, n, k", [(7, 40, 30), (33, 64, 256)])
+@pytest.mark.parametrize("m, n, k", [(7, 40, 30), (33, 64, 256), (19, 16, 64), (5, 16, 18)])
 def test_x86_vnni_gemm_is_exact(tmp_path, m, n, k):
     kernel = Kernel("q", parse_expr(f"C[i, j]:i32 += A[i, k]:u8 * B[k, j]:i8 over i:{m}, j:{n}, k:{k}"),
                     constants=frozenset({"B"}))

@@ -7,7 +7,7 @@ The structure is the one the schedule describes: an MR x NR register tile of acc
 rows of the output's M dimension, NR = NR/width vectors of its N dimension, the schedule's
 register tile), each reduction step broadcasting one A element (or group) per row and loading
 NR/width B vectors; B is packed at compile time into zero-padded panels of NR columns (the mapping's
-compile-time pack); A is packed per call, block by block; the K loop is blocked so that a
+compile-time pack); A is packed per call, block by block, where several panels reuse it; the K loop is blocked so that a
 KC x NR panel of B and the MR x KC slice of A stay within the second cache level's usable
 share, rows in blocks of MC so that the MC x KC block of A takes half of it (see _blocking).
 Tails: the last rows run a shorter tile, the last panel's columns go through a local tile.
@@ -175,8 +175,8 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
 
     rows_variants = sorted({mr} | ({m % mr} if m % mr else set()), reverse=True)
     for rows in rows_variants:
-        lines.append(f"static void {name}_tile{rows}(long kc, const {ta} *a, const {tb} *bp, {tc} *c, long ldc, "
-                     f"int first) {{")
+        lines.append(f"static void {name}_tile{rows}(long kc, const {ta} *a, long a_rs, long a_ks, const {tb} *bp, "
+                     f"{tc} *c, long ldc, int first) {{")
         lines.append(f"    {vtype} {', '.join(f'c{r}_{v}' for r in range(rows) for v in range(vectors))};")
         lines.append("    if (first) {")
         lines += [f"        c{r}_{v} = {c['zero']};" for r in range(rows) for v in range(vectors)]
@@ -188,7 +188,7 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         lines += [f"        {vtype} b{v} = {c['load'].replace('{p}', f'bp + k * {step} + {v * width * group}')};"
                   for v in range(vectors)]
         for r in range(rows):
-            lines += [f"        {fma(f'c{r}_{v}', f'a[k * {rows * group} + {r * group}]', f'b{v}')}"
+            lines += [f"        {fma(f'c{r}_{v}', f'a[k * a_ks + {r} * a_rs]', f'b{v}')}"
                       for v in range(vectors)]
         lines.append("    }")
         lines += [f"    {c['store'].replace('{p}', f'c + {r} * ldc + {v * width}').replace('{v}', f'c{r}_{v}')};"
@@ -197,6 +197,9 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         lines.append("")
     tail = m % mr
     panels = math.ceil(n / nr)
+    # Packing A pays for itself when each block is swept by several panels of B; with one
+    # panel (a narrow N) the tile reads A in place, which needs whole groups in every row.
+    pack_a = panels > 1 or k != k_true
     lines += [
         "/* A's MC x KC block, packed as row panels [MR rows][KC/group][rows][group] so that each",
         " * reduction step broadcasts from one contiguous line; zero past K. */",
@@ -204,14 +207,14 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         f"    long whole = (pc + kc <= {k_true} ? kc : {k_true} - pc) / {group};  /* groups inside K */",
         f"    for (long ir = ic; ir < ic_end; ir += {mr}) {{",
         f"        int rows = ic_end - ir < {mr} ? (int)(ic_end - ir) : {mr};",
-        "        for (int r = 0; r < rows; r++) {",
-        f"            const {ta} *src = A + (ir + r) * {k_true}L + pc;",
-        "            for (long q = 0; q < whole; q++)",
-        f"                memcpy(panel + q * rows * {group} + r * {group}, src + q * {group}, sizeof({ta}) * {group});",
-        f"            for (long kk = whole * {group}; kk < kc; kk++)",
+        "        for (long q = 0; q < whole; q++)",
+        "            for (int r = 0; r < rows; r++)",
+        f"                memcpy(panel + (q * rows + r) * {group}, A + (ir + r) * {k_true}L + pc + q * {group},",
+        f"                       sizeof({ta}) * {group});",
+        f"        for (long kk = whole * {group}; kk < kc; kk++)",
+        "            for (int r = 0; r < rows; r++)",
         f"                panel[(kk / {group}) * rows * {group} + r * {group} + kk % {group}] =",
-        f"                    pc + kk < {k_true} ? src[kk] : 0;",
-        "        }",
+        f"                    pc + kk < {k_true} ? A[(ir + r) * {k_true}L + pc + kk] : 0;",
         "        panel += rows * kc;",
         "    }",
         "}",
@@ -224,27 +227,32 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         "        int first = pc == 0;",
         f"        for (long ic = 0; ic < {m}; ic += {mc}) {{",
         f"            long ic_end = ic + {mc} < {m} ? ic + {mc} : {m};",
-        f"            {name}_pack_a(workspace, A, ic, ic_end, pc, kc);",
+        *([f"            {name}_pack_a(workspace, A, ic, ic_end, pc, kc);"] if pack_a else []),
         f"            for (long jp = 0; jp < {panels}; jp++) {{",
         f"                const {tb} *bp = Bp + (jp * {k}L + pc) * {nr};",
         f"                long col = jp * {nr}, ncols = {n} - col < {nr} ? {n} - col : {nr};",
         f"                for (long ir = ic; ir < ic_end; ir += {mr}) {{",
-        f"                    const {ta} *a = workspace + (ir - ic) * kc;",
         f"                    int rows = ic_end - ir < {mr} ? (int)(ic_end - ir) : {mr};",
+        *([f"                    const {ta} *a = workspace + (ir - ic) * kc;",
+           f"                    long a_rs = {group}, a_ks = (long)rows * {group};"] if pack_a else
+          [f"                    const {ta} *a = A + ir * {k_true}L + pc;",
+           f"                    long a_rs = {k_true}L, a_ks = {group};"]),
         f"                    if (ncols == {nr}) {{",
-        f"                        if (rows == {mr}) {name}_tile{mr}(kc, a, bp, C + ir * {n}L + col, {n}, first);",
+        f"                        if (rows == {mr})",
+        f"                            {name}_tile{mr}(kc, a, a_rs, a_ks, bp, C + ir * {n}L + col, {n}, first);",
     ]
     if tail:
-        lines.append(f"                        else {name}_tile{tail}(kc, a, bp, C + ir * {n}L + col, {n}, first);")
+        lines.append(f"                        else\n                            "
+                     f"{name}_tile{tail}(kc, a, a_rs, a_ks, bp, C + ir * {n}L + col, {n}, first);")
     lines += [
         "                    } else {",
         f"                        {tc} local[{mr} * {nr}];",
         "                        for (int r = 0; r < rows; r++)",
         f"                            memcpy(local + r * {nr}, C + (ir + r) * {n}L + col, ncols * sizeof({tc}));",
-        f"                        if (rows == {mr}) {name}_tile{mr}(kc, a, bp, local, {nr}, first);",
+        f"                        if (rows == {mr}) {name}_tile{mr}(kc, a, a_rs, a_ks, bp, local, {nr}, first);",
     ]
     if tail:
-        lines.append(f"                        else {name}_tile{tail}(kc, a, bp, local, {nr}, first);")
+        lines.append(f"                        else {name}_tile{tail}(kc, a, a_rs, a_ks, bp, local, {nr}, first);")
     lines += [
         "                        for (int r = 0; r < rows; r++)",
         f"                            memcpy(C + (ir + r) * {n}L + col, local + r * {nr}, ncols * sizeof({tc}));",
