@@ -139,6 +139,13 @@ def _typed(raw: np.ndarray, offset: int, buffer: Buffer) -> np.ndarray:
     return raw[offset:offset + buffer.type.nbytes].view(dtype).reshape(buffer.type.shape)
 
 
+def reference_step(instr: Instr) -> Step:
+    """One instruction's reference semantics as a function of an environment mapping
+    id(buffer) to arrays (its outputs written in place); kernel operands are ignored, so the
+    cpu backend's instructions run here too (the network debugger checks them one by one)."""
+    return _step(instr)
+
+
 def _step(instr: Instr) -> Step:
     if instr.name == COPY:
         dest, src = instr.base_operands

@@ -167,7 +167,8 @@ def check_reference_names(reference: Mapping[str, np.ndarray], input_names: list
 
 
 def load_feeds(specs: list[Any], items: list[str], reference: Mapping[str, np.ndarray],
-               say: Callable[[str], None] = notice) -> dict[str, np.ndarray]:
+               say: Callable[[str], None] = notice,
+               hint: str = "pass --input NAME=FILE.npy or --reference REF.npz for real data") -> dict[str, np.ndarray]:
     """Inputs by name: --input files first, then the reference's in_<name>, then seeded random
     data (standard normal; zeros for integer inputs), which is said."""
     given: dict[str, np.ndarray] = {}
@@ -199,8 +200,7 @@ def load_feeds(specs: list[Any], items: list[str], reference: Mapping[str, np.nd
             else:
                 given[spec.name] = np.zeros(spec.type.shape, spec.type.dtype.numpy)
     if random:
-        say(f"input(s) {', '.join(random)} are random (seeded standard normal; zeros for integer inputs): "
-            "pass --input NAME=FILE.npy or --reference REF.npz for real data")
+        say(f"input(s) {', '.join(random)} are random (seeded standard normal; zeros for integer inputs): {hint}")
     return given
 
 

@@ -75,7 +75,7 @@ def profile_model(args: argparse.Namespace) -> dict[str, Any]:
     except EmberError as err:
         raise CommandError(str(err), EXIT_COMPILE) from None
     trace.finish()
-    feeds = load_feeds(model.inputs, args.input, {})
+    feeds = load_feeds(model.inputs, args.input, {}, hint="pass --input NAME=FILE.npy for real data")
     model.run(feeds)
     model.run(feeds, profile=True)  # builds the timed library (cpu) and warms it
     profiles, plain = [], []
