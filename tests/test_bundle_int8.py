@@ -59,10 +59,10 @@ def requant_library(tmp_path_factory):
     folder = tmp_path_factory.mktemp("requant")
     source = folder / "requant.c"
     source.write_text("#include <stdint.h>\n#include <string.h>\n" + PQ_C + """
-void requant_all(long n, const int64_t *t, const int32_t *q, const float *s, int32_t yz, int32_t lo, int32_t hi,
-                 int32_t *out)
+void requant_all(long n, const int32_t *acc, const int32_t *bias, const int32_t *q, const float *s, int32_t yz,
+                 int32_t lo, int32_t hi, int32_t *out)
 {
-    for (long i = 0; i < n; i++) out[i] = ember_pq_requant(t[i], q, s, s + 1, s + 2, yz, lo, hi);
+    for (long i = 0; i < n; i++) out[i] = ember_pq_requant(acc[i], bias[i], q, s, s + 1, s + 2, yz, lo, hi);
 }
 """)
     library = folder / "requant.so"
@@ -72,12 +72,16 @@ void requant_all(long n, const int64_t *t, const int32_t *q, const float *s, int
     lib = ctypes.CDLL(str(library))
 
     def requant(t: np.ndarray, q: np.ndarray, scales: tuple, yz: int, lo: int, hi: int) -> np.ndarray:
-        t, q = np.ascontiguousarray(t, np.int64), np.ascontiguousarray(q, np.int32)
+        """t = acc + bias, each int32: t split in halves where it is beyond int32."""
+        acc = np.ascontiguousarray(np.clip(t, -2**31, 2**31 - 1), np.int32)
+        bias = np.ascontiguousarray(t - acc, np.int32)
+        q = np.ascontiguousarray(q, np.int32)
         s = np.array(scales, np.float32)
         out = np.zeros(t.size, np.int32)
         pointer = ctypes.c_void_p
-        lib.requant_all(ctypes.c_long(t.size), pointer(t.ctypes.data), pointer(q.ctypes.data), pointer(s.ctypes.data),
-                        ctypes.c_int32(yz), ctypes.c_int32(lo), ctypes.c_int32(hi), pointer(out.ctypes.data))
+        lib.requant_all(ctypes.c_long(t.size), pointer(acc.ctypes.data), pointer(bias.ctypes.data),
+                        pointer(q.ctypes.data), pointer(s.ctypes.data), ctypes.c_int32(yz), ctypes.c_int32(lo),
+                        ctypes.c_int32(hi), pointer(out.ctypes.data))
         return out
 
     return requant
@@ -121,7 +125,7 @@ def test_requant_matches_float64_rounding(requant_library, yz, lo, hi):
         ties = rng.integers(-400, 400, 3000)
         near = np.round((ties + 0.5) / m).astype(np.int64) if m > 1e-12 else ties
         t = np.concatenate([rng.integers(-2**31, 2**31, 4000), rng.integers(-3000, 3000, 4000),
-                            *(near + d for d in (-2, -1, 0, 1, 2))]).clip(-2**33, 2**33)
+                            *(near + d for d in (-2, -1, 0, 1, 2))]).clip(-2**32 + 2, 2**32 - 2)
         expected = np.clip(np.rint(t.astype(np.float64) * m) + yz, lo, hi).astype(np.int32)
         np.testing.assert_array_equal(requant_library(t, q, scales, yz, lo, hi), expected, err_msg=f"{scales}")
         float_only = q.copy()

@@ -160,16 +160,19 @@ static __attribute__((noinline)) int32_t ember_pq_requant_float(int64_t t, float
     return ember_pq_round_bits((double)t * m, yz, lo, hi);
 }
 
-/* clamp(rint(fl(t * m)) + yz, lo, hi) exactly as the interpreter computes it, for the column's
- * fixed-point form q = {M, k} (M = m * 2**(32 + k) rounded, unsigned; k < 0: none) and its
- * scales (see qportable_core.requant_params). All 32-bit operations but one multiply. */
-static inline int32_t ember_pq_requant(int64_t t, const int32_t *q, const float *sa, const float *sb,
-                                       const float *sy, int32_t yz, int32_t lo, int32_t hi)
+/* clamp(rint(fl(t * m)) + yz, lo, hi), t = acc + bias, exactly as the interpreter computes
+ * it, for the column's fixed-point form q = {M, k} (M = m * 2**(32 + k) rounded, unsigned;
+ * k < 0: none) and its scales (see qportable_core.requant_params). All 32-bit operations but
+ * one multiply. */
+static inline __attribute__((always_inline)) int32_t ember_pq_requant(int32_t acc, int32_t bias, const int32_t *q,
+                                                                      const float *sa, const float *sb,
+                                                                      const float *sy, int32_t yz, int32_t lo,
+                                                                      int32_t hi)
 {
     int k = q[1];
-    if (k >= 0 && t > -2147483648LL && t < 2147483648LL) {
-        int32_t t32 = (int32_t)t;
-        uint64_t p = (uint64_t)((int64_t)t32 * (int64_t)(uint32_t)q[0]);
+    int32_t t;
+    if (k >= 0 && !__builtin_add_overflow(acc, bias, &t) && t != INT32_MIN) {
+        uint64_t p = (uint64_t)((int64_t)t * (int64_t)(uint32_t)q[0]);
         uint32_t plo = (uint32_t)p, phi = (uint32_t)(p >> 32);
         /* z = p >> k (floor): t * m in 32.32 fixed point, integer part zhi, fraction zlo */
         int32_t zhi = (int32_t)phi >> k;
@@ -177,13 +180,13 @@ static inline int32_t ember_pq_requant(int64_t t, const int32_t *q, const float 
         if (zhi >= 512) return hi;              /* t * m > 511.7: saturates whatever yz */
         if (zhi < -512) return lo;
         uint32_t from_tie = zlo ^ 0x80000000u;  /* 0 at a tie of rounding to nearest */
-        uint32_t margin = ((uint32_t)(t32 < 0 ? -t32 : t32) >> (k + 1)) + 3;
-        if (from_tie > margin && (uint32_t)-from_tie > margin) {
+        uint32_t margin = ((t < 0 ? 0u - (uint32_t)t : (uint32_t)t) >> (k + 1)) + 3;
+        if (from_tie > margin && 0u - from_tie > margin) {
             int32_t v = zhi + (int32_t)(zlo >> 31) + yz;
             return v < lo ? lo : v > hi ? hi : v;
         }
     }
-    return ember_pq_requant_float(t, *sa, *sb, *sy, yz, lo, hi);
+    return ember_pq_requant_float((int64_t)acc + bias, *sa, *sb, *sy, yz, lo, hi);
 }
 """
 

@@ -5,15 +5,18 @@ requantization suit a desktop core, not a microcontroller's flash and FPU.
 
 Here the weights are stored once, as int8 rows (one per output column or channel, K rounded
 up to 4: a quantized model's weights take a quarter of the float bundle's flash), the main
-loop is integer only (SMLAD on Armv7E-M), the scratch is one int16 row of K, and QLinear*
-requantize with a fixed-point multiplier that reproduces the interpreter's float64 rounding
-bit for bit (qportable_core.py says how, and why a float64 product remains for near ties).
+loop is integer only (SMLAD on Armv7E-M), the scratch is one int16 row of K and its dot
+products, and QLinear* requantize with a fixed-point multiplier that reproduces the
+interpreter's float64 rounding bit for bit (qportable_core.py says how, and why a float64
+product remains for near ties). Depthwise convolutions run direct, pointwise ones gather
+their pixel's channels; the rest take one output pixel's im2col row at a time.
 
 `portable_kernels()` is the registry the bundle backend for those targets selects from:
 C_KERNELS with these kernels tried first. Where one refuses (B or the scales known only at
-run time, a per-row A scale, a convolution that is not 2-D), the x86 kernel's portable C
-path runs instead; the LIR and the generated C name the kernel each instruction got
-(`kernel qgemm_portable`). Imports the kernel registry, emitter, lir, ops and types."""
+run time, a per-row A scale, scales that are not float32, a convolution that is not 2-D),
+the x86 kernel's portable C path runs instead; the LIR and the generated C name the kernel
+each instruction got (`kernel qgemm_portable`). Imports the kernel registry, emitter, lir,
+ops and types."""
 from __future__ import annotations
 
 import hashlib
@@ -211,9 +214,8 @@ def _store(em: Emitter, roles: _Roles, target: str, acc: str, column: str, bias:
     sb, sy = _type(roles.sb), _type(roles.sy)
     per_column = (sb is not None and sb.size > 1) or (sy is not None and sy.size > 1)
     table = f"rq + {REQUANT_FIELDS} * {column}" if per_column else "rq"
-    t = f"(int64_t){acc}" + (f" + {bias}" if bias else "")
     scales = ", ".join(_scale(name, getattr(roles, name), column) for name in ("sa", "sb", "sy"))
-    return (f"{target} = ({c_type(out.type.dtype)})ember_pq_requant({t}, {table}, {scales}, "
+    return (f"{target} = ({c_type(out.type.dtype)})ember_pq_requant({acc}, {bias or '0'}, {table}, {scales}, "
             f"{_param('zy', roles.zy, column)}, {lo}, {hi});")
 
 
@@ -284,31 +286,42 @@ def emit_conv(em: Emitter, instr: Instr) -> str:
     (sh, sw), (dh, dw) = attrs.strides, attrs.dilations
     pt, pl = attrs.pads[0], attrs.pads[1]
     xt = c_type(x.type.dtype)
-    bias = f"(int64_t){_param('bias', roles.bias, 'oc')}" if isinstance(roles.bias, Buffer) else ""
+    bias = _param('bias', roles.bias, 'oc') if isinstance(roles.bias, Buffer) else ""
     w = CWriter().line(f"const {xt} *restrict x = {em.pointer(x, const=True)};", *_prelude(em, instr, roles, k4),
                        f"const int32_t xz = {_param('za', roles.za, '0')};")
     store = _store(em, roles, f"y[(nb * {out_channels} + oc) * {oh * ow} + p]", "acc", "oc", bias)
     inside = f"ih >= 0 && ih < {height} && iw >= 0 && iw < {width}"
     w.line(f"for (long nb = 0; nb < {batch}; nb++)")
     if cg == 1 and mg == 1 and kh * kw <= DEPTHWISE_TAPS:
-        # Depthwise: each output is its channel's taps against kh*kw centered weights, direct.
+        # Depthwise: each output is its channel's taps against kh*kw centered weights, direct;
+        # a window wholly inside the image reads without checks, as sum x*w - xz * sum w.
         with w.block(f"for (long oc = 0; oc < {groups}; oc++)"):
             w.line(f"const {xt} *xg = x + (nb * {channels} + oc) * {height * width};",
                    f"const int8_t *wg = wr + oc * {k4};",
-                   f"int32_t wc[{kh * kw}], beta = {_beta(roles, 'oc')};",
+                   f"int32_t wc[{kh * kw}], beta = {_beta(roles, 'oc')}, wsum = 0;",
                    # tap t sits at (t & ~3) | swap of its two low bits in the SXTB16 order
-                   f"for (int t = 0; t < {kh * kw}; t++) wc[t] = (int32_t)wg[(t & ~3) | ((t & 1) << 1) | "
-                   "((t >> 1) & 1)] - beta;")
-            with w.block(f"for (long p = 0; p < {oh * ow}; p++)"):
-                w.line(f"long oy = p / {ow}, ox = p % {ow};", "int32_t acc = 0;",
-                       f"for (long u = 0; u < {kh}; u++) {{",
-                       f"    long ih = oy * {sh} - {pt} + u * {dh};",
-                       f"    for (long v = 0; v < {kw}; v++) {{",
-                       f"        long iw = ox * {sw} - {pl} + v * {dw};",
-                       f"        if ({inside}) acc += ((int32_t)xg[ih * {width} + iw] - xz) * wc[u * {kw} + v];",
-                       "    }",
-                       "}",
-                       store)
+                   f"for (int t = 0; t < {kh * kw}; t++) {{ wc[t] = (int32_t)wg[(t & ~3) | ((t & 1) << 1) | "
+                   "((t >> 1) & 1)] - beta; wsum += wc[t]; }")
+            with w.block(f"for (long oy = 0, p = 0; oy < {oh}; oy++)"):
+                w.line(f"long iy = oy * {sh} - {pt};")
+                with w.block(f"for (long ox = 0; ox < {ow}; ox++, p++)"):
+                    w.line(f"long ix = ox * {sw} - {pl};", "int32_t acc = 0;")
+                    with w.block(f"if (iy >= 0 && iy + {(kh - 1) * dh} < {height} && ix >= 0 && "
+                                 f"ix + {(kw - 1) * dw} < {width})"):
+                        w.line(f"const {xt} *xp = xg + iy * {width} + ix;",
+                               f"for (int u = 0; u < {kh}; u++) for (int v = 0; v < {kw}; v++) "
+                               f"acc += (int32_t)xp[u * {dh * width} + v * {dw}] * wc[u * {kw} + v];",
+                               "acc -= xz * wsum;")
+                    with w.block("else"):
+                        w.line(f"for (long u = 0; u < {kh}; u++) {{",
+                               f"    long ih = iy + u * {dh};",
+                               f"    for (long v = 0; v < {kw}; v++) {{",
+                               f"        long iw = ix + v * {dw};",
+                               f"        if ({inside})",
+                               f"            acc += ((int32_t)xg[ih * {width} + iw] - xz) * wc[u * {kw} + v];",
+                               "    }",
+                               "}")
+                    w.line(store)
         return w.text()
     with w.block(f"for (long g = 0; g < {groups}; g++)"):
         w.line(f"const {xt} *xg = x + (nb * {channels} + g * {cg}) * {height * width};")
