@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--backend", default="cpu",
                       help="whose pipeline to show (default cpu: its lowering, fusion and kernel choices)")
     dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    dump.add_argument("--threads", type=positive_int, metavar="N",
+                      help="threads the kernels are planned for (native backends; default: all cores)")
     dump.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
     dump.add_argument("--print-after-all", action="store_true",
                       help="print the IR after every graph and LIR pass ('// after <pass>' headers) before the stage")
@@ -284,7 +286,10 @@ def _dump(args: argparse.Namespace) -> int:
         return _dump_partition(args)
     if args.stage == "mappings":
         return _dump_mappings(args)
-    backend = get_backend(args.backend, **({"precision": args.precision} if args.precision != "fp32" else {}))
+    options: dict[str, Any] = {"precision": args.precision} if args.precision != "fp32" else {}
+    if args.threads:
+        options["num_threads"] = args.threads
+    backend = get_backend(args.backend, **options)
     if args.stage == "c" and not hasattr(backend, "generate"):
         raise EmberError(f"backend '{args.backend}' generates no C; use --backend cpu")
     # Graph and LIR pipelines alike report to these.
