@@ -146,8 +146,8 @@ def _options(options: Any) -> dict[str, Any]:
     if not isinstance(options, dict):
         raise TypeError(f"options {options!r} is not a mapping")
     for key, value in options.items():
-        if key not in OPTION_TYPES or not isinstance(value, OPTION_TYPES[key]) or (
-                key == "keep_float" and not all(isinstance(v, str) for v in value)):
+        names_ok = not isinstance(value, list) or all(isinstance(v, str) for v in value)
+        if key not in OPTION_TYPES or not isinstance(value, OPTION_TYPES[key]) or not names_ok:
             raise ValueError(f"option {key}={value!r} (known: {', '.join(OPTION_TYPES)})")
     return dict(options)
 
