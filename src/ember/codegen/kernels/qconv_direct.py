@@ -26,7 +26,7 @@ from ember.codegen.c_types import c_type
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.layouts import threads_for
-from ember.codegen.kernels.qgemm_core import QGEMM_C, QMR, QNR, pack_qpanels
+from ember.codegen.kernels.qgemm_core import QMR, QNR, pack_qpanels
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Buffer, Instr
@@ -42,6 +42,7 @@ QDC_C = r"""
 #endif
 #define EMBER_QDC_MR 6
 #define EMBER_QDC_NR 64
+#define EMBER_QDC_ROWS 6
 
 /* One EMBER_QDC_MR x 64 tile: tile[r][j] = sum_g sum_t act[koff[g] + 4 j + t] * w[g][r][t]. */
 static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups, const int8_t *w, int32_t *tile)
@@ -91,6 +92,99 @@ static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups,
 #endif
 }
 
+/* One EMBER_QDC_ROWS x 64 tile of a convolution read in place through phase planes of 4-channel
+ * words (qconv_rows): row r (an output pixel) takes its k group q from
+ * rows[r] + koff[q], rows[r] being the pixel's place in the planes. No im2col: the row's
+ * words are broadcast straight from the planes. */
+static void ember_qdc_rowtile(const uint8_t *const *rows, const int64_t *koff, long groups, const int8_t *bp,
+                             int32_t *tile)
+{
+#if defined(__AVX512VNNI__) && defined(__GNUC__)
+#define EMBER_DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+#define EMBER_QACC(r) __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
+    EMBER_QACC(0); EMBER_QACC(1); EMBER_QACC(2); EMBER_QACC(3); EMBER_QACC(4); EMBER_QACC(5);
+    const uint8_t *row0 = rows[0], *row1 = rows[1], *row2 = rows[2], *row3 = rows[3], *row4 = rows[4];
+    const uint8_t *row5 = rows[5];
+#define EMBER_QROW(r)                                                                         \
+    do {                                                                                      \
+        int32_t w_; memcpy(&w_, row##r + k, 4);                                               \
+        __m512i av = _mm512_set1_epi32(w_);                                                   \
+        EMBER_DPBUSD(c##r##0, av, b0); EMBER_DPBUSD(c##r##1, av, b1);                         \
+        EMBER_DPBUSD(c##r##2, av, b2); EMBER_DPBUSD(c##r##3, av, b3);                         \
+    } while (0)
+    for (long q = 0; q < groups; q++) {
+        const int8_t *b = bp + q * 4 * EMBER_QDC_NR;
+        long k = (long)koff[q];
+        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+        __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
+        EMBER_QROW(0); EMBER_QROW(1); EMBER_QROW(2); EMBER_QROW(3); EMBER_QROW(4); EMBER_QROW(5);
+    }
+#define EMBER_QPUT(r)                                                                         \
+    do {                                                                                      \
+        _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR, c##r##0);                                 \
+        _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR + 16, c##r##1);                            \
+        _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR + 32, c##r##2);                            \
+        _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR + 48, c##r##3);                            \
+    } while (0)
+    EMBER_QPUT(0); EMBER_QPUT(1); EMBER_QPUT(2); EMBER_QPUT(3); EMBER_QPUT(4); EMBER_QPUT(5);
+#undef EMBER_QACC
+#undef EMBER_DPBUSD
+#undef EMBER_QROW
+#undef EMBER_QPUT
+#else
+    for (int r = 0; r < EMBER_QDC_ROWS; r++) {
+        int32_t *t = tile + r * EMBER_QDC_NR;
+        for (int c = 0; c < EMBER_QDC_NR; c++) t[c] = 0;
+        for (long q = 0; q < groups; q++) {
+            const int8_t *b = bp + q * 4 * EMBER_QDC_NR;
+            const uint8_t *a4 = rows[r] + koff[q];
+            int32_t a0 = a4[0], a1 = a4[1], a2 = a4[2], a3 = a4[3];
+            for (int c = 0; c < EMBER_QDC_NR; c++)
+                t[c] += a0 * b[4 * c] + a1 * b[4 * c + 1] + a2 * b[4 * c + 2] + a3 * b[4 * c + 3];
+        }
+    }
+#endif
+}
+
+/* A qconv_rows tile (EMBER_QDC_ROWS pixels x 64 output channels, nr of them real) requantized
+ * per channel as ember_qdc_requant does, then stored into NCHW: channel j's pixels are P
+ * bytes apart from the next channel's. */
+static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int32_t *corr, const double *bias,
+                               const double *mult, double zy, double lo, double hi, uint8_t *y, long P)
+{
+    uint8_t buf[EMBER_QDC_ROWS][64];
+    for (long r = 0; r < mr; r++) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
+        const __m512d z = _mm512_set1_pd(zy), l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
+        for (int v = 0; v < 4; v++) {
+            __m512i acc = _mm512_add_epi32(_mm512_loadu_si512(tile + r * 64 + 16 * v),
+                                           _mm512_loadu_si512(corr + 16 * v));
+            __m256i part[2];
+            for (int half = 0; half < 2; half++) {
+                __m256i a8 = half ? _mm512_extracti64x4_epi64(acc, 1) : _mm512_castsi512_si256(acc);
+                long at = 16 * v + 8 * half;
+                __m512d d = _mm512_mul_pd(_mm512_add_pd(_mm512_cvtepi32_pd(a8), _mm512_loadu_pd(bias + at)),
+                                          _mm512_loadu_pd(mult + at));
+                d = _mm512_add_pd(_mm512_roundscale_pd(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+                part[half] = _mm512_cvtpd_epi32(_mm512_min_pd(_mm512_max_pd(d, l), h));
+            }
+            __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1);
+            _mm_storeu_si128((__m128i *)(buf[r] + 16 * v), _mm512_cvtepi32_epi8(both));
+        }
+#else
+        for (int j = 0; j < 64; j++) {
+            int32_t a = (int32_t)((uint32_t)tile[r * 64 + j] + (uint32_t)corr[j]);
+            double q = nearbyint(((double)a + bias[j]) * mult[j]) + zy;
+            q = q > lo ? q : lo;
+            q = q < hi ? q : hi;
+            buf[r][j] = (uint8_t)(int32_t)q;
+        }
+#endif
+    }
+    for (long j = 0; j < nr; j++)
+        for (long r = 0; r < mr; r++) y[j * P + r] = buf[r][j];
+}
+
 /* Row r of a tile requantized to 64 bytes: nearbyint(((double)(t + corr) + bias) * mult) + zy,
  * saturated to [lo, hi] (the wrapping int32 sum is exact: the true value fits). */
 static void ember_qdc_requant(const int32_t *t, int32_t corr, double bias, double mult, double zy, double lo,
@@ -133,7 +227,13 @@ static void ember_qdc_store(const uint8_t *row, long q0, long grid, long wph, lo
         long oy = q / wph, ox = q % wph;
         if (ox >= ow) { q += wph - ox; continue; }
         long n = ow - ox < end - q ? ow - ox : end - q;
+#if defined(__AVX512BW__) && defined(__GNUC__)
+        /* one masked move: memcpy of a few dozen bytes became `rep movs`, slow to start */
+        __mmask64 k = n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
+        _mm512_mask_storeu_epi8(y + oy * ow + ox, k, _mm512_maskz_loadu_epi8(k, row + (q - q0)));
+#else
         memcpy(y + oy * ow + ox, row + (q - q0), (size_t)n);
+#endif
         q += n;
     }
 }
@@ -199,7 +299,7 @@ def _roles(instr: Instr) -> tuple[list[Buffer], Buffer | None]:
 def _tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
     ops, bias = _roles(instr)
     x, sx, zx, w, sw, _, sy, zy = ops[1:9]
-    m, rows = d["m"], d["mblocks"] * QDC_MR
+    m, rows = d["m"], max(d["mblocks"] * QDC_MR, -(-d["m"] // QNR) * QNR)  # channels of either layout
     weights = w.constant().astype(np.int64).reshape(m, -1)
     flip = 128 if x.type.dtype is DType.INT8 else 0
     zx_u = int(zx.constant().reshape(-1)[0]) + flip
@@ -218,8 +318,7 @@ def _tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
             phase = (u % d["sh"]) * d["sw"] + v % d["sw"]
             shift = (u // d["sh"]) * d["wph"] + v // d["sw"]
             koff += [((phase * d["cq"] + q) * d["plane"] + shift) * 4 for q in range(d["cq"])]
-    tables = [("corr", corr), ("bias", b), ("mult", mult), ("koff", np.asarray(koff, np.int64)),
-              ("kword", (np.asarray(koff, np.int64) // 4).astype(np.int32))]
+    tables = [("corr", corr), ("bias", b), ("mult", mult), ("koff", np.asarray(koff, np.int64))]
     return [(hashlib.sha256(data.tobytes()).hexdigest()[:16], f"qdc_{name}", data) for name, data in tables]
 
 
@@ -324,9 +423,9 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
 #
 # On small maps the 64-wide pixel vectors above mostly compute the grid's padding columns (7x7
 # outputs on a grid of 9 columns, 49 pixels in 64 lanes). There, pixels become the GEMM's rows
-# instead (6 at a time, output channels in 64-wide panels: the qgemm core of quantized.py):
-# each row gathers its k groups' 4-byte words from the planes (16 per AVX-512 gather), and
-# tiles are stored transposed into NCHW.
+# instead (6 at a time, output channels in 64-wide panels packed as the qgemm core of
+# quantized.py packs B), each row's k groups broadcast from the planes where they lie (no
+# im2col), and tiles are requantized per channel and stored transposed into NCHW.
 
 
 def executed_macs(d: dict) -> tuple[int, int]:
@@ -339,18 +438,11 @@ def executed_macs(d: dict) -> tuple[int, int]:
 
 def _rows_apply(instr: Instr, options: KernelOptions) -> bool:
     direct, rows = executed_macs(_layout(instr))
-    return _applies(instr, options) and rows < 0.9 * direct  # the gather costs: only clear wins
+    return _applies(instr, options) and rows < 0.90 * direct  # the transposed stores cost: clear wins only
 
 
 def _direct_apply(instr: Instr, options: KernelOptions) -> bool:
     return _applies(instr, options) and not _rows_apply(instr, options)
-
-
-def _rows_scratch(d: dict) -> dict[str, int]:
-    pixels = d["oh"] * d["ow"]
-    regions = {"planes": d["phases"] * d["cq"] * d["plane"] * 4, "col": pixels * d["groups"] * 4,
-               "rowsum": 4 * pixels, "alpha": 4 * pixels, "beta": 4 * d["m"], "g": 4 * d["m"]}
-    return {name: -(-size // 64) * 64 for name, size in regions.items()}
 
 
 def pack_rows_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -368,50 +460,53 @@ def _rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     d = _layout(instr)
     w = _roles(instr)[0][4]
     threads = threads_for(options.num_threads, d["n"] * d["oh"] * d["ow"] * d["m"] * d["groups"] * 4)
-    plan = KernelPlan({"threads": threads}, scratch_bytes=sum(_rows_scratch(d).values()))
-    panels, colsum = pack_rows_weights(w.constant())
-    plan.packed = [(w, "qpanels64_taps", panels), (w, "qcolsum_taps", colsum)]
+    plan = KernelPlan({"threads": threads}, scratch_bytes=d["phases"] * d["cq"] * d["plane"] * 4)
+    plan.packed = [(w, "qpanels64_taps", pack_rows_weights(w.constant())[0])]
     plan.tables = _tables(instr, d)
     return plan
 
 
 def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
+    """Tiles of 6 pixels x 64 output channels (panels of the packed weights), each pixel's k
+    groups broadcast from the planes (ember_qdc_rowtile), requantized per channel and stored
+    transposed into NCHW (ember_qdc_colstore)."""
     d = _layout(instr)
-    ops, bias = _roles(instr)
+    ops, _ = _roles(instr)
     out, x, zx, zy = ops[0], ops[1], ops[3], ops[8]
     flip = 128 if x.type.dtype is DType.INT8 else 0
+    lo, hi = (-128.0, 127.0) if out.type.dtype is DType.INT8 else (0.0, 255.0)
     if out.type.size == 0:
         return "/* empty result */"
-    pixels, k4, m = d["oh"] * d["ow"], d["groups"] * 4, d["m"]
-    offsets, at = {}, 0
-    for name, size in _rows_scratch(d).items():
-        offsets[name], at = at, at + size
-    base = f"((uint8_t *){em.scratch(instr)})"
-    kind = 2 if out.type.dtype is DType.INT8 else 1
+    pixels, m, groups = d["oh"] * d["ow"], d["m"], d["groups"]
+    blocks, panels = -(-pixels // QMR), -(-m // QNR)
+    threads = int(param(instr, "threads", 1))
     w = CWriter().line(
         f"const uint8_t *x = {em.address(x)};",
         f"uint8_t *y = {em.address(out)};",
         f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(zx, const=True)}[0] ^ {flip});",
+        f"const double zy = (double){em.pointer(zy, const=True)}[0];",
         f"const int8_t *bp = (const int8_t *){em.packed(instr, 0)};",
-        f"const int32_t *colsum = (const int32_t *){em.packed(instr, 1)};",
+        f"const int32_t *corr = {em.table(instr, 0)};",
+        f"const double *bias = {em.table(instr, 1)};",
         f"const double *mult = {em.table(instr, 2)};",
-        f"const int32_t *kword = {em.table(instr, 4)};",
-        f"const int32_t *bias = {em.pointer(bias, const=True) if bias is not None else 'NULL'};",
-        *(f"{t} *{name} = ({t} *)({base} + {offsets[name]});" for name, t in (
-            ("planes", "uint8_t"), ("col", "uint8_t"), ("rowsum", "int32_t"), ("alpha", "int32_t"),
-            ("beta", "int32_t"), ("g", "int32_t"))),
-        f"for (long i = 0; i < {pixels}; i++) alpha[i] = xz;",
-        f"for (long j = 0; j < {m}; j++) {{ beta[j] = 0; g[j] = -colsum[j]; }}")
+        f"const int64_t *koff = {em.table(instr, 3)};",
+        f"uint8_t *planes = (uint8_t *){em.scratch(instr)};")
     with w.block(f"for (long nb = 0; nb < {d['n']}; nb++)"):
         w.line(f"const uint8_t *xn = x + nb * {d['c'] * d['h'] * d['w']};",
-               _plane_fill(d, flip),
-               f"ember_qgather({pixels}, {d['groups']}, planes, kword, {d['ow']}, {d['wph']}, col);",
-               f"ember_qrows({pixels}, {k4}, col, {k4}, 0, rowsum, NULL);",
-               f"ember_qout o = {{ .kind = {kind}, .c = y + nb * {m * pixels}, .c_rs = 1, .c_cs = {pixels}, "
-               f".bias = bias, .a_scale = NULL, .b_scale = NULL, .b_step = 0, "
-               f".y_scale = 1.0, .y_zero = (double){em.pointer(zy, const=True)}[0], .mcol = mult }};",
-               f"ember_qgemm({pixels}, {m}, {k4}, col, {k4}, bp, rowsum, alpha, beta, g, &o, "
-               f"{int(param(instr, 'threads', 1))});")
+               f"uint8_t *yn = y + nb * {m * pixels};",
+               _plane_fill(d, flip))
+        if threads > 1:
+            w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
+        with w.block(f"for (long t = 0; t < {panels * blocks}; t++)"):
+            w.line(f"long p = t / {blocks}, i0 = t % {blocks} * {QMR};",
+                   f"long mr = {pixels} - i0 < {QMR} ? {pixels} - i0 : {QMR}, nr = {m} - p * {QNR};",
+                   f"int32_t tile[{QMR * QNR}] __attribute__((aligned(64)));",
+                   f"const uint8_t *rows[{QMR}];",
+                   f"for (long r = 0; r < {QMR}; r++) {{ long i = i0 + (r < mr ? r : 0); "
+                   f"rows[r] = planes + 4 * (i / {d['ow']} * {d['wph']} + i % {d['ow']}); }}",
+                   f"ember_qdc_rowtile(rows, koff, {groups}, bp + p * {groups * 4 * QNR}, tile);",
+                   f"ember_qdc_colstore(tile, mr, nr < {QNR} ? nr : {QNR}, corr + p * {QNR}, bias + p * {QNR}, "
+                   f"mult + p * {QNR}, zy, {lo}, {hi}, yn + p * {QNR * pixels} + i0, {pixels});")
     return w.text()
 
 
@@ -419,6 +514,6 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
 C_KERNELS.add(Kernel("qconv_direct", ("QLinearConv",), emit_qconv_direct, accepts=_accepts, applies=_direct_apply,
                      plan=_plan, preamble=QDC_C), first=True)
 C_KERNELS.add(Kernel("qconv_rows", ("QLinearConv",), emit_qconv_rows, accepts=_accepts, applies=_rows_apply,
-                     plan=_rows_plan, preamble=QGEMM_C), first=True)
+                     plan=_rows_plan, preamble=QDC_C), first=True)
 
 __all__ = ["QDC_MR", "QDC_NR", "executed_macs", "pack_qdc_weights", "pack_rows_weights"]

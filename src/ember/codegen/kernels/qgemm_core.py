@@ -13,7 +13,7 @@ import numpy as np
 QNR, QMR = 64, 6  # mirrors EMBER_QNR / EMBER_QMR
 
 QGEMM_C = r"""
-#if (defined(__AVX512VNNI__) || defined(__AVX2__) || defined(__AVX512F__)) && defined(__GNUC__)
+#if (defined(__AVX512VNNI__) || defined(__AVX2__)) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
 #define EMBER_QNR 64
@@ -62,26 +62,6 @@ static void ember_qrows(long M, long K, const uint8_t *a, long a_rs, uint8_t fli
             s += v;
         }
         rowsum[i] = s;
-    }
-}
-
-/* Rows of A for a convolution read through phase planes of 4-channel words (qconv_direct.py):
- * row p, output pixel (p / ow, p % ow) at grid position pos = oy * wph + ox, is the words
- * kword[g] + pos of the planes for g < groups (a gather of 16 words at a time where AVX-512 is). */
-static void ember_qgather(long P, long groups, const uint8_t *planes, const int32_t *kword, long ow, long wph,
-                          uint8_t *col)
-{
-    for (long p = 0; p < P; p++) {
-        long pos = p / ow * wph + p % ow, g = 0;
-        uint8_t *row = col + p * groups * 4;
-#if defined(__AVX512F__) && defined(__GNUC__)
-        __m512i base = _mm512_set1_epi32((int)pos);
-        for (; g + 16 <= groups; g += 16) {
-            __m512i idx = _mm512_add_epi32(_mm512_loadu_si512(kword + g), base);
-            _mm512_storeu_si512(row + 4 * g, _mm512_i32gather_epi32(idx, planes, 4));
-        }
-#endif
-        for (; g < groups; g++) memcpy(row + 4 * g, planes + 4 * ((long)kword[g] + pos), 4);
     }
 }
 
