@@ -27,6 +27,9 @@ NEON = load_target("aarch64-neon")
 
 def gemm(m: int, n: int, k: int, transposed: bool = False) -> Kernel:
     b = "B[j, k]" if transposed else "B[k, j]"
+    if m == 1:  # as the op table writes a product of one row: no i
+        return Kernel("gemm", parse_expr(f"C[j]:f32 += A[k]:f32 * {b}:f32 over j:{n}, k:{k}"),
+                      constants=frozenset({"B"}))
     return Kernel("gemm", parse_expr(f"C[i, j]:f32 += A[i, k]:f32 * {b}:f32 over i:{m}, j:{n}, k:{k}"),
                   constants=frozenset({"B"}))
 

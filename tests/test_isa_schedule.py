@@ -106,6 +106,7 @@ def test_report_shows_mappings_schedules_and_the_separable_block():
     assert "  pointwise: GEMM M=oh·ow (100) N=m (16) K=c (8)\n    mapped vfmadd231ps" in text
     assert "  depthwise: batched over g (8): GEMM M=oh·ow (100) N=1 K=kh·kw (9)" in text
     assert text.count("  chosen: ") == 2 and "predicted " in text and text.endswith("over 2 kernels\n")
+    assert "    C emitter: none (the output must be C[m, n] (or C[n]) with n in the lanes)" in text
     assert format_mappings(_separable_graph(), X86) == text  # deterministic
 
 

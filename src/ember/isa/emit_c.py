@@ -51,6 +51,12 @@ class GemmCode:
     flags: str
     group: int = 1
     b_dtype: DType = DType.FLOAT32
+    packs_a: bool = True
+
+    def summary(self) -> str:
+        a = "packed per block" if self.packs_a else "read in place"
+        return (f"register tile {self.mr}x{self.nr}, KC {self.kc}, MC {self.mc}, B packed at compile time into "
+                f"{self.panels} panel{'s' if self.panels != 1 else ''}, A {a}")
 
     @property
     def panels(self) -> int:
@@ -120,18 +126,19 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
     out_dims, a_dims, b_dims = [_plain(i) for i in out.indices], [_plain(i) for i in a.indices], \
         [_plain(i) for i in b.indices]
     lane_axis = next(x for x in mapping.axes if x.dim == lane.name)
-    if len(out_dims) != 2 or lane_axis.fused != (out_dims[1],):
-        raise _refuse(schedule, "the output must be C[m, n] with n in the lanes")
-    m_dim, n_dim = out_dims
+    if len(out_dims) not in (1, 2) or lane_axis.fused != (out_dims[-1],):
+        raise _refuse(schedule, "the output must be C[m, n] (or C[n]) with n in the lanes")
+    m_dim, n_dim = (out_dims[0] if len(out_dims) == 2 else None), out_dims[-1]
     reduction = list(expr.reduction_dims)
-    if len(reduction) != 1 or a_dims != [m_dim, reduction[0]] or sorted(b_dims) != sorted([reduction[0], n_dim]):
+    rows = [m_dim] if m_dim is not None else []
+    if len(reduction) != 1 or a_dims != rows + [reduction[0]] or sorted(b_dims) != sorted([reduction[0], n_dim]):
         raise _refuse(schedule, "A must be row-major [m, k] and B [k, n] or [n, k]")
     if groups and next(x for x in mapping.axes if x.dim == groups[0].name).fused != (reduction[0],):
         raise _refuse(schedule, "the instruction's reduction group must run over the GEMM's k")
     extents = expr.extents
-    m, n, k = extents[m_dim], extents[n_dim], extents[reduction[0]]
+    m, n, k = (extents[m_dim] if m_dim else 1), extents[n_dim], extents[reduction[0]]
     tile = dict(schedule.levels[0].tile)
-    mr = max(1, min(tile.get(m_dim, 1), m))
+    mr = max(1, min(tile.get(m_dim, 1), m)) if m_dim else 1
     nr = max(width, tile.get(f"{lane.name}'", width) // width * width)
     caches = [level for level in target.memory if not level.scratchpad and level.size is not None]
     kc, mc = _blocking(caches, m, math.ceil(k / group) * group, mr, nr, a.dtype.itemsize, group)
@@ -139,7 +146,14 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
     source = _source(name, target.c_header, templates, instruction.emit, semantics, types, m, n,
                      math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc, str(mapping).splitlines()[0],
                      target.name)
-    return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] == n_dim, target.c_flags, group, b.dtype)
+    return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] == n_dim, target.c_flags, group, b.dtype,
+                    _packs_a(n, nr, k, group))
+
+
+def _packs_a(n: int, nr: int, k: int, group: int) -> bool:
+    """Packing A pays for itself when each block is swept by several panels of B; with one
+    panel (a narrow N) the tile reads A in place, which needs whole groups in every row."""
+    return math.ceil(n / nr) > 1 or k % group != 0
 
 
 def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, itemsize: int, group: int
@@ -197,9 +211,7 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         lines.append("")
     tail = m % mr
     panels = math.ceil(n / nr)
-    # Packing A pays for itself when each block is swept by several panels of B; with one
-    # panel (a narrow N) the tile reads A in place, which needs whole groups in every row.
-    pack_a = panels > 1 or k != k_true
+    pack_a = _packs_a(n, nr, k_true, group)
     lines += [
         "/* A's MC x KC block, packed as row panels [MR rows][KC/group][rows][group] so that each",
         " * reduction step broadcasts from one contiguous line; zero past K. */",

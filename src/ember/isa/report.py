@@ -10,9 +10,11 @@ import functools
 
 from ember.graph import Graph, Node
 from ember.isa.describe import Target
+from ember.isa.emit_c import emit_gemm
 from ember.isa.kernels import Kernel, kernels_of
 from ember.isa.mapper import MAX_FUSED, MAX_MAPPINGS, Mapping, Rejection, gemm_view, map_kernel
 from ember.isa.schedule import Schedule, schedule
+from ember.support.errors import UnsupportedError
 
 SHOWN = 3       # mappings listed per instruction
 SCHEDULED = 4   # mappings scheduled per instruction (the mapper's best first)
@@ -74,11 +76,19 @@ def format_mappings(graph: Graph, target: Target) -> str:
             total += best.cycles
             lines.append(f"  chosen: {str(best.mapping).splitlines()[0]}")
             lines += ["    " + text for text in str(best).splitlines()]
+            lines.append(f"    C emitter: {_emitter(best)}")
     lines.append("")
     lines += _separable_blocks(graph, chosen)
     lines.append(f"total predicted: {total:,.0f} cycles ({total / (target.frequency_ghz * 1e9) * 1e3:,.3f} ms at "
                  f"{target.frequency_ghz:g} GHz) over {len(chosen)} kernels")
     return "\n".join(lines) + "\n"
+
+
+def _emitter(best: Schedule) -> str:
+    try:
+        return emit_gemm(best).summary()
+    except UnsupportedError as err:
+        return f"none ({str(err).rsplit(': ', 1)[-1]})"
 
 
 def _separable_blocks(graph: Graph, chosen: dict[str, tuple[Kernel, Schedule | None]]) -> list[str]:
