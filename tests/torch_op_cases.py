@@ -162,6 +162,8 @@ TENSOR = [
     OpCase("aten.triu.default", lambda x: torch.triu(x, 1), _x(3)),
     OpCase("aten.tril.default", lambda x: torch.tril(x, -1), _x(3)),
     OpCase("aten.topk.default", lambda x: torch.topk(x, 2, dim=1).values, _x(3)),
+    OpCase("aten.sort.default", lambda x: torch.sort(x, dim=1, descending=True).values, _x(3)),
+    OpCase("aten.sort.default", lambda x: torch.sort(x).indices, _x(3)),
     OpCase("aten.full.default", lambda x: x + torch.full(x.shape, 0.5), _x(3)),
     OpCase("aten.empty.memory_format", lambda x: torch.empty(x.shape).fill_(2.0) * x, _x(3)),
     OpCase("aten.scalar_tensor.default", lambda x: x.masked_fill(x > 0, 0.25), _x(3)),
@@ -209,10 +211,14 @@ NN = [
 with torch.random.fork_rng():
     torch.manual_seed(0)
     _LSTMS = [torch.nn.LSTM(5, 6, num_layers=2, bidirectional=True, batch_first=True).eval(),
-              torch.nn.LSTM(5, 6, bias=False).eval()]
+              torch.nn.LSTM(5, 6, bias=False).eval(), torch.nn.GRU(5, 6, num_layers=2, bidirectional=True).eval(),
+              torch.nn.GRU(5, 4, batch_first=True).eval()]
 NN += [
     OpCase("aten.lstm.input", lambda x: _LSTMS[0](x[:, :, :5])[0], _x(2, 4, 5)),
     OpCase("aten.lstm.input", lambda x: _LSTMS[1](x[:, :, :5])[1][1], _x(3, 2, 5)),
+    OpCase("aten.gru.input", lambda x: torch.cat([_LSTMS[2](x)[0].flatten(), _LSTMS[2](x)[1].flatten()]),
+           _x(4, 3, 5)),
+    OpCase("aten.gru.input", lambda x: _LSTMS[3](x)[0], _x(2, 5, 5)),
 ]
 
 REDUCE = [
@@ -233,6 +239,10 @@ REDUCE = [
     OpCase("aten.argmax.default", lambda x: x.argmax(), _x(3)),
     OpCase("aten.argmin.default", lambda x: x.argmin(dim=-1, keepdim=True), _x(3)),
     OpCase("aten.max.dim", lambda x: torch.max(x, dim=1).values + torch.max(x, dim=1).indices, _x(3)),
+    OpCase("aten.linalg_vector_norm.default", lambda x: torch.linalg.vector_norm(x, dim=1), _x(3)),
+    OpCase("aten.linalg_vector_norm.default", lambda x: torch.linalg.vector_norm(x, 1, dim=(0, 2), keepdim=True),
+           _x(3)),
+    OpCase("aten.linalg_vector_norm.default", lambda x: torch.linalg.vector_norm(x, float("inf")), _x(3)),
     OpCase("aten.min.dim", lambda x: torch.min(x, dim=2, keepdim=True).indices, _x(3)),
 ]
 

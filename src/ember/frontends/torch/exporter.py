@@ -66,8 +66,8 @@ def export_module(module: torch.nn.Module, example_inputs: Sequence[Any],
 
 # Ops that core ATen decomposes but Ember runs better whole: activations it has as one op,
 # triangles, resizes and padding modes (decomposed, they become gathers of computed indices),
-# the LSTM (its cells unrolled are hundreds of nodes; Ember's LSTM op lowers them itself).
-KEPT_WHOLE = ("lstm.input", "silu.default", "hardswish.default", "hardsigmoid.default", "mish.default",
+# LSTM and GRU (unrolled cells are hundreds of nodes; Ember's recurrent ops lower themselves).
+KEPT_WHOLE = ("lstm.input", "gru.input", "silu.default", "hardswish.default", "hardsigmoid.default", "mish.default",
               "softplus.default", "tril.default", "triu.default", "upsample_nearest1d.vec", "upsample_nearest3d.vec",
               "upsample_linear1d.vec", "upsample_trilinear3d.vec", "reflection_pad1d.default",
               "reflection_pad2d.default", "reflection_pad3d.default", "replication_pad1d.default",

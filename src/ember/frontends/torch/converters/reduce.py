@@ -7,6 +7,7 @@ from ember.frontends.torch.registry import aten
 from ember.graph.ir import Value
 from ember.ops.reduce import ArgReduceAttrs, ReduceAttrs
 from ember.ops.shape_util import normalize_axis
+from ember.support.errors import UnsupportedOpError
 from ember.types import DType
 
 
@@ -97,3 +98,18 @@ def _value_and_index(reduce_op: str, arg_op: str):
 
 aten("max.dim")(_value_and_index("ReduceMax", "ArgMax"))
 aten("min.dim")(_value_and_index("ReduceMin", "ArgMin"))
+
+
+@aten("linalg_vector_norm.default")
+def _vector_norm(ctx: AtenContext) -> Value:
+    x = ctx.tensor("self", ctx.out_dtype())
+    axes = _axes(ctx, x)
+    keep = bool(ctx["keepdim"])
+    order = ctx.number("ord", 2.0)
+    if order == 2:
+        return ctx.emit1("ReduceL2", [x], ReduceAttrs(axes, keep))
+    if order == 1:
+        return ctx.emit1("ReduceL1", [x], ReduceAttrs(axes, keep))
+    if order == float("inf"):
+        return ctx.emit1("ReduceMax", [ctx.emit1("Abs", [x])], ReduceAttrs(axes, keep))
+    raise UnsupportedOpError(f"vector norms of order {order} are not supported (orders 1, 2 and inf are)")

@@ -194,6 +194,16 @@ def _topk(ctx: AtenContext) -> list[Value | None]:
     return [values, ctx.cast(indices, DType.INT64)]
 
 
+@aten("sort.default")
+def _sort(ctx: AtenContext) -> list[Value | None]:
+    """A full TopK: equal values may come in another order than torch's (which is unstable
+    too, unless stable=True, which is another overload)."""
+    x = ctx.tensor("self")
+    axis = normalize_axis(ctx.ints("dim")[0], x.type.rank)
+    values, indices = ctx.emit("TopK", [x], TopKAttrs(x.type.shape[axis], axis, bool(ctx["descending"]), True))
+    return [values, ctx.cast(indices, DType.INT64) if ctx.result_used(1) else None]
+
+
 # tensor factories: constants -----------------------------------------------------------------
 
 
