@@ -143,6 +143,24 @@ def test_every_mapping_computes_the_kernel(case, target, name):
     mappings, _ = map_kernel(case, target.instruction(name))
     assert mappings
     for mapping in mappings[:6]:
-        got, issues = run_mapping(mapping, arrays, out_shape)
-        np.testing.assert_array_equal(got, expected, err_msg=str(mapping))
-        assert issues == padded_issue_count(mapping)
+        simulation = run_mapping(mapping, arrays, out_shape)
+        np.testing.assert_array_equal(simulation.out, expected, err_msg=str(mapping))
+        assert simulation.issues == padded_issue_count(mapping)
+
+
+def test_simulated_cycles_agree_with_the_schedule():
+    """On the NPU, the functional simulator's busy cycles (a fold per issue, 2R + C + T - 2
+    each) are the scheduler's compute term when the stream fits the scratchpad in one tile."""
+    from ember.isa.schedule import schedule
+
+    case = kernel("C[i, j]:i32 += A[i, k]:i8 * B[k, j]:i8 over i:40, j:20, k:24")
+    rng = np.random.default_rng(4)
+    arrays = {"A": rng.integers(-3, 4, (40, 24)).astype(np.float64), "B": rng.integers(-3, 4, (24, 20)).astype(float)}
+    for mapping in map_kernel(case, NPU.instruction("systolic.ws"))[0]:
+        simulation = run_mapping(mapping, arrays, (40, 20))
+        np.testing.assert_array_equal(simulation.out, arrays["A"] @ arrays["B"])
+        assert schedule(mapping, NPU).compute_cycles == simulation.cycles, str(mapping)
+    fma = map_kernel(GEMM, X86.instruction("vfmadd231ps.bcst"))[0][0]
+    extents = GEMM.expr.extents
+    simulation = run_mapping(fma, {"A": np.ones((5, 7)), "B": np.ones((7, 32))}, (extents["i"], extents["j"]))
+    assert simulation.cycles == fma.issues / 2  # two FMAs issued per cycle

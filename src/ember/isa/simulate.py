@@ -5,12 +5,14 @@ the instruction's own semantics on them, and adds the output block back. Agreeme
 kernel's direct evaluation is what makes a mapping legal in fact, not only by construction.
 
 It is meant for small shapes (tests, the NPU's functional model): every issue is a Python
-loop over the instruction's points. Imports isa.expr, isa.mapper and numpy."""
+loop over the instruction's points. It also counts the cycles the unit is busy by the
+description, which the scheduler's compute term must agree with. Imports isa.expr, isa.mapper and numpy."""
 from __future__ import annotations
 
 import itertools
 import math
 from collections.abc import Mapping as MappingOf
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -36,15 +38,25 @@ def _read(access: Access, array: np.ndarray, values: MappingOf[str, int]) -> flo
     return 0.0
 
 
-def run_mapping(mapping: Mapping, arrays: MappingOf[str, np.ndarray], out_shape: tuple[int, ...]
-                ) -> tuple[np.ndarray, int]:
-    """The kernel's output computed through `mapping`, and the number of issues."""
+@dataclass(frozen=True)
+class Simulation:
+    """What running a mapping gave: the kernel's output, the instruction issues, and the cycles
+    the unit was busy by the description (1/throughput per issue, or the cycles formula at the
+    issue's stream length), with no memory stalls."""
+
+    out: np.ndarray
+    issues: int
+    cycles: float
+
+
+def run_mapping(mapping: Mapping, arrays: MappingOf[str, np.ndarray], out_shape: tuple[int, ...]) -> Simulation:
+    """The kernel's output computed through `mapping`, one issue at a time."""
     expr, semantics = mapping.kernel.expr, mapping.instruction.semantics
     extents = expr.extents
     out = np.zeros(out_shape, dtype=np.float64)
     axes = {a.dim: a for a in mapping.axes}
     roles = dict(mapping.roles)
-    issues = 0
+    issues, cycles = 0, 0.0
     outer_ranges = [range(extents[d]) for d in mapping.outer]
     axis_ranges = [range(a.issues) for a in mapping.axes]
     for outer_point in itertools.product(*outer_ranges):
@@ -73,7 +85,8 @@ def run_mapping(mapping: Mapping, arrays: MappingOf[str, np.ndarray], out_shape:
                 result[_position(semantics.output, values)] += product
             _scatter(result, semantics.output, expr.output, out, semantics, points, kernel_points)
             issues += 1
-    return out, issues
+            cycles += mapping.instruction.issue_cycles(lengths)
+    return Simulation(out, issues, cycles)
 
 
 def _named(semantics: TensorExpr, point: tuple[int, ...]) -> dict[str, int]:
