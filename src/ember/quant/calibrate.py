@@ -35,17 +35,39 @@ def folded_histogram(stats: TensorStats) -> np.ndarray:
     return stats.hist[half:] + stats.hist[:half][::-1]
 
 
-def _kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
-    p = p / p.sum()
-    q_total = q.sum()
-    if q_total <= 0:
-        return float("inf")
-    q = q / q_total
-    empty = q == 0
-    if empty.any():
-        q = (1.0 - _SMOOTHING) * q + _SMOOTHING * empty / empty.sum()
-    present = p > 0
-    return float(np.sum(p[present] * np.log(p[present] / q[present])))
+def _kl_per_candidate(c: np.ndarray, candidates: np.ndarray, levels: int) -> np.ndarray:
+    """KL(P || Q) for every candidate count of bins i, all at once from prefix sums over the
+    histogram c (no loop over i): within a group of bins merged into one level, Q is the group's
+    mean count on each occupied bin, so the group's terms sum to S - C log(mean) - C log(T) +
+    C log(K) with C, S the group's sums of c and c log c, T the total and K the kept count. Q's
+    empty bins get _SMOOTHING of the mass (the occupied ones the rest); the last kept bin also
+    holds everything beyond it in P (the clipped values), a correction of its own term."""
+    total = c.sum()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c_log_c = np.where(c > 0, c * np.log(np.where(c > 0, c, 1.0)), 0.0)
+    prefix_c = np.concatenate([[0.0], np.cumsum(c)])
+    prefix_occupied = np.concatenate([[0.0], np.cumsum(c > 0)])
+    prefix_clogc = np.concatenate([[0.0], np.cumsum(c_log_c)])
+    i = candidates[:, None]
+    bounds = (np.arange(levels + 1)[None, :] * i + levels - 1) // levels  # group g: bins [b_g, b_g+1)
+    count = np.diff(prefix_c[bounds], axis=1)
+    occupied = np.diff(prefix_occupied[bounds], axis=1)
+    clogc = np.diff(prefix_clogc[bounds], axis=1)
+    kept = prefix_c[candidates]
+    empty = candidates - prefix_occupied[candidates]
+    keep_share = np.where(empty > 0, 1.0 - _SMOOTHING, 1.0)  # the occupied bins' share of Q
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_q_scale = np.log(keep_share / kept)[:, None]  # q_j = mean_g * keep_share / K
+        mean = np.where(occupied > 0, count / np.where(occupied > 0, occupied, 1.0), 1.0)
+        base = np.where(count > 0, clogc - count * (np.log(total) + np.log(mean) + log_q_scale), 0.0).sum(axis=1)
+        last = c[candidates - 1]
+        beyond = total - kept
+        last_mean = mean[:, -1]
+        q_last = np.where(last > 0, last_mean * keep_share / kept, _SMOOTHING / np.maximum(empty, 1.0))
+        as_kept = np.where(last > 0, last * np.log(last / total / q_last), 0.0)
+        as_clipped = (last + beyond) * np.log((last + beyond) / total / q_last)
+        kl = (base + np.where(beyond > 0, as_clipped - as_kept, 0.0)) / total
+    return np.where(kept > 0, kl, np.inf)
 
 
 def entropy_bins(counts: np.ndarray, levels: int = 128) -> int:
@@ -64,23 +86,8 @@ def entropy_bins(counts: np.ndarray, levels: int = 128) -> int:
     c[0] = c[1]
     if c.sum() == 0:
         return n
-    tail = np.concatenate([np.cumsum(c[::-1])[::-1], [0.0]])  # tail[i]: the count beyond bin i - 1
-    best, best_bins = float("inf"), n
-    for i in range(min(first, n), n + 1):
-        kept = c[:i]
-        p = kept.copy()
-        p[-1] += tail[i]
-        if p.sum() == 0:
-            continue
-        groups = np.arange(i) * levels // i  # `levels` groups of near-equal width
-        occupied = kept > 0
-        group_count = np.bincount(groups, weights=kept, minlength=levels)
-        group_occupied = np.bincount(groups, weights=occupied, minlength=levels)
-        q = np.where(occupied, group_count[groups] / np.maximum(group_occupied[groups], 1.0), 0.0)
-        kl = _kl_divergence(p, q)
-        if kl < best:
-            best, best_bins = kl, i
-    return best_bins
+    candidates = np.arange(min(first, n), n + 1)
+    return int(candidates[int(np.argmin(_kl_per_candidate(c, candidates, levels)))])
 
 
 def activation_range(stats: TensorStats, method: str = "minmax", percentile: float = 99.99,
