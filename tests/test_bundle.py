@@ -317,7 +317,8 @@ def test_unusable_output_folder_is_a_clear_error(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(EmberError, match=r"cannot create the bundle folder '.*file/out'"):
         ember.bundle(tiny_model(), target="host", output_dir=blocker / "out")
-    (tmp_path / "taken").mkdir()
+    ember.bundle(tiny_model(), target="host", output_dir=tmp_path / "taken")
+    (tmp_path / "taken" / "model.h").unlink()
     (tmp_path / "taken" / "model.h").mkdir()  # a folder where a bundle file goes
     with pytest.raises(EmberError, match=r"cannot write bundle file '.*model.h'"):
         ember.bundle(tiny_model(), target="host", output_dir=tmp_path / "taken")

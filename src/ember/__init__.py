@@ -163,24 +163,34 @@ def _is_proto(model: Any) -> bool:
 
 def bundle(model: Any, target: str = "host", output_dir: str | os.PathLike = "bundle", prefix: str = "model",
            input_shapes: Mapping[str, Sequence[int]] | None = None, quantize: Any = None,
-           quantize_options: Mapping[str, Any] | None = None) -> Any:
+           quantize_options: Mapping[str, Any] | None = None, num_threads: int = 1,
+           flash_bytes: int | None = None, ram_bytes: int | None = None) -> Any:
     """Compiles an ONNX model ahead of time into `output_dir`: portable C, a header with the
     memory contract, the weights and a Makefile for `target` (host, x86_64-linux,
     aarch64-linux, riscv64-linux, cortex-m4, cortex-m7). Every external symbol starts with
     `prefix`. quantize / quantize_options as for compile(): an int8 bundle, whose integer ops
     run portable int8 kernels on targets other than x86 (int8 weights: about a quarter of the
-    float bundle's). Returns an ember.codegen.bundle.Bundle (file list and memory layout)."""
+    float bundle's). num_threads > 1 (hosted targets): kernels use OpenMP, built with
+    -fopenmp. A bundle that does not fit flash_bytes / ram_bytes (default: a microcontroller
+    target's example board's memory) is refused with the numbers before any file is written;
+    output_dir must be new, empty or hold an earlier bundle (whose files are replaced).
+    Returns an ember.codegen.bundle.Bundle (file list and memory layout)."""
     from ember.backends.cpu.portable import bundle_backend
     from ember.codegen.bundle import get_target
     from ember.driver import load_model, prepare_program, quantize_loaded
 
     tgt = get_target(target)  # an unknown target fails before compiling
-    backend = bundle_backend(tgt)
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise EmberError(f"num_threads must be a positive integer, got {num_threads!r}")
+    if num_threads > 1 and tgt.bare_metal:
+        raise EmberError(f"bundles for {tgt.name} run on one thread (no OpenMP on a microcontroller)")
+    backend = bundle_backend(tgt, num_threads)
     graph = load_model(model, input_shapes)
     if quantize is not None:
         quantize_loaded(graph, quantize, quantize_options)
     program, plan, _ = prepare_program(graph, backend)
-    return backend.bundle(program, plan, output_dir, target=target, prefix=prefix)
+    return backend.bundle(program, plan, output_dir, target=target, prefix=prefix, flash_bytes=flash_bytes,
+                          ram_bytes=ram_bytes)
 
 
 __all__ = ["CompiledModel", "DynamicModel", "EmberError", "InputError", "ModelImportError", "QueueFullError",

@@ -31,6 +31,7 @@ from ember.tools.common import (
     REFERENCE_HELP,
     CommandError,
     add_compile_options,
+    byte_size,
     check_outputs,
     check_reference_names,
     compile_for_command,
@@ -139,6 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     bundle.add_argument("--quantize", metavar="PROFILE", help="a profile from `ember quantize`: an int8 bundle "
                         "(on targets other than x86, portable int8 kernels)")
     bundle.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
+    bundle.add_argument("--threads", type=positive_int, default=1, metavar="N",
+                        help="hosted targets: kernels on N threads, built with -fopenmp (default 1)")
+    bundle.add_argument("--flash", type=byte_size, metavar="BYTES",
+                        help="the part's flash (e.g. 1M, 512K): refuse a bundle whose weights do not fit "
+                             "(default for microcontrollers: the example board's, 4M)")
+    bundle.add_argument("--ram", type=byte_size, metavar="BYTES",
+                        help="the part's RAM (e.g. 256K): refuse a bundle whose io and activations do not fit")
 
     from ember.quant import METHODS, SCHEMAS
 
@@ -494,7 +502,8 @@ def _bundle(args: argparse.Namespace) -> int:
     import ember
 
     result = ember.bundle(args.model, target=args.target, output_dir=args.output, prefix=args.prefix,
-                          input_shapes=_shapes(args.shape), quantize=args.quantize)
+                          input_shapes=_shapes(args.shape), quantize=args.quantize, num_threads=args.threads,
+                          flash_bytes=args.flash, ram_bytes=args.ram)
     print(result.summary())
     print(f"files: {', '.join(result.files)}")
     print(f"build: make -C {result.directory}")

@@ -64,7 +64,7 @@ def lower_for_backend(graph: Graph, backend: Backend) -> None:
     if refused:
         listing = "; ".join(f"{op} (nodes: {', '.join(names)}): {reason}"
                             for (op, reason), names in sorted(refused.items()))
-        raise UnsupportedError(f"backend '{backend.name}' cannot run: {listing}")
+        raise UnsupportedError(f"{backend.describe()} cannot run: {listing}")
 
 
 def compile_model(model: Any, backend: str | Backend = "interpreter",

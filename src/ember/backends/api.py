@@ -37,6 +37,11 @@ class Backend:
     # Bytes its device holds for one segment's weights and activations (None: host memory,
     # unbounded). The partitioner cuts segments that would not fit.
     memory_capacity: int | None = None
+    # How errors name what compiles: "backend 'cpu'", or what it stands for (a bundle for a target).
+    subject: str | None = None
+
+    def describe(self) -> str:
+        return self.subject or f"backend '{self.name}'"
 
     def supports(self, node: Node) -> bool:
         return node.opdef.primitive

@@ -55,6 +55,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def byte_size(text: str) -> int:
+    """argparse type: bytes, with an optional K, M or G suffix (powers of 1024; KiB, MB... too)."""
+    import re
+
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMG]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 262144, 256K, 1M)")
+    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[match.group(2).upper()]
+    return int(float(match.group(1)) * scale)
+
+
 def add_compile_options(parser: argparse.ArgumentParser, *, inputs: bool = True, precision: bool = True) -> None:
     """The options every command that compiles a model takes, the same everywhere."""
     parser.add_argument("model", help=MODEL_HELP)

@@ -71,7 +71,10 @@ class CpuBackend(Backend):
         """Why no kernel of the registry runs `node` (None when one does); a non-primitive op
         without a kernel is lowered instead, so this is the reason only for primitives."""
         # 16-bit floats: the cpu pipeline computes them in float32 (compute-halves-in-float32).
-        return self.kernels.refusal(as_float32(OpView.of_node(node)))
+        reason = self.kernels.refusal(as_float32(OpView.of_node(node)))
+        if reason is not None and self.subject is not None:
+            reason = _RUNS_ELSEWHERE.sub("", reason)  # a bundle has no interpreter to fall back on
+        return reason
 
     def cost(self, graph: Graph) -> float:
         # Generated C: about 40 GFLOP/s a thread in its GEMM and convolution kernels, ~10 GB/s
@@ -94,9 +97,11 @@ class CpuBackend(Backend):
         return generate_c(program, self.kernels, options)
 
     def bundle(self, program: Program, plan: MemoryPlan | None, output_dir: str | os.PathLike, target: str = "host",
-               prefix: str = "model") -> Bundle:
+               prefix: str = "model", flash_bytes: int | None = None, ram_bytes: int | None = None) -> Bundle:
         """Writes an ahead-of-time bundle of a program this backend prepared (portable C with
-        a static entry, weights, header, Makefile; see codegen/bundle)."""
+        a static entry, weights, header, Makefile; see codegen/bundle), refused when it does
+        not fit flash_bytes/ram_bytes (default: a microcontroller board's memory). Kernels
+        planned for several threads build with -fopenmp."""
         from ember.codegen.bundle import sanitize_prefix, write_bundle
 
         if self.c_sources or self.link_flags:
@@ -104,7 +109,8 @@ class CpuBackend(Backend):
                                    "the Ember kernel library only")
         prefix = sanitize_prefix(prefix)
         cprogram = self.generate(program, CodegenOptions(entry=f"{prefix}_entry", static_entry=True))
-        return write_bundle(program, plan, cprogram, output_dir, target=target, prefix=prefix)
+        return write_bundle(program, plan, cprogram, output_dir, target=target, prefix=prefix,
+                            flash_bytes=flash_bytes, ram_bytes=ram_bytes, openmp=self.num_threads > 1)
 
     def load_executable(self, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> NativeProgram:
         """A program saved by NativeProgram.artifact: its library is written into a fresh
@@ -124,6 +130,9 @@ class CpuBackend(Backend):
         """A library of `source` with this backend's flags, sources and link flags."""
         return build_library(source, extra_flags=[*self.compile_flags], sanitize=self.sanitize, march=self.march,
                              extra_sources=dict(self.c_sources), link_flags=[*self.link_flags])
+
+
+_RUNS_ELSEWHERE = re.compile(r" \((?:it|they) runs? on the interpreter\)")
 
 
 def check_precision(precision: str) -> str:

@@ -21,8 +21,10 @@ class PortableCpuBackend(CpuBackend):
         self.kernels = portable_kernels()
 
 
-def bundle_backend(target: Target) -> CpuBackend:
-    """The single-threaded backend (no OpenMP on a bundle's target) whose kernels suit `target`."""
-    if target.int8_kernels == "portable":
-        return PortableCpuBackend(num_threads=1)
-    return CpuBackend(num_threads=1)
+def bundle_backend(target: Target, num_threads: int = 1) -> CpuBackend:
+    """The backend whose kernels suit `target`: single-threaded unless a hosted target is
+    asked for threads (its bundle then builds with -fopenmp); errors name the bundle."""
+    backend = PortableCpuBackend if target.int8_kernels == "portable" else CpuBackend
+    chosen = backend(num_threads=num_threads)
+    chosen.subject = f"a bundle for {target.name}"
+    return chosen

@@ -3,7 +3,8 @@
 example `bundle_main`; bare-metal targets build `lib<prefix>.a` (weights included, for flash)
 and report its flash and RAM needs; with a board (targets.Board: startup file, memory map,
 link flags, emulator), `make firmware` links the example and `make run-qemu IN=dir OUT=dir`
-runs it under the board's emulator. No OpenMP: bundles are single-threaded. Imports
+runs it under the board's emulator. Hosted bundles asked for threads build with -fopenmp;
+the others are single-threaded. Imports
 bundle.layout, targets."""
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def _default(variable: str, value: str) -> list[str]:
     return [f"ifneq ($(filter default undefined,$(origin {variable})),)", f"{variable} = {value}", "endif"]
 
 
-def render_makefile(prefix: str, target: Target, layout: Layout, library_objects: list[str]) -> str:
+def render_makefile(prefix: str, target: Target, layout: Layout, library_objects: list[str],
+                    openmp: bool = False) -> str:
+    """openmp: compile and link with -fopenmp (a hosted bundle whose kernels use threads)."""
     p = prefix.upper()
     objects = " ".join(library_objects)
     lines = [
@@ -57,8 +60,8 @@ def render_makefile(prefix: str, target: Target, layout: Layout, library_objects
         lines += [f"RUNNER = {target.runner}"]
     lines += [
         f"CFLAGS = -std=gnu11 $(OPT) $(TARGET_FLAGS) -ffp-contract=fast -fno-math-errno -ffunction-sections "
-        f"-fdata-sections {_WARNINGS} $(EXTRA_CFLAGS)",
-        "LDFLAGS = $(TARGET_FLAGS) -Wl,--gc-sections $(EXTRA_LDFLAGS)",
+        f"-fdata-sections {_WARNINGS}{' -fopenmp' if openmp else ''} $(EXTRA_CFLAGS)",
+        f"LDFLAGS = $(TARGET_FLAGS){' -fopenmp' if openmp else ''} -Wl,--gc-sections $(EXTRA_LDFLAGS)",
         f"LIB_OBJS = {objects}",
         "",
     ]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ember.codegen.bundle import examples, header, library, makefile, sources
+from ember.codegen.bundle.fit import check_fit, prepare_folder
 from ember.codegen.bundle.layout import Layout, plan_layout
 from ember.codegen.bundle.targets import Target, get_target
 from ember.codegen.emitter import CProgram
@@ -68,11 +69,18 @@ def sanitize_prefix(prefix: str) -> str:
 
 
 def write_bundle(program: Program, plan: MemoryPlan | None, cprogram: CProgram, output_dir: str | os.PathLike,
-                 target: str | Target = "host", prefix: str = "model") -> Bundle:
+                 target: str | Target = "host", prefix: str = "model", flash_bytes: int | None = None,
+                 ram_bytes: int | None = None, openmp: bool = False) -> Bundle:
     """Writes the bundle of a planned program and its C (generated with a static entry, see
-    CpuBackend.bundle); `prefix` must be sanitized already (sanitize_prefix)."""
+    CpuBackend.bundle); `prefix` must be sanitized already (sanitize_prefix). Refuses, before
+    writing, a bundle that does not fit the target's flash and RAM (fit.check_fit) or a
+    folder holding something other than an earlier bundle; openmp: hosted builds compile and
+    link with -fopenmp (kernels planned for several threads)."""
     tgt = get_target(target) if isinstance(target, str) else target
     layout = plan_layout(program, cprogram, plan)
+    check_fit(tgt, layout, flash_bytes, ram_bytes)
+    if openmp and tgt.bare_metal:
+        raise EmberError(f"bundles for {tgt.name} run on one thread: no OpenMP on a microcontroller")
     lib = library.library_files()
     needed = library.needed_sources(cprogram.source)
 
@@ -96,13 +104,10 @@ def write_bundle(program: Program, plan: MemoryPlan | None, cprogram: CProgram, 
         files.update(examples.board_files(tgt))
     else:
         files["bundle_main.c"] = examples.hosted_main(prefix, layout)
-    files["Makefile"] = makefile.render_makefile(prefix, tgt, layout, objects)
+    files["Makefile"] = makefile.render_makefile(prefix, tgt, layout, objects, openmp=openmp)
 
     directory = Path(output_dir)
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise EmberError(f"cannot create the bundle folder '{directory}': {err.strerror or err}") from None
+    prepare_folder(directory, sorted(files))
     for name, content in files.items():
         path = directory / name
         try:
