@@ -194,6 +194,7 @@ static void ember_qdc_requant(const int32_t *t, int32_t corr, double bias, doubl
     const __m512i c = _mm512_set1_epi32(corr);
     const __m512d b = _mm512_set1_pd(bias), m = _mm512_set1_pd(mult), z = _mm512_set1_pd(zy);
     const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
+    __m128i bytes[4];
     for (int v = 0; v < 4; v++) {
         __m512i acc = _mm512_add_epi32(_mm512_loadu_si512(t + 16 * v), c);
         __m256i part[2];
@@ -204,9 +205,12 @@ static void ember_qdc_requant(const int32_t *t, int32_t corr, double bias, doubl
             d = _mm512_min_pd(_mm512_max_pd(d, l), h);
             part[half] = _mm512_cvtpd_epi32(d);
         }
-        __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1);
-        _mm_storeu_si128((__m128i *)(out + 16 * v), _mm512_cvtepi32_epi8(both));
+        bytes[v] = _mm512_cvtepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1));
     }
+    /* one 64-byte store, so the copies that read the row back get it forwarded whole */
+    __m512i row = _mm512_inserti32x4(_mm512_castsi128_si512(bytes[0]), bytes[1], 1);
+    row = _mm512_inserti32x4(_mm512_inserti32x4(row, bytes[2], 2), bytes[3], 3);
+    _mm512_storeu_si512(out, row);
 #else
     for (int j = 0; j < 64; j++) {
         int32_t a = (int32_t)((uint32_t)t[j] + (uint32_t)corr);
@@ -218,6 +222,28 @@ static void ember_qdc_requant(const int32_t *t, int32_t corr, double bias, doubl
 #endif
 }
 
+/* n <= 64 bytes copied as two overlapping moves of the largest power of two <= n: memcpy of a
+ * few dozen bytes became `rep movs` (slow to start) and masked AVX-512 stores are slow on some
+ * cores (Zen 4). */
+static inline void ember_qdc_copy(uint8_t *dst, const uint8_t *src, long n)
+{
+    if (n >= 32) {
+        uint8_t a[32], b[32];
+        memcpy(a, src, 32); memcpy(b, src + n - 32, 32);
+        memcpy(dst, a, 32); memcpy(dst + n - 32, b, 32);
+    } else if (n >= 16) {
+        uint8_t a[16], b[16];
+        memcpy(a, src, 16); memcpy(b, src + n - 16, 16);
+        memcpy(dst, a, 16); memcpy(dst + n - 16, b, 16);
+    } else if (n >= 8) {
+        uint64_t a, b;
+        memcpy(&a, src, 8); memcpy(&b, src + n - 8, 8);
+        memcpy(dst, &a, 8); memcpy(dst + n - 8, &b, 8);
+    } else {
+        for (long i = 0; i < n; i++) dst[i] = src[i];
+    }
+}
+
 /* The grid positions [q0, q0 + 64) of one requantized row copied to the output row-major
  * channel plane y (OH x OW), dropping the grid's columns past OW and positions past the grid. */
 static void ember_qdc_store(const uint8_t *row, long q0, long grid, long wph, long ow, uint8_t *y)
@@ -227,13 +253,7 @@ static void ember_qdc_store(const uint8_t *row, long q0, long grid, long wph, lo
         long oy = q / wph, ox = q % wph;
         if (ox >= ow) { q += wph - ox; continue; }
         long n = ow - ox < end - q ? ow - ox : end - q;
-#if defined(__AVX512BW__) && defined(__GNUC__)
-        /* one masked move: memcpy of a few dozen bytes became `rep movs`, slow to start */
-        __mmask64 k = n >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << n) - 1);
-        _mm512_mask_storeu_epi8(y + oy * ow + ox, k, _mm512_maskz_loadu_epi8(k, row + (q - q0)));
-#else
-        memcpy(y + oy * ow + ox, row + (q - q0), (size_t)n);
-#endif
+        ember_qdc_copy(y + oy * ow + ox, row + (q - q0), n);
         q += n;
     }
 }
@@ -428,6 +448,11 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
 # im2col), and tiles are requantized per channel and stored transposed into NCHW.
 
 
+# What storing one output costs beside the products, in products (measured on ResNet-18 at 1
+# thread, AMD EPYC with AVX-512 VNNI): qconv_rows stores transposed, a byte at a time.
+STORE_COST = {"direct": 32, "rows": 100}
+
+
 def executed_macs(d: dict) -> tuple[int, int]:
     """Products computed, padding included, by (qconv_direct, qconv_rows) for one image."""
     direct = d["mblocks"] * QDC_MR * d["blocks"] * QDC_NR
@@ -436,9 +461,15 @@ def executed_macs(d: dict) -> tuple[int, int]:
     return direct * d["groups"] * 4, rows * d["groups"] * 4
 
 
+def prefers_rows(d: dict) -> bool:
+    """Whether qconv_rows costs less: its products and stores against qconv_direct's."""
+    direct, rows = executed_macs(d)
+    outputs = d["m"] * d["oh"] * d["ow"]
+    return rows + STORE_COST["rows"] * outputs < direct + STORE_COST["direct"] * outputs
+
+
 def _rows_apply(instr: Instr, options: KernelOptions) -> bool:
-    direct, rows = executed_macs(_layout(instr))
-    return _applies(instr, options) and rows < 0.90 * direct  # the transposed stores cost: clear wins only
+    return _applies(instr, options) and prefers_rows(_layout(instr))
 
 
 def _direct_apply(instr: Instr, options: KernelOptions) -> bool:
@@ -516,4 +547,4 @@ C_KERNELS.add(Kernel("qconv_direct", ("QLinearConv",), emit_qconv_direct, accept
 C_KERNELS.add(Kernel("qconv_rows", ("QLinearConv",), emit_qconv_rows, accepts=_accepts, applies=_rows_apply,
                      plan=_rows_plan, preamble=QDC_C), first=True)
 
-__all__ = ["QDC_MR", "QDC_NR", "executed_macs", "pack_qdc_weights", "pack_rows_weights"]
+__all__ = ["QDC_MR", "QDC_NR", "STORE_COST", "executed_macs", "pack_qdc_weights", "pack_rows_weights", "prefers_rows"]
