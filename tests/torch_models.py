@@ -170,15 +170,15 @@ def mlp(batch: int = 4) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return model, (torch.randn(batch, 64, generator=gen),)
 
 
-def bert(length: int = 16, batch: int = 2, layers: int = 2, hidden: int = 64
+def bert(length: int = 16, batch: int = 2, layers: int = 2, hidden: int = 64, attention: str = "sdpa"
          ) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """transformers' BertModel from a small config, random weights, eager attention (the
-    exported graph is then plain matmuls and softmax)."""
+    """transformers' BertModel from a small config, random weights; attention "sdpa" (the
+    default: torch's scaled_dot_product_attention, decomposed at export) or "eager"."""
     from transformers import BertConfig, BertModel
 
     gen = _seeded()
     config = BertConfig(vocab_size=200, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                        intermediate_size=4 * hidden, max_position_embeddings=64, attn_implementation="eager")
+                        intermediate_size=4 * hidden, max_position_embeddings=64, attn_implementation=attention)
     model = BertModel(config).eval()
     ids = torch.randint(0, 200, (batch, length), generator=gen)
     mask = torch.ones(batch, length, dtype=torch.int64)

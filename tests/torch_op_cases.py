@@ -196,6 +196,7 @@ NN = [
     OpCase("aten.mm.default", lambda x: x[0] @ x[1], _x(2, 3, 3)),
     OpCase("aten.bmm.default", lambda x: x @ x.transpose(1, 2), _x(3)),
     OpCase("aten._softmax.default", lambda x: torch.softmax(x, dim=1), _x(3)),
+    OpCase("aten.mul.Scalar", lambda x: F.scaled_dot_product_attention(x, x * 0.5, x.flip(1)), _x(3)),
     OpCase("aten._log_softmax.default", lambda x: torch.log_softmax(x, dim=-1), _x(3)),
     OpCase("aten.upsample_nearest2d.vec", lambda x: F.interpolate(x, scale_factor=2, mode="nearest"), _image()),
     OpCase("aten.upsample_nearest1d.vec", lambda x: F.interpolate(x, size=7, mode="nearest"), _x(3)),

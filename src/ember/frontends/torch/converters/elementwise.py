@@ -93,7 +93,8 @@ def _arith(op: str, alpha: bool = False):
 for _name, _op, _alpha in (("add", "Add", True), ("sub", "Sub", True), ("mul", "Mul", False),
                            ("div", "Div", False), ("maximum", "Max", False), ("minimum", "Min", False),
                            ("remainder", "Mod", False)):
-    _overloads = {"maximum": ("default",), "minimum": ("default",), "remainder": ("Tensor", "Scalar")}
+    _overloads = {"maximum": ("default",), "minimum": ("default",), "remainder": ("Tensor", "Scalar"),
+                  "mul": ("Tensor", "Scalar")}  # mul.Scalar: the decomposed scaled_dot_product_attention
     aten(*(f"{_name}.{o}" for o in _overloads.get(_name, ("Tensor",))))(_arith(_op, _alpha))
 
 
