@@ -19,7 +19,14 @@ from ember.backends.cpu import CpuBackend
 from ember.backends.cpu import backend as cpu_backend_module
 from ember.backends.cpu.build import build_library
 from ember.backends.cpu.features import has_avx512_bf16
-from ember.codegen.kernels.gemm_bf16 import bf16_bits, gemm_bf16_scratch_bytes, pack_a_blocks, pack_b_panels
+from ember.codegen.kernels.gemm_bf16 import (
+    bf16_bits,
+    gemm_bf16_scratch_bytes,
+    pack_a_blocks,
+    pack_b_panels,
+    winograd_bf16_scratch_bytes,
+)
+from ember.codegen.kernels.layouts import WinogradLayout
 from ember.driver import compile_model, load_model, prepare_program
 from ember.support.errors import EmberError
 from tests.conftest import require_shared_models
@@ -80,6 +87,17 @@ def test_packed_layouts_and_scratch_match_the_c():
         for a_packed, b_packed, repacked in [(1, 0, 1), (1, 0, 0), (0, 1, 0)]:
             c = library.ember_gemm_bf16_scratch_bytes(m, n, k, a_packed, b_packed, repacked, threads)
             assert gemm_bf16_scratch_bytes(m, n, k, bool(a_packed), bool(b_packed), bool(repacked), threads) == c
+    class Geometry(ctypes.Structure):
+        _fields_ = [("x", ctypes.c_void_p)] + [
+            (f, ctypes.c_long) for f in ("C", "H", "W", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "OH", "OW")]
+
+    library.ember_winograd_bf16_scratch_bytes.restype = ctypes.c_long
+    for c, m, size, threads in [(32, 40, 13, 1), (64, 64, 56, 2), (33, 512, 14, 2)]:
+        layout = WinogradLayout(c, m, (size, size))
+        g = Geometry(None, c, size, size, 3, 3, 1, 1, 1, 1, 1, 1, size, size)
+        expected = library.ember_winograd_bf16_scratch_bytes(ctypes.byref(g), ctypes.c_long(m), ctypes.c_int(threads))
+        # As the float32 Winograd's (test_c_formulas): Python may reserve more, never less.
+        assert expected <= winograd_bf16_scratch_bytes(layout, threads) <= expected + 64 * threads
     rng = np.random.default_rng(1)
     for m, k in [(1, 1), (9, 7), (17, 64), (8, 33)]:
         a = rng.standard_normal((m, k)).astype(np.float32)
@@ -177,6 +195,56 @@ def test_conv_bf16(case, backend):
     magnitude_model = model_of([plain], [("x", list(x.shape))], ["y"], {"w": np.abs(rounded(w)), "b": np.abs(bias)})
     magnitude = ember.compile(magnitude_model).run({"x": np.abs(rounded(x))})["y"]
     check(y, exact.astype(np.float64), magnitude.astype(np.float64) * 1.001, c // group * kernel * kernel)
+
+
+def winograd_emulation(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad: int):
+    """F(2x2, 3x3) as conv_winograd_bf16 computes it: the input transform in float32 in the C's
+    order, U = G g G^T and V rounded to bf16, the 16 products summed exactly, the output
+    transform; returns the result and its magnitude (the same sums over absolute values)."""
+    n, c, h, wd = x.shape
+    m = w.shape[0]
+    oh, ow = h + 2 * pad - 2, wd + 2 * pad - 2
+    th, tw = (oh + 1) // 2, (ow + 1) // 2
+    padded = np.zeros((n, c, 2 * th + 2, 2 * tw + 2), np.float32)
+    padded[:, :, pad:pad + h, pad:pad + wd] = x
+    rows = np.arange(th)[:, None] * 2 + np.arange(4)[None, :]
+    cols = np.arange(tw)[:, None] * 2 + np.arange(4)[None, :]
+    d = padded[:, :, rows[:, None, :, None], cols[None, :, None, :]]  # [n, c, th, tw, 4, 4]
+
+    def b_t(t: np.ndarray, axis: int) -> np.ndarray:
+        r = [np.take(t, i, axis=axis) for i in range(4)]
+        return np.stack([r[0] - r[2], r[1] + r[2], r[2] - r[1], r[1] - r[3]], axis=axis)
+
+    v = rounded(b_t(b_t(d, 4), 5)).astype(np.float64)  # [n, c, th, tw, 4, 4]
+    u = rounded(WinogradLayout(c, m, (oh, ow)).transformed_weights(w).reshape(4, 4, m, c)).astype(np.float64)
+    products = np.einsum("ijmc,nctsij->nmtsij", u, v)
+    magnitude = np.einsum("ijmc,nctsij->nmtsij", np.abs(u), np.abs(v))
+    a_t = np.array([[1.0, 1.0, 1.0, 0.0], [0.0, 1.0, -1.0, -1.0]])
+    out = np.einsum("pi,nmtsij,qj->nmtpsq", a_t, products, a_t).reshape(n, m, 2 * th, 2 * tw)
+    mag = np.einsum("pi,nmtsij,qj->nmtpsq", np.abs(a_t), magnitude, np.abs(a_t)).reshape(n, m, 2 * th, 2 * tw)
+    bias = bias.reshape(1, m, 1, 1)
+    return out[:, :, :oh, :ow] + bias, mag[:, :, :oh, :ow] + np.abs(bias)
+
+
+@needs_bf16
+@pytest.mark.parametrize("channels,out_channels,size", [(32, 40, 13), (33, 32, 16)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_winograd_bf16(channels, out_channels, size, threads):
+    rng = np.random.default_rng(channels + size)
+    w = rng.standard_normal((out_channels, channels, 3, 3)).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    x = rng.standard_normal((2, channels, size, size)).astype(np.float32)
+    model = model_of([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1] * 4)], [("x", list(x.shape))], ["y"],
+                     {"w": w, "b": bias})
+    compiled = compile_model(model, CpuBackend(num_threads=threads, precision="bf16"))
+    assert list(compiled.stats["precision"]["nodes"].values()) == ["bf16 (conv_winograd_bf16)"]
+    y = compiled.run({"x": x})["y"]
+    assert relative(y, ember.compile(model).run({"x": x})["y"]) < 1e-2
+    exact, magnitude = winograd_emulation(x, w, bias, 1)
+    check(y, exact, magnitude, channels + 8)
+    # Winograd off: the im2col bf16 kernel.
+    plain = compile_model(model, CpuBackend(num_threads=threads, precision="bf16", winograd=False))
+    assert list(plain.stats["precision"]["nodes"].values()) == ["bf16 (conv_bf16)"]
 
 
 # Kernel choice: the LIR, stats, what stays float32 ----------------------------------------

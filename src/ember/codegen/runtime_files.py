@@ -19,7 +19,8 @@ from ember.codegen.c_constants import config_header
 
 CONFIG_HEADER = "ember_config.h"
 RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c",
-                   "ember_depthwise.c", "ember_winograd.c", "ember_gemm_bf16.c")
+                   "ember_depthwise.c", "ember_winograd.c", "ember_gemm_bf16.c",
+                   "ember_winograd_bf16.c")
 
 # Every external function of the library -> the .c file defining it (all are declared in
 # ember_gemm.h; the headers' own functions are `static inline`).
@@ -43,12 +44,16 @@ EXPORTS: dict[str, str] = {
     # Winograd F(2x2, 3x3)
     "ember_winograd_scratch_bytes": "ember_winograd.c",
     "ember_winograd": "ember_winograd.c",
+    "ember_winograd_with_scratch_bytes": "ember_winograd.c",
+    "ember_winograd_with": "ember_winograd.c",
     # the bf16 GEMM (precision="bf16")
     "ember_gemm_bf16": "ember_gemm_bf16.c",
     "ember_gemm_bf16_scratch_bytes": "ember_gemm_bf16.c",
     "ember_bf16_pack_a": "ember_gemm_bf16.c",
     "ember_bf16_pack_panel": "ember_gemm_bf16.c",
     "ember_bf16_native": "ember_gemm_bf16.c",
+    "ember_winograd_bf16_scratch_bytes": "ember_winograd_bf16.c",
+    "ember_winograd_bf16": "ember_winograd_bf16.c",
 }
 
 # Each .c file -> the other .c files whose exports it calls (its undefined ember_ symbols).
@@ -58,6 +63,7 @@ CALLS: dict[str, tuple[str, ...]] = {
     "ember_depthwise.c": ("ember_gemm.c",),
     "ember_winograd.c": ("ember_gemm.c",),
     "ember_gemm_bf16.c": ("ember_gemm.c",),
+    "ember_winograd_bf16.c": ("ember_winograd.c", "ember_gemm_bf16.c"),
 }
 
 

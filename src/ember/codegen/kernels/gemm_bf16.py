@@ -8,6 +8,9 @@ trades the operands' precision (8 significant bits) for twice the multiply-adds 
 instruction.
 
 Variants, tried before the float32 ones (registered first) and only in bf16 mode:
+  conv_winograd_bf16   3x3 stride-1 convolutions where the float32 Winograd applies: F(2x2, 3x3)
+                       with its 16 GEMMs in bf16 (G g G^T packed at compile time, the
+                       transformed input rounded as the GEMM packs it);
   conv_bf16            Conv/FusedConv (1-D and 2-D, any group count) except depthwise:
                        weights as A (8-row blocks), the input as B: read in place for 1x1
                        stride-1 convolutions, im2col panels otherwise;
@@ -30,7 +33,7 @@ from ember.codegen.c_writer import call
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.conv import CONV_OPS, ConvShape, accepts_conv
 from ember.codegen.kernels.gemm import Epilogue
-from ember.codegen.kernels.layouts import threads_for
+from ember.codegen.kernels.layouts import WinogradLayout, threads_for
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr, Program
@@ -39,7 +42,7 @@ from ember.types import DType
 PRECISIONS = ("fp32", "bf16")
 # The instructions the precision mode is about (the others always compute in float32).
 GEMM_OPS = (*CONV_OPS, "MatMul", "FullyConnected")
-BF16_KERNELS = ("conv_bf16", "matmul_bf16", "fully_connected_bf16")
+BF16_KERNELS = ("conv_bf16", "conv_winograd_bf16", "matmul_bf16", "fully_connected_bf16")
 _SMALLEST_NORMAL = np.float32(2.0 ** -126)
 
 
@@ -184,6 +187,43 @@ def emit_conv_bf16(em: Emitter, instr: Instr) -> str:
     return w.text()
 
 
+# conv_winograd_bf16 ------------------------------------------------------------------------
+
+
+def _winograd_applies(instr: Instr, options: KernelOptions) -> bool:
+    s = ConvShape(instr)
+    return _applies(instr, options) and options.winograd and s.groups == 1 and WinogradLayout.applies(
+        (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
+
+
+def winograd_bf16_scratch_bytes(layout: WinogradLayout, threads: int) -> int:
+    """Mirror of ember_winograd_bf16_scratch_bytes (runtime/ember_winograd.c): the float32
+    Winograd's scratch and, per thread, one bf16 panel of V (C x 32 tiles)."""
+    used = max(1, min(layout.blocks, threads))
+    return layout.scratch_bytes(threads) + used * (layout.channels + 1) // 2 * layout.BLOCK * 4
+
+
+def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    layout = WinogradLayout(s.cg, s.mg, (s.oh, s.ow))
+    threads = s.gemm_threads(options)
+    u = layout.transformed_weights(s.w.constant())  # [16, M, C]
+    packed = np.concatenate([pack_a_blocks(u[xi]).reshape(-1) for xi in range(16)])
+    return KernelPlan({"threads": threads}, packed=[(s.w, "winograd_f2x3_bf16", packed)],
+                      scratch_bytes=winograd_bf16_scratch_bytes(layout, threads))
+
+
+def emit_conv_winograd_bf16(em: Emitter, instr: Instr) -> str:
+    s = ConvShape(instr)
+    w = s.writer(em).line(s.epilogue().c_init())
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width}"),
+               f"long base = nb * {s.out_channels * s.pixels};")
+        w.call("ember_winograd_bf16", "&g", s.mg, _packed_words(em, instr), "bias", "res ? res + base : NULL",
+               "y + base", "&ep", em.scratch(instr), param(instr, "threads", 1))
+    return w.text()
+
+
 # matmul_bf16 and fully_connected_bf16 -----------------------------------------------------
 
 
@@ -236,6 +276,8 @@ def _float32(view: OpView) -> str | None:
 # Tried before the float32 variants of the same ops; each applies only in bf16 mode.
 C_KERNELS.add(Kernel("conv_bf16", CONV_OPS, emit_conv_bf16, accepts=accepts_conv, applies=_applies,
                      plan=_conv_plan), first=True)
+C_KERNELS.add(Kernel("conv_winograd_bf16", CONV_OPS, emit_conv_winograd_bf16, accepts=accepts_conv,
+                     applies=_winograd_applies, plan=_winograd_plan), first=True)
 C_KERNELS.add(Kernel("matmul_bf16", ("MatMul",), emit_matmul_bf16, accepts=_float32, applies=_applies,
                      plan=_matmul_plan), first=True)
 C_KERNELS.add(Kernel("fully_connected_bf16", ("FullyConnected",), emit_fully_connected_bf16, accepts=_float32,

@@ -113,6 +113,14 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
 long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads);
 void ember_winograd(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
                     float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+/* The same with another kernel for the 16 GEMMs, O (M x EMBER_WINO_TB) = U[xi] (M x C) * V (C x
+ * EMBER_WINO_TB, rows EMBER_WINO_TB apart), given `u` as passed and `gemm_floats` floats of the
+ * calling thread's scratch (the bf16 Winograd's). */
+typedef void (*ember_winograd_gemm)(long M, long C, const void *u, int xi, const float *v, float *o, float *scratch);
+long ember_winograd_with_scratch_bytes(const ember_conv_geom *g, long M, long gemm_floats, int nthreads);
+void ember_winograd_with(const ember_conv_geom *g, long M, const void *u, ember_winograd_gemm gemm, long gemm_floats,
+                         const float *bias, const float *residual, float *y, const ember_epilogue *ep, float *scratch,
+                         int nthreads);
 
 /* The bf16 GEMM (precision="bf16", ember_gemm_bf16.c): both operands rounded to bfloat16 and
  * multiplied by pairs of k (vdpbf16ps where the CPU has AVX512-BF16, a portable path
@@ -131,6 +139,11 @@ long ember_gemm_bf16_scratch_bytes(long M, long N, long K, int a_packed, int b_p
  * dimension ldb, ncols <= 32 columns) into one bf16 pair panel, zero-padded. */
 void ember_bf16_pack_a(uint32_t *blocks, const float *a, long lda, long M, long K, long block0, long block1);
 void ember_bf16_pack_panel(uint32_t *panel, const float *b, long ldb, long K, int ncols);
+/* Winograd F(2x2, 3x3) with the 16 GEMMs in bf16: `u` holds G g G^T per position as the bf16
+ * GEMM's A blocks, [16][ceil(M/8)][ceil(C/2)][8] words. */
+long ember_winograd_bf16_scratch_bytes(const ember_conv_geom *g, long M, int nthreads);
+void ember_winograd_bf16(const ember_conv_geom *g, long M, const uint32_t *u, const float *bias,
+                         const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 /* 1 where this CPU runs vdpbf16ps (the bf16 GEMM takes its AVX512-BF16 path), else 0. */
 int ember_bf16_native(void);
 

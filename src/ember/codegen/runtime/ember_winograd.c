@@ -42,11 +42,16 @@ static long per_thread_floats(const ember_conv_geom *g, long M, const wino_plan 
     return 16 * (plane_floats(g->C) + plane_floats(M)) + 8 * p->half;
 }
 
-long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads)
+long ember_winograd_with_scratch_bytes(const ember_conv_geom *g, long M, long gemm_floats, int nthreads)
 {
     wino_plan p = plan_of(g);
     int used = p.blocks < nthreads ? (int)p.blocks : nthreads;
-    return per_thread_floats(g, M, &p) * (used > 0 ? used : 1) * (long)sizeof(float);
+    return (per_thread_floats(g, M, &p) + gemm_floats) * (used > 0 ? used : 1) * (long)sizeof(float);
+}
+
+long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads)
+{
+    return ember_winograd_with_scratch_bytes(g, M, 0, nthreads);
 }
 
 /* Columns 2k and 2k + 1 of an input row (src at column -PW), zero outside the row. */
@@ -126,8 +131,17 @@ static void transform_out(const float *restrict o, long plane, long n, float bia
     }
 }
 
-static void run_block(const ember_conv_geom *g, const wino_plan *p, long M, const float *u, const float *bias,
-                      const float *residual, float *y, const ember_epilogue *ep, long block, float *mine)
+/* The float32 GEMMs (U as float [16][M][C]). */
+static void winograd_gemm_f32(long M, long C, const void *u, int xi, const float *v, float *o, float *scratch)
+{
+    (void)scratch;
+    ember_gemm(M, EMBER_WINO_TB, C, (const float *)u + xi * M * C, C, 1, EMBER_MR * C, NULL, NULL, NULL, v,
+               EMBER_WINO_TB, NULL, o, EMBER_WINO_TB, NULL, NULL, 1);
+}
+
+static void run_block(const ember_conv_geom *g, const wino_plan *p, long M, const void *u, ember_winograd_gemm gemm,
+                      const float *bias, const float *residual, float *y, const ember_epilogue *ep, long block,
+                      float *mine)
 {
     const long TB = EMBER_WINO_TB, C = g->C, OH = g->OH, OW = g->OW;
     long vplane = plane_floats(C), oplane = plane_floats(M);
@@ -144,9 +158,7 @@ static void run_block(const ember_conv_geom *g, const wino_plan *p, long M, cons
             transform_in(rows, p->half, tx0, tx1, V + c * TB + (t - t0), vplane);
             t += tx1 - tx0;
         }
-    for (int xi = 0; xi < 16; xi++)
-        ember_gemm(M, TB, C, u + xi * M * C, C, 1, EMBER_MR * C, NULL, NULL, NULL, V + xi * vplane, TB, NULL,
-                   O + xi * oplane, TB, NULL, NULL, 1);
+    for (int xi = 0; xi < 16; xi++) gemm(M, C, u, xi, V + xi * vplane, O + xi * oplane, rows + 8 * p->half);
     float *half_rows[4] = { rows, rows + p->half, rows + 2 * p->half, rows + 3 * p->half };
     for (long m = 0; m < M; m++)
         for (long t = t0; t < t1;) {
@@ -165,12 +177,19 @@ static void run_block(const ember_conv_geom *g, const wino_plan *p, long M, cons
         }
 }
 
+void ember_winograd_with(const ember_conv_geom *g, long M, const void *u, ember_winograd_gemm gemm, long gemm_floats,
+                         const float *bias, const float *residual, float *y, const ember_epilogue *ep, float *scratch,
+                         int nthreads)
+{
+    wino_plan p = plan_of(g);
+    long per_thread = per_thread_floats(g, M, &p) + gemm_floats;
+    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && p.blocks > 1)
+    for (long block = 0; block < p.blocks; block++)
+        run_block(g, &p, M, u, gemm, bias, residual, y, ep, block, scratch + ember_thread_num() * per_thread);
+}
+
 void ember_winograd(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
                     float *y, const ember_epilogue *ep, float *scratch, int nthreads)
 {
-    wino_plan p = plan_of(g);
-    long per_thread = per_thread_floats(g, M, &p);
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && p.blocks > 1)
-    for (long block = 0; block < p.blocks; block++)
-        run_block(g, &p, M, u, bias, residual, y, ep, block, scratch + ember_thread_num() * per_thread);
+    ember_winograd_with(g, M, u, winograd_gemm_f32, 0, bias, residual, y, ep, scratch, nthreads);
 }
