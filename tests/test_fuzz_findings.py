@@ -515,3 +515,41 @@ def test_average_pool_window_wholly_in_padding_is_nan_on_cpu():
     x = np.arange(4, dtype=np.float32).reshape(1, 1, 2, 2)
     got = ember.compile(model, backend="cpu").run({"x": x})["y"].ravel()
     assert got[0] == 1.5 and np.isnan(got[1:]).all()
+
+
+def test_scan_body_returning_fewer_values_than_its_states():
+    """num_scan_inputs lowered to 1 made three of four inputs carried states, more than the body
+    returns: an internal error (zip of unequal lengths) instead of a refusal."""
+    body = helper.make_graph([helper.make_node("Add", ["s", "a"], ["s2"])], "body",
+                             [_info("s", [2]), _info("t", [2]), _info("a", [2])], [_info("s2", [2])])
+    node = helper.make_node("Scan", ["s0", "t0", "y"], ["sN"], body=body, num_scan_inputs=1)
+    model = _model([node], [_info("s0", [2]), _info("t0", [2]), _info("y", [3, 2])], [_info("sN", None)])
+    _refused(model, r"\(Scan\): the body returns 1 values, fewer than the node's 2 carried states")
+
+
+def test_log_sum_exp_of_infinities():
+    """log(sum(exp(x))) over a slice holding +inf is +inf, over an all -inf slice -inf (ONNX
+    Runtime and the reference); subtracting the max first made inf - inf = NaN."""
+    node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=0)
+    model = _model([node], [_info("x", [3, 2], TensorProto.DOUBLE)], [_info("y", None, TensorProto.DOUBLE)],
+                   [_const("axes", [1])])
+    x = np.array([[np.inf, 1.0], [-np.inf, -np.inf], [0.0, 0.0]])
+    for backend in ("interpreter", "cpu"):
+        got = ember.compile(model, backend=backend).run({"x": x})["y"]
+        np.testing.assert_allclose(got, [np.inf, -np.inf, np.log(2.0)])
+
+
+def test_rotary_position_ids_must_be_batch_by_sequence():
+    """position_ids of [sequence] instead of [batch, sequence]: the cpu lowering and the
+    interpreter broadcast it differently (results 1.15 apart); ONNX Runtime refuses it."""
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], interleaved=1)
+    model = _model([node], [_info("x", [2, 4, 3, 8]), _info("cos", [50, 4]), _info("sin", [50, 4]),
+                            _info("pos", [3], TensorProto.INT64)], [_info("y", None)], opset=23)
+    _refused(model, r"position_ids must be \[batch, sequence\] = \[2, 3\]")
+
+
+def test_max_unpool_input_rank_must_fit_the_kernel():
+    node = helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    model = _model([node], [_info("x", [1, 1, 2, 2, 1]), _info("i", [1, 1, 2, 2], TensorProto.INT64)],
+                   [_info("y", None)])
+    _refused(model, r"\(MaxUnpool\): X is .*, but kernel_shape \[2, 2\] asks for a 4-D input")

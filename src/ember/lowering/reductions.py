@@ -6,6 +6,7 @@ import math
 
 from ember.graph import Graph, Node, Value
 from ember.lowering.engine import lowering, scalar
+from ember.ops.math import IsInfAttrs
 from ember.ops.reduce import ReduceAttrs
 from ember.ops.shape_util import normalize_axes
 from ember.ops.tensor import ReshapeAttrs
@@ -64,10 +65,15 @@ def lower_log_sum(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("ReduceLogSumExp")
 def lower_log_sum_exp(graph: Graph, node: Node) -> list[Value]:
-    """log(sum(exp(x - m))) + m with m = max(x): exact and overflow-free."""
+    """log(sum(exp(x - m))) + m with m = max(x): exact and overflow-free. An infinite max
+    shifts by 0 instead (inf - inf would make NaN of what is +inf, or -inf for an all -inf
+    slice)."""
     x = node.input(0)
     attrs: ReduceAttrs = node.attrs
+    dtype = x.type.dtype
     peak = _reduce(graph, "ReduceMax", x, attrs.axes, True, f"{node.name}.max")
+    infinite = graph.add("IsInf", peak, attrs=IsInfAttrs(), name=f"{node.name}.max_is_inf")
+    peak = graph.add("Where", infinite, scalar(graph, 0.0, dtype, "zero"), peak, name=f"{node.name}.shift")
     shifted = graph.add("Exp", graph.add("Sub", x, peak), name=f"{node.name}.exp")
     total = _reduce(graph, "ReduceSum", shifted, attrs.axes, True, f"{node.name}.sum")
     y = graph.add("Add", graph.add("Log", total), peak, name=node.name)

@@ -205,6 +205,9 @@ def _rotary_infer(attrs: RotaryAttrs, types):
         raise OpError(f"RotaryEmbedding caches {cos} / {sin} do not fit rotary dim {dim} of heads of {head}")
     if positions is not None and positions.dtype is not DType.INT64:
         raise OpError(f"RotaryEmbedding position_ids must be i64, got {positions.dtype}")
+    batch, seq = x.shape[0], x.shape[2] if x.rank == 4 else x.shape[1]
+    if positions is not None and positions.shape != (batch, seq):
+        raise OpError(f"RotaryEmbedding position_ids must be [batch, sequence] = [{batch}, {seq}], got {positions}")
     return (x,)
 
 

@@ -124,9 +124,15 @@ def scan(ctx: NodeContext) -> list[Value]:
     if not 0 <= n_scan <= len(inputs) or len(body.input) != len(inputs):
         raise ModelImportError(f"the body takes {len(body.input)} inputs, which does not fit the node's "
                                f"{len(inputs)} inputs of which num_scan_inputs = {n_scan} are scanned")
+    if n_out < 0:
+        raise ModelImportError(f"the body returns {len(body.output)} values, fewer than the node's {n_state} "
+                               f"carried states ({len(inputs)} inputs, num_scan_inputs = {n_scan})")
     for what, values in (("scan_input_axes", in_axes), ("scan_input_directions", in_dirs)):
         if len(values) != n_scan:
             raise ModelImportError(f"{what} {list(values)} must have one value per scan input ({n_scan})")
+    for what, values in (("scan_output_axes", out_axes), ("scan_output_directions", out_dirs)):
+        if len(values) != n_out:
+            raise ModelImportError(f"{what} {list(values)} must have one value per scan output ({n_out})")
     axes = [normalize_axis(a, s.type.rank) for a, s in zip(in_axes, sequences, strict=True)]
     lengths = {s.type.shape[a] for s, a in zip(sequences, axes, strict=True)}
     if len(lengths) != 1:

@@ -88,6 +88,8 @@ def max_unpool(ctx: NodeContext) -> list[Value]:
     x, indices = ctx.require(0, "X"), ctx.require(1, "I")
     kernel = ctx.attr_ints("kernel_shape")
     n = len(kernel)
+    if x.type.rank != n + 2:
+        raise ModelImportError(f"X is {x.type}, but kernel_shape {list(kernel)} asks for a {n + 2}-D input")
     strides = _spatial_ints(ctx, "strides", n, 1)
     pads = tuple(ctx.attr_ints("pads", None) or (0,) * (2 * n))
     attrs = MaxUnpoolAttrs((), tuple(kernel), strides, pads)
