@@ -170,3 +170,15 @@ def test_a_constant_zero_tensor_quantizes_with_a_valid_scale():
     with np.errstate(all="raise"):
         y = evaluate_graph(graph, zeros[0])["y"]
     assert np.allclose(y, evaluate_graph(parse_graph(MLP), zeros[0])["y"], atol=0.02)
+
+
+def test_unknown_or_mistyped_quantize_options_are_refused(tmp_path):
+    _small_model(tmp_path / "m.onnx")
+    profile = ember.profile(tmp_path / "m.onnx", [{"x": np.zeros((2, 3, 8, 8), np.float32)}])
+    for options, message in [({"scheme": "symmetric"}, "option scheme='symmetric'"),
+                             ({"percentile": "high"}, "option percentile='high'"),
+                             ({"keep_float": "Conv"}, "option keep_float='Conv'"),
+                             ({"schema": "int4"}, "unknown quantization schema 'int4'"),
+                             ({"method": "mse"}, "unknown calibration method 'mse'")]:
+        with pytest.raises(ember.EmberError, match=message):
+            ember.compile(tmp_path / "m.onnx", quantize=profile, quantize_options=options)

@@ -86,10 +86,11 @@ def compile_model(model: Any, backend: str | Backend = "interpreter",
 
 def quantize_loaded(graph: Graph, quantize: Any, options: Mapping[str, Any] | None = None) -> int:
     """Quantizes an imported graph in place with a Profile or a profile file's path."""
-    from ember.quant import Profile, quantize_graph
+    from ember.quant import Profile, check_options, quantize_graph
 
+    checked = check_options(options)
     profile = quantize if isinstance(quantize, Profile) else Profile.load(quantize)
-    return quantize_graph(graph, profile, **(options or {}))
+    return quantize_graph(graph, profile, **checked)
 
 
 def profile_model(model: Any, calibration_inputs: Any, input_shapes: Mapping[str, Sequence[int]] | None = None):

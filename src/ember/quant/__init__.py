@@ -8,12 +8,20 @@ forms the integer ops.
 May import graph/, ops/, types and support/: not transforms/, lowering/ or partition/."""
 from ember.quant.calibrate import METHODS, activation_range, entropy_bins
 from ember.quant.data import load_calibration, split_held_out
-from ember.quant.profile import CalibrationError, Profile, ProfileError, check_calibration, graph_hash, profile_graph
+from ember.quant.profile import (
+    CalibrationError,
+    Profile,
+    ProfileError,
+    check_calibration,
+    check_options,
+    graph_hash,
+    profile_graph,
+)
 from ember.quant.quantize import QUANTIZABLE, int8_per_channel, quantize_graph, uint8_params
 from ember.quant.report import AccuracyReport, OutputAccuracy, accuracy_report, compare_outputs, cosine
 from ember.quant.schemas import SCHEMAS, Schema, get_schema
 
 __all__ = ["METHODS", "QUANTIZABLE", "SCHEMAS", "AccuracyReport", "CalibrationError", "OutputAccuracy", "Profile",
-           "ProfileError", "Schema", "accuracy_report", "activation_range", "check_calibration", "compare_outputs",
-           "cosine", "entropy_bins", "get_schema", "graph_hash", "int8_per_channel", "load_calibration",
-           "profile_graph", "quantize_graph", "split_held_out", "uint8_params"]
+           "ProfileError", "Schema", "accuracy_report", "activation_range", "check_calibration", "check_options",
+           "compare_outputs", "cosine", "entropy_bins", "get_schema", "graph_hash", "int8_per_channel",
+           "load_calibration", "profile_graph", "quantize_graph", "split_held_out", "uint8_params"]

@@ -137,19 +137,27 @@ class Profile:
 
 
 OPTION_TYPES: dict[str, tuple[type, ...]] = {"schema": (str,), "method": (str,), "percentile": (int, float),
-                                             "keep_float": (list,)}
+                                             "keep_float": (list, tuple)}
 
 
 def _options(options: Any) -> dict[str, Any]:
     """A profile's recorded quantization options, checked for names and types (values are
     checked where they are used)."""
-    if not isinstance(options, dict):
+    if not isinstance(options, Mapping):
         raise TypeError(f"options {options!r} is not a mapping")
     for key, value in options.items():
-        names_ok = not isinstance(value, list) or all(isinstance(v, str) for v in value)
+        names_ok = not isinstance(value, list | tuple) or all(isinstance(v, str) for v in value)
         if key not in OPTION_TYPES or not isinstance(value, OPTION_TYPES[key]) or not names_ok:
             raise ValueError(f"option {key}={value!r} (known: {', '.join(OPTION_TYPES)})")
     return dict(options)
+
+
+def check_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """quantize_options as compile() takes them: known names, values of the right types."""
+    try:
+        return _options(options or {})
+    except (TypeError, ValueError) as err:
+        raise EmberError(f"quantize_options: {err}") from None
 
 
 def check_calibration(graph: Graph, inputs: Iterable[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
