@@ -12,6 +12,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,9 +50,10 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run_command)
 
 
-def profile_model(args: argparse.Namespace) -> dict[str, Any]:
+def profile_model(args: argparse.Namespace, observer: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
     """Compiles traced, runs profiled; returns the compiled model, the profile, the compile
-    trace and the plain latencies (the report reuses this)."""
+    trace and the plain latencies (the report reuses this, with its own observer of the
+    compile's stages)."""
     from ember.driver import compile_model
     from ember.passes import instrumented
     from ember.runtime.profile import CompileTrace, RunProfile
@@ -68,9 +70,15 @@ def profile_model(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "precision", "fp32") != "fp32":
         options["precision"] = args.precision
     trace = CompileTrace()
+
+    def observe(stage: str, artifact: Any) -> None:
+        trace.observe(stage, artifact)
+        if observer is not None:
+            observer(stage, artifact)
+
     try:
         with instrumented(trace):
-            model = compile_model(args.model, backend, parse_shapes(args.shape), observer=trace.observe,
+            model = compile_model(args.model, backend, parse_shapes(args.shape), observer=observe,
                                   backend_options=options)
     except EmberError as err:
         raise CommandError(str(err), EXIT_COMPILE) from None
