@@ -70,6 +70,63 @@ def test_x86_gemm_matches_numpy(tmp_path, m, n, k, transposed):
     assert code.kc <= k and code.nr % 16 == 0 and code.mr >= 1
 
 
+def _build(tmp_path, code: GemmCode):
+    (tmp_path / "gemm.c").write_text(code.source)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", *code.flags.split(), str(tmp_path / "gemm.c"), "-o",
+                    str(tmp_path / "gemm.so")], check=True)
+    function = ctypes.CDLL(str(tmp_path / "gemm.so")).mapped_gemm
+    function.argtypes = [ctypes.c_void_p] * 4
+    return function
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not _avx512(), reason="needs gcc and an AVX-512 CPU")
+def test_the_pointwise_half_of_a_separable_block_runs_as_the_extracted_gemm(tmp_path):
+    """A 1x1 convolution from the op table: the mapper reads it as a GEMM over channels x
+    pixels (weights broadcast, pixels in the lanes, the input read in place), and the emitted
+    kernel computes the op's reference result."""
+    from ember.graph import Graph
+    from ember.isa.kernels import kernels_of
+    from ember.ops.nn import ConvAttrs
+    from ember.types import TensorType
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 24, 14, 13)).astype(np.float32)
+    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
+    graph = Graph()
+    weights = graph.add_constant(w, "w")
+    graph.add("Conv", graph.add_input("x", TensorType.of(x)), weights, attrs=ConvAttrs((1, 1), (0,) * 4, (1, 1)))
+    (kernel,) = kernels_of(graph.nodes[-1])
+    best = choose(kernel, X86)
+    assert best is not None
+    assert str(best.mapping).startswith("vfmadd231ps.bcst [C=O A=W B=I] j<-oh·ow (pad 182->192) | outer m,c")
+    code = emit_gemm(best)
+    assert code.b_in_place and (code.m, code.n, code.k) == (40, 14 * 13, 24)
+    function = _build(tmp_path, code)
+    out = np.full((40, 14 * 13), np.nan, np.float32)
+    workspace = np.zeros(code.workspace_elements, np.float32)
+    a = np.ascontiguousarray(w.reshape(40, 24))
+    function(a.ctypes.data, x.ctypes.data, out.ctypes.data, workspace.ctypes.data)
+    expected = graph.nodes[-1].opdef.evaluate(graph.nodes[-1].attrs, [x, w, None])[0]
+    np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not _avx512(), reason="needs gcc and an AVX-512 CPU")
+def test_a_run_time_b_is_read_in_place(tmp_path):
+    kernel = Kernel("gemm", parse_expr("C[i, j]:f32 += A[i, k]:f32 * B[k, j]:f32 over i:30, j:70, k:33"))
+    best = choose(kernel, X86)
+    assert best is not None
+    code = emit_gemm(best)
+    assert code.b_in_place and "B read in place (run time)" in code.summary()
+    with pytest.raises(UnsupportedError, match="reads its run-time B in place"):
+        code.pack_b(np.zeros((33, 70)))
+    function = _build(tmp_path, code)
+    a, b, expected = _inputs(code, seed=6)
+    c = np.full((30, 70), np.nan, np.float32)
+    workspace = np.zeros(code.workspace_elements, np.float32)  # kept alive across the call
+    function(a.ctypes.data, b.ctypes.data, c.ctypes.data, workspace.ctypes.data)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(33))
+
+
 def test_generated_source_is_deterministic_and_follows_the_schedule():
     best = choose(gemm(1760, 128, 1760), X86)
     assert best is not None

@@ -34,7 +34,8 @@ _C_TYPES = {DType.FLOAT32: "float", DType.INT32: "int32_t", DType.UINT8: "uint8_
 @dataclass(frozen=True)
 class GemmCode:
     """C source of `void {name}(const TA *A, const TB *Bp, TC *C, TA *workspace)`: C (M x N,
-    row-major) = A (M x K, row-major) times B packed by pack_b; the workspace holds
+    row-major) = A (M x K, row-major) times B packed by pack_b (or B itself, K x N row-major,
+    when b_in_place); the workspace holds
     `{name}_workspace_floats()` = workspace_elements elements of A (its blocks, packed per
     call). group: the reduction elements one lane takes per issue (1, or 4 for VNNI/sdot)."""
 
@@ -52,11 +53,13 @@ class GemmCode:
     group: int = 1
     b_dtype: DType = DType.FLOAT32
     packs_a: bool = True
+    b_in_place: bool = False  # a run-time B ([K][N] rows), read in place; its last panel copied
 
     def summary(self) -> str:
         a = "packed per block" if self.packs_a else "read in place"
-        return (f"register tile {self.mr}x{self.nr}, KC {self.kc}, MC {self.mc}, B packed at compile time into "
-                f"{self.panels} panel{'s' if self.panels != 1 else ''}, A {a}")
+        b = ("read in place (run time)" if self.b_in_place else
+             f"packed at compile time into {self.panels} panel{'s' if self.panels != 1 else ''}")
+        return f"register tile {self.mr}x{self.nr}, KC {self.kc}, MC {self.mc}, B {b}, A {a}"
 
     @property
     def panels(self) -> int:
@@ -68,11 +71,14 @@ class GemmCode:
 
     @property
     def workspace_elements(self) -> int:
-        return self.mc * self.kc
+        """A's packed block, and for a run-time B its last panel."""
+        return self.mc * self.kc + (self.kc * self.nr if self.b_in_place else 0)
 
     def pack_b(self, b: np.ndarray) -> np.ndarray:
         """B (K x N, or N x K when the kernel reads it transposed) as [panels][K/group][NR]
         [group] elements, zero past N and K: done once, at compile time, for a constant B."""
+        if self.b_in_place:
+            raise UnsupportedError("pack_b: this kernel reads its run-time B in place; pass B itself")
         matrix = np.asarray(b, dtype=self.b_dtype.numpy)
         if self.b_transposed:
             matrix = matrix.T
@@ -126,17 +132,25 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
     out_dims, a_dims, b_dims = [_plain(i) for i in out.indices], [_plain(i) for i in a.indices], \
         [_plain(i) for i in b.indices]
     lane_axis = next(x for x in mapping.axes if x.dim == lane.name)
-    if len(out_dims) not in (1, 2) or lane_axis.fused != (out_dims[-1],):
+    n_dims = list(lane_axis.fused)  # several when the lanes run over fused contiguous dims (pixels)
+    if not n_dims or len(out_dims) - len(n_dims) not in (0, 1) or out_dims[len(out_dims) - len(n_dims):] != n_dims:
         raise _refuse(schedule, "the output must be C[m, n] (or C[n]) with n in the lanes")
-    m_dim, n_dim = (out_dims[0] if len(out_dims) == 2 else None), out_dims[-1]
+    m_dim = out_dims[0] if len(out_dims) > len(n_dims) else None
     reduction = list(expr.reduction_dims)
     rows = [m_dim] if m_dim is not None else []
-    if len(reduction) != 1 or a_dims != rows + [reduction[0]] or sorted(b_dims) != sorted([reduction[0], n_dim]):
+    if len(reduction) != 1 or a_dims != rows + reduction or b_dims not in ([*reduction, *n_dims],
+                                                                            [*n_dims, *reduction]):
         raise _refuse(schedule, "A must be row-major [m, k] and B [k, n] or [n, k]")
     if groups and next(x for x in mapping.axes if x.dim == groups[0].name).fused != (reduction[0],):
         raise _refuse(schedule, "the instruction's reduction group must run over the GEMM's k")
+    run_time = [c for c in mapping.layout if not c.at_compile_time and c.kind != "fixup"]
+    if run_time:
+        raise _refuse(schedule, f"it needs a run-time {run_time[0].kind} of {run_time[0].tensor} (not emitted yet)")
+    b_in_place = mapping.role("B") not in mapping.kernel.constants
+    if b_in_place and (group != 1 or b_dims[0] != reduction[0] or a.dtype is not b.dtype):
+        raise _refuse(schedule, "a run-time B is read in place only as [k, n] rows of A's element type")
     extents = expr.extents
-    m, n, k = (extents[m_dim] if m_dim else 1), extents[n_dim], extents[reduction[0]]
+    m, n, k = (extents[m_dim] if m_dim else 1), math.prod(extents[d] for d in n_dims), extents[reduction[0]]
     tile = dict(schedule.levels[0].tile)
     mr = max(1, min(tile.get(m_dim, 1), m)) if m_dim else 1
     nr = max(width, tile.get(f"{lane.name}'", width) // width * width)
@@ -145,9 +159,9 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
     types = (_C_TYPES[a.dtype], _C_TYPES[b.dtype], _C_TYPES[out.dtype])
     source = _source(name, target.c_header, templates, instruction.emit, semantics, types, m, n,
                      math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc, str(mapping).splitlines()[0],
-                     target.name)
-    return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] == n_dim, target.c_flags, group, b.dtype,
-                    _packs_a(n, nr, k, group))
+                     target.name, b_in_place)
+    return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] != reduction[0], target.c_flags, group,
+                    b.dtype, _packs_a(n, nr, k, group), b_in_place)
 
 
 def _packs_a(n: int, nr: int, k: int, group: int) -> bool:
@@ -173,11 +187,10 @@ def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, items
 
 
 def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, width, group, kc, mc,
-            mapping_line, target) -> str:
+            mapping_line, target, b_in_place) -> str:
     ta, tb, tc = types
     vectors = nr // width
     vtype = c["type"]
-    step = nr * group  # B elements per reduction step of a panel
     lines = [f"/* Generated by ember.isa.emit_c for {target}: {mapping_line}",
              f" * C[{m} x {n}] = A[{m} x {k_true}] * B; register tile {mr} x {nr} ({vectors} vectors of {width}"
              f"{f', reduction groups of {group}' if group > 1 else ''}), KC {kc}, MC {mc}. */",
@@ -190,7 +203,7 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
     rows_variants = sorted({mr} | ({m % mr} if m % mr else set()), reverse=True)
     for rows in rows_variants:
         lines.append(f"static void {name}_tile{rows}(long kc, const {ta} *a, long a_rs, long a_ks, const {tb} *bp, "
-                     f"{tc} *c, long ldc, int first) {{")
+                     f"long b_ks, {tc} *c, long ldc, int first) {{")
         lines.append(f"    {vtype} {', '.join(f'c{r}_{v}' for r in range(rows) for v in range(vectors))};")
         lines.append("    if (first) {")
         lines += [f"        c{r}_{v} = {c['zero']};" for r in range(rows) for v in range(vectors)]
@@ -199,7 +212,7 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
                   for r in range(rows) for v in range(vectors)]
         lines.append("    }")
         lines.append(f"    for (long k = 0; k < kc / {group}; k++) {{")
-        lines += [f"        {vtype} b{v} = {c['load'].replace('{p}', f'bp + k * {step} + {v * width * group}')};"
+        lines += [f"        {vtype} b{v} = {c['load'].replace('{p}', f'bp + k * b_ks + {v * width * group}')};"
                   for v in range(vectors)]
         for r in range(rows):
             lines += [f"        {fma(f'c{r}_{v}', f'a[k * a_ks + {r} * a_rs]', f'b{v}')}"
@@ -231,7 +244,7 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         "    }",
         "}",
         "",
-        f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L; }}",
+        f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L{f' + {kc}L * {nr}L' if b_in_place else ''}; }}",
         "",
         f"void {name}(const {ta} *A, const {tb} *Bp, {tc} *C, {ta} *workspace) {{",
         f"    for (long pc = 0; pc < {k}; pc += {kc}) {{",
@@ -241,8 +254,19 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         f"            long ic_end = ic + {mc} < {m} ? ic + {mc} : {m};",
         *([f"            {name}_pack_a(workspace, A, ic, ic_end, pc, kc);"] if pack_a else []),
         f"            for (long jp = 0; jp < {panels}; jp++) {{",
-        f"                const {tb} *bp = Bp + (jp * {k}L + pc) * {nr};",
         f"                long col = jp * {nr}, ncols = {n} - col < {nr} ? {n} - col : {nr};",
+        *([f"                const {tb} *bp = Bp + pc * {n}L + col;",
+           f"                long b_ks = {n};",
+           f"                if (ncols < {nr}) {{  /* the last panel, copied and zero-padded */",
+           f"                    {tb} *tail = workspace + {mc}L * {kc}L;",
+           "                    for (long kk = 0; kk < kc; kk++) {",
+           f"                        memcpy(tail + kk * {nr}, Bp + (pc + kk) * {n}L + col, ncols * sizeof({tb}));",
+           f"                        memset(tail + kk * {nr} + ncols, 0, ({nr} - ncols) * sizeof({tb}));",
+           "                    }",
+           f"                    bp = tail; b_ks = {nr};",
+           "                }"] if b_in_place else
+          [f"                const {tb} *bp = Bp + (jp * {k}L + pc) * {nr};",
+           f"                long b_ks = {nr * group};"]),
         f"                for (long ir = ic; ir < ic_end; ir += {mr}) {{",
         f"                    int rows = ic_end - ir < {mr} ? (int)(ic_end - ir) : {mr};",
         *([f"                    const {ta} *a = workspace + (ir - ic) * kc;",
@@ -251,20 +275,21 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
            f"                    long a_rs = {k_true}L, a_ks = {group};"]),
         f"                    if (ncols == {nr}) {{",
         f"                        if (rows == {mr})",
-        f"                            {name}_tile{mr}(kc, a, a_rs, a_ks, bp, C + ir * {n}L + col, {n}, first);",
+        f"                            {name}_tile{mr}(kc, a, a_rs, a_ks, bp, b_ks, C + ir * {n}L + col, {n}, first);",
     ]
     if tail:
         lines.append(f"                        else\n                            "
-                     f"{name}_tile{tail}(kc, a, a_rs, a_ks, bp, C + ir * {n}L + col, {n}, first);")
+                     f"{name}_tile{tail}(kc, a, a_rs, a_ks, bp, b_ks, C + ir * {n}L + col, {n}, first);")
     lines += [
         "                    } else {",
         f"                        {tc} local[{mr} * {nr}];",
         "                        for (int r = 0; r < rows; r++)",
         f"                            memcpy(local + r * {nr}, C + (ir + r) * {n}L + col, ncols * sizeof({tc}));",
-        f"                        if (rows == {mr}) {name}_tile{mr}(kc, a, a_rs, a_ks, bp, local, {nr}, first);",
+        f"                        if (rows == {mr}) {name}_tile{mr}(kc, a, a_rs, a_ks, bp, b_ks, local, {nr}, first);",
     ]
     if tail:
-        lines.append(f"                        else {name}_tile{tail}(kc, a, a_rs, a_ks, bp, local, {nr}, first);")
+        lines.append(f"                        else {name}_tile{tail}(kc, a, a_rs, a_ks, bp, b_ks, local, {nr}, "
+                     "first);")
     lines += [
         "                        for (int r = 0; r < rows; r++)",
         f"                            memcpy(C + (ir + r) * {n}L + col, local + r * {nr}, ncols * sizeof({tc}));",
