@@ -265,6 +265,8 @@ def test_choice_is_in_the_lir_and_stats(capsys, tmp_path):
     assert main(["dump", path, "--stage", "lir", "--backend", "cpu", "--precision", "bf16"]) == 0
     lir = capsys.readouterr().out
     assert "kernel conv_bf16(" in lir and "packed bf16_blocks of @w" in lir and "kernel conv_depthwise(" in lir
+    assert main(["run", path, "--backend", "cpu", "--precision", "bf16", "--repeat", "1"]) == 0
+    assert "backend cpu" in capsys.readouterr().out
     compiled = ember.compile(path, backend="cpu", precision="bf16")
     decisions = list(compiled.stats["precision"]["nodes"].values())
     assert decisions[0] == "bf16 (conv_bf16)" and decisions[1].startswith("fp32 (conv_depthwise): depthwise")
