@@ -2,12 +2,16 @@
 thread, timed in interleaved rounds: the ISA mapper's kernel (ember.isa: mapped, scheduled and
 emitted as C with AVX-512 intrinsics, built with the system compiler), Ember's hand-written
 cpu GEMM (ember.compile of a MatMul) and ONNX Runtime. --int8: u8 x i8 -> i32 on VNNI
-(vpdpbusd) against MatMulInteger on Ember's cpu backend and on ONNX Runtime. Prints GFLOP/s, the fraction of this
-CPU's FMA peak (2 x 16-lane FMA per cycle at the description's clock) and the per-round
-median ratios mapped / hand-written and mapped / ONNX Runtime, with the predicted cycles of
-the mapper's cost model.
+(vpdpbusd) against MatMulInteger on Ember's cpu backend and on ONNX Runtime. --gru: the gate
+GEMMs of DeepBench's GRU sizes (hidden 512 and 1024, batch 1 and 4, 25 steps): all steps' input
+projections at once (M = 25 x batch) and one step's recurrent projection (M = batch), weights
+[3 hidden, hidden] as the GRU stores them (the mapped kernel packs them; Ember and ONNX Runtime
+get their transpose as a MatMul constant). The gate arithmetic between steps is not mapped.
+Prints GFLOP/s, the fraction of this CPU's FMA peak (2 x 16-lane FMA per cycle at the
+description's clock) and the per-round median ratios mapped / hand-written and mapped / ONNX
+Runtime, with the mapper's cost model's prediction.
 
-    python bench/isa_gemm.py [--rounds 5] [--sizes M,N,K ...] [--int8]
+    python bench/isa_gemm.py [--rounds 5] [--sizes M,N,K ...] [--int8 | --gru]
 """
 from __future__ import annotations
 
@@ -37,6 +41,16 @@ from single_op import cpu_name  # noqa: E402
 
 # baidu-research/DeepBench code/kernels/gemm_problems.h, inference sets (M, N, K), no transposes.
 DEEPBENCH = [(5124, 700, 2048), (35, 8457, 2560), (1, 7680, 2560), (1760, 128, 1760), (7680, 16, 2560)]
+# baidu-research/DeepBench code/kernels/rnn_problems.h, GRU inference: (hidden, batch), 25 steps.
+GRU = [(512, 1), (512, 4), (1024, 1), (1024, 4)]
+
+
+def gru_gemms() -> list[tuple[int, int, int, bool]]:
+    """(M, N, K, weights transposed) of each GRU size's input-gate and recurrent-gate GEMMs."""
+    shapes = []
+    for hidden, batch in GRU:
+        shapes += [(25 * batch, 3 * hidden, hidden, True), (batch, 3 * hidden, hidden, True)]
+    return shapes
 
 
 def matmul_model(b: np.ndarray, m: int) -> onnx.ModelProto:
@@ -51,10 +65,12 @@ def matmul_model(b: np.ndarray, m: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: Path):
+def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: Path, transposed: bool = False):
+    """b is [k, n], or [n, k] when transposed (a GRU's weights)."""
     target = load_target("x86-avx512")
     types = ("i32", "u8", "i8") if b.dtype == np.int8 else ("f32", "f32", "f32")
-    kernel = Kernel("gemm", parse_expr(f"C[i, j]:{types[0]} += A[i, k]:{types[1]} * B[k, j]:{types[2]} "
+    b_index = "B[j, k]" if transposed else "B[k, j]"
+    kernel = Kernel("gemm", parse_expr(f"C[i, j]:{types[0]} += A[i, k]:{types[1]} * {b_index}:{types[2]} "
                                        f"over i:{m}, j:{n}, k:{k}"), constants=frozenset({"B"}))
     best = choose(kernel, target)
     assert best is not None
@@ -95,8 +111,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sizes", nargs="*", default=None, metavar="M,N,K")
     parser.add_argument("--int8", action="store_true", help="u8 x i8 GEMMs on VNNI against MatMulInteger")
+    parser.add_argument("--gru", action="store_true", help="the gate GEMMs of DeepBench's GRU sizes")
     args = parser.parse_args()
-    sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes] if args.sizes else DEEPBENCH
+    sizes = [(*(int(x) for x in s.split(",")), False) for s in args.sizes] if args.sizes else \
+        gru_gemms() if args.gru else [(m, n, k, False) for m, n, k in DEEPBENCH]
     target = load_target("x86-avx512")
     # f32: 2 FMAs x 16 lanes x 2 flops per cycle; int8: 2 vpdpbusd x 16 lanes x 4 products x 2 ops.
     peak = (4 if args.int8 else 1) * 2 * 16 * 2 * target.frequency_ghz
@@ -108,14 +126,15 @@ def main() -> None:
           f"{'mapped/ort':>11} {'predicted':>10} {'tile':>9}")
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
-        for m, n, k in sizes:
+        for m, n, k, transposed in sizes:
             if args.int8:
                 a = rng.integers(0, 256, size=(m, k)).astype(np.uint8)
                 b = rng.integers(-128, 128, size=(k, n)).astype(np.int8)
             else:
                 a = rng.standard_normal((m, k)).astype(np.float32)
                 b = rng.standard_normal((k, n)).astype(np.float32)
-            mapped, best, code = mapped_runner(m, n, k, b, a, Path(folder))
+            weights = np.ascontiguousarray(b.T) if transposed else b
+            mapped, best, code = mapped_runner(m, n, k, weights, a, Path(folder), transposed)
             model = matmul_model(b, m)
             compiled = ember.compile(model, backend="cpu", num_threads=1)
             options = ort.SessionOptions()
