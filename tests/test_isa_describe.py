@@ -97,6 +97,8 @@ def _edit(text: str, old: str, new: str) -> str:
      "instructions: the name 'vfmadd231ps.bcst' is used twice"),
     (_edit(GOOD, "frequency_ghz = 4.2", "frequency_ghz = true"), "frequency_ghz: expected a number, got True"),
     (GOOD + "\n[[[", "not valid TOML"),
+    (_edit(GOOD, 'target = "x86-avx512"', 'target = "x86 */ evil"'), "target: 'x86 */ evil' is not a name"),
+    (_edit(GOOD, 'name = "vpdpbusd"', 'name = "vpdp;busd"'), "instructions[2].name: 'vpdp;busd' is not a name"),
     ('target = "t"\nfrequency_ghz = 1.0\nregisters = []\nmemory = []\ninstructions = []\n',
      "memory: a target describes at least one memory level"),
 ])

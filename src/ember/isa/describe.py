@@ -23,6 +23,7 @@ The schema (every size in bytes, every bandwidth in bytes per cycle, latencies i
 Imports isa.expr, types and support/ only."""
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from ember.support.errors import EmberError
 from ember.types import DType
 
 TARGETS_DIR = Path(__file__).resolve().parent / "targets"
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 
 
 class DescriptionError(EmberError):
@@ -193,6 +195,14 @@ class _Loader:
             raise self.error(field, f"must be positive, got {value}")
         return value
 
+    def name(self, value: Any, field: str) -> str:
+        """A name: it is printed in dumps and in generated C comments, so letters, digits and
+        . _ - only."""
+        text = self.text(value, field)
+        if not _NAME.fullmatch(text):
+            raise self.error(field, f"{text!r} is not a name (a letter, then letters, digits, '.', '_' or '-')")
+        return text
+
     def text(self, value: Any, field: str) -> str:
         if not isinstance(value, str) or not value:
             raise self.error(field, f"expected a non-empty string, got {value!r}")
@@ -212,7 +222,7 @@ class _Loader:
         memory = tuple(self.memory(f, t, {d.name for d in dma}) for f, t in self.items(data, "memory"))
         self.unique("registers", [r.name for r in registers] + [m.name for m in memory])
         self.check_hierarchy(memory)
-        partial = Target(self.text(data["target"], "target"), str(data.get("summary", "")),
+        partial = Target(self.name(data["target"], "target"), str(data.get("summary", "")),
                          self.number(data["frequency_ghz"], "frequency_ghz"), registers, memory, dma, ())
         instructions = tuple(self.instruction(f, t, partial) for f, t in self.items(data, "instructions"))
         if not instructions:
@@ -241,13 +251,13 @@ class _Loader:
         for dtype, table_ in sorted(by_type.items()):
             c = self.fields(table_, f"{field}.c.{dtype}", keys, set())
             templates.append((dtype, tuple((k, self.text(v, f"{field}.c.{dtype}.{k}")) for k, v in sorted(c.items()))))
-        return RegisterFile(self.text(t["name"], f"{field}.name"),
+        return RegisterFile(self.name(t["name"], f"{field}.name"),
                             self.number(t["count"], f"{field}.count", integer=True),
                             self.number(t["bits"], f"{field}.bits", integer=True), tuple(templates))
 
     def dma(self, field: str, table: Any) -> DmaEngine:
         t = self.fields(table, field, {"name", "bandwidth", "latency"}, {"channels"})
-        return DmaEngine(self.text(t["name"], f"{field}.name"), self.number(t["bandwidth"], f"{field}.bandwidth"),
+        return DmaEngine(self.name(t["name"], f"{field}.name"), self.number(t["bandwidth"], f"{field}.bandwidth"),
                          self.number(t["latency"], f"{field}.latency", integer=True, positive=False),
                          self.number(t.get("channels", 1), f"{field}.channels", integer=True))
 
@@ -269,7 +279,7 @@ class _Loader:
             raise self.error(f"{field}.holds", f"expected a list of operand names, got {holds!r}")
         if holds and not scratchpad:
             raise self.error(f"{field}.holds", "only a scratchpad holds chosen operands; a cache holds every operand")
-        return MemoryLevel(self.text(t["name"], f"{field}.name"),
+        return MemoryLevel(self.name(t["name"], f"{field}.name"),
                            None if size is None else self.number(size, f"{field}.size", integer=True),
                            self.number(t["bandwidth"], f"{field}.bandwidth"),
                            self.number(t["latency"], f"{field}.latency", integer=True, positive=False),
@@ -294,7 +304,7 @@ class _Loader:
     def instruction(self, field: str, table: Any, target: Target) -> Instruction:
         t = self.fields(table, field, {"name", "semantics", "operands"},
                         {"throughput", "latency", "cycles", "fixups", "emit"})
-        name = self.text(t["name"], f"{field}.name")
+        name = self.name(t["name"], f"{field}.name")
         field = f"{field} ({name})"
         try:
             semantics = parse_expr(self.text(t["semantics"], f"{field}.semantics"))
