@@ -150,3 +150,21 @@ def test_maxpool_bytes_matches_interpreter(case, dtype):
     selected, _ = check("MaxPool", [_ints(xs, dtype, case)], attrs)
     assert selected == "maxpool_bytes"
     check("MaxPool", [_ints(xs, dtype, case)], attrs, threads=2)
+
+
+DEPTHWISE = [  # x shape, kernel, strides, pads, x type, y type, per-channel, bias
+    ((1, 8, 13, 11), (3, 3), (1, 1), (1, 1, 1, 1), U8, U8, True, True),
+    ((2, 5, 12, 12), (3, 3), (2, 2), (1, 1, 1, 1), I8, I8, False, True),
+    ((1, 3, 9, 10), (5, 3), (2, 3), (2, 0, 1, 1), U8, I8, True, False),
+]
+
+
+@pytest.mark.parametrize("case", range(len(DEPTHWISE)))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qconv_depthwise_matches_interpreter(case, threads):
+    xs, kernel, strides, pads, x_t, y_t, per_channel, bias = DEPTHWISE[case]
+    c = xs[1]
+    arrays = _qconv(xs, (c, 1) + kernel, x_t, y_t, per_channel, bias, 40 + case, y_scale=0.3)
+    selected, y = check("QLinearConv", arrays, ConvAttrs(strides, pads, (1, 1), c), CONST, threads)
+    assert selected == "qconv_depthwise"
+    assert len(np.unique(y)) > 10

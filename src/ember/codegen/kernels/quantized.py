@@ -511,5 +511,6 @@ def emit_qconv(em: Emitter, instr: Instr) -> str:
     return w.text()
 
 
-# The direct int8 convolution and the 8-bit MaxPool register themselves ahead of the general kernels.
-from ember.codegen.kernels import qconv_direct, qpool  # noqa: E402, F401  (registration)
+# The direct and depthwise int8 convolutions and the 8-bit MaxPool register themselves ahead of the
+# general kernels.
+from ember.codegen.kernels import qconv_depthwise, qconv_direct, qpool  # noqa: E402, F401  (registration)
