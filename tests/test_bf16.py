@@ -197,6 +197,25 @@ def test_conv_bf16(case, backend):
     check(y, exact.astype(np.float64), magnitude.astype(np.float64) * 1.001, c // group * kernel * kernel)
 
 
+@needs_bf16
+def test_conv1d_and_dilated_bf16():
+    # 1-D convolutions run as 2-D ones with H = 1; dilation goes through im2col.
+    rng = np.random.default_rng(11)
+    w1, w2 = rng.standard_normal((24, 6, 5)).astype(np.float32), rng.standard_normal((16, 6, 3, 3)).astype(np.float32)
+    x1, x2 = rng.standard_normal((2, 6, 50)).astype(np.float32), rng.standard_normal((1, 6, 15, 15)).astype(np.float32)
+    cases = [(w1, x1, {"pads": [2, 2], "strides": [1]}), (w2, x2, {"pads": [2] * 4, "dilations": [2, 2]})]
+    for w, x, attrs in cases:
+        node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+        model = model_of([node], [("x", list(x.shape))], ["y"], {"w": w})
+        compiled = compile_model(model, CpuBackend(num_threads=2, precision="bf16"))
+        assert list(compiled.stats["precision"]["nodes"].values()) == ["bf16 (conv_bf16)"]
+        y = compiled.run({"x": x})["y"]
+        exact = ember.compile(model_of([node], [("x", list(x.shape))], ["y"], {"w": rounded(w)})).run(
+            {"x": rounded(x)})["y"]
+        assert relative(y, ember.compile(model).run({"x": x})["y"]) < 1e-2
+        assert relative(y, exact) < 1e-5
+
+
 def winograd_emulation(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad: int):
     """F(2x2, 3x3) as conv_winograd_bf16 computes it: the input transform in float32 in the C's
     order, U = G g G^T and V rounded to bf16, the 16 products summed exactly, the output
