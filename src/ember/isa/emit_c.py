@@ -54,6 +54,7 @@ class GemmCode:
     b_dtype: DType = DType.FLOAT32
     packs_a: bool = True
     b_in_place: bool = False  # a run-time B ([K][N] rows), read in place; its last panel copied
+    a_dtype: DType = DType.FLOAT32
 
     def summary(self) -> str:
         a = "packed per block" if self.packs_a else "read in place"
@@ -100,7 +101,10 @@ def _plain(index: Affine) -> str:
     return dim if dim is not None else ""
 
 
-def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
+def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict[str, int] | None = None
+              ) -> GemmCode:
+    """C for the schedule's mapping; register_tile (loop dim -> extent, as schedule.levels[0]
+    has it, e.g. from register_tiles) replaces the schedule's own, for a measured search."""
     mapping, target = schedule.mapping, schedule.target
     instruction, expr = mapping.instruction, mapping.kernel.expr
     semantics = instruction.semantics
@@ -151,7 +155,7 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
         raise _refuse(schedule, "a run-time B is read in place only as [k, n] rows of A's element type")
     extents = expr.extents
     m, n, k = (extents[m_dim] if m_dim else 1), math.prod(extents[d] for d in n_dims), extents[reduction[0]]
-    tile = dict(schedule.levels[0].tile)
+    tile = dict(register_tile) if register_tile is not None else dict(schedule.levels[0].tile)
     mr = max(1, min(tile.get(m_dim, 1), m)) if m_dim else 1
     nr = max(width, tile.get(f"{lane.name}'", width) // width * width)
     caches = [level for level in target.memory if not level.scratchpad and level.size is not None]
@@ -161,7 +165,7 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm") -> GemmCode:
                      math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc, str(mapping).splitlines()[0],
                      target.name, b_in_place)
     return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] != reduction[0], target.c_flags, group,
-                    b.dtype, _packs_a(n, nr, k, group), b_in_place)
+                    b.dtype, _packs_a(n, nr, k, group), b_in_place, a.dtype)
 
 
 def _packs_a(n: int, nr: int, k: int, group: int) -> bool:

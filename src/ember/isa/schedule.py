@@ -215,22 +215,27 @@ def _trips(space: _Space, tile: dict[str, int]) -> dict[str, int]:
     return {d: math.ceil(space.extents[d] / tile[d]) for d in space.extents}
 
 
-def _register_tile(mapping: Mapping, space: _Space, target: Target) -> tuple[dict[str, int], int, int]:
-    """(tile, registers used, accumulator chains) for the operands held in registers."""
+def _register_tiles(mapping: Mapping, space: _Space, target: Target) -> list[tuple[dict[str, int], int, int]]:
+    """Every register tile that fits, best first: (tile, registers used, accumulator chains)
+    for the operands held in registers (one tile of one step each when none is)."""
     instruction = mapping.instruction
     in_registers = {op: target.register_file(instruction.home(op)) for op in space.operands}
     files = {f.name: f for f in in_registers.values() if f is not None}
     base = dict(space.steps)
     if not files:
-        return base, 0, 1
+        return [(base, 0, 1)]
     count = min(f.count for f in files.values())
     output_dims = [d for d in space.operands.get("C", ()) if space.extents[d] > space.steps[d]]
-    best: tuple[tuple, dict[str, int], int, int] | None = None
+    ranked: list[tuple[tuple, dict[str, int], int, int]] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
     choices = [[1, 2, 3, 4, 6, 8, 12, 16] for _ in output_dims]
     for factors in itertools.product(*choices):
         tile = dict(base)
         for dim, factor in zip(output_dims, factors, strict=True):
             tile[dim] = min(space.extents[dim], space.steps[dim] * factor)
+        if tuple(sorted(tile.items())) in seen:
+            continue
+        seen.add(tuple(sorted(tile.items())))
         blocks = {op: math.prod(math.ceil(tile[d] / space.steps[d]) for d in dims)
                   for op, dims in space.operands.items()}
         used = sum(blocks[op] if in_registers[op] is not None else 1 for op in blocks)
@@ -240,11 +245,19 @@ def _register_tile(mapping: Mapping, space: _Space, target: Target) -> tuple[dic
         loaded = sum(_footprints(mapping, space, tile)[op] for op in blocks if op != "C")
         chains = blocks.get("C", 1) if in_registers.get("C") is not None else issues
         key = (loaded / issues, -min(chains, instruction.latency * (instruction.throughput or 1)), -issues, factors)
-        if best is None or key < best[0]:
-            best = (key, tile, used, chains)
-    if best is None:
-        return base, count, 1
-    return best[1], best[2], best[3]
+        ranked.append((key, tile, used, chains))
+    ranked.sort(key=lambda entry: entry[0])
+    return [(tile, used, chains) for _, tile, used, chains in ranked] or [(base, count, 1)]
+
+
+def _register_tile(mapping: Mapping, space: _Space, target: Target) -> tuple[dict[str, int], int, int]:
+    return _register_tiles(mapping, space, target)[0]
+
+
+def register_tiles(mapping: Mapping, target: Target, count: int) -> list[dict[str, int]]:
+    """The `count` best register tiles of the analytic model (loop dim -> extent), for a
+    measured search to choose among."""
+    return [tile for tile, _, _ in _register_tiles(mapping, _space(mapping), target)[:count]]
 
 
 def _levels(target: Target) -> list[tuple[str, dict[str | None, float], float]]:
