@@ -71,16 +71,18 @@ def bench_model(name: str, make: Callable, threads: int, rounds: int) -> dict:
         for _ in range(rounds):
             for engine, run in runs.items():
                 times[engine].append(measure(run, repeats))
-    ratios = {}
+    ratios, best = {}, {}
     for other in ("eager", "inductor"):
         if "ember" in times and other in times:
             ratios[other] = statistics.median(e / o for e, o in zip(times["ember"], times[other], strict=True))
+            best[other] = min(times["ember"]) / min(times[other])
     return {"name": name, "threads": threads, "latency": {k: statistics.median(v) for k, v in times.items()},
-            "compile": compile_seconds, "ratios": ratios, "failures": failures}
+            "fastest": {k: min(v) for k, v in times.items()}, "compile": compile_seconds, "ratios": ratios,
+            "best": best, "failures": failures}
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:9.3f}"
+    return "        -" if seconds is None else f"{seconds * 1e3:9.3f}"
 
 
 def main() -> None:
@@ -94,16 +96,20 @@ def main() -> None:
     torch._dynamo.config.allow_rnn = True  # else Dynamo leaves nn.LSTM to eager, for every backend
     makers = torch_models.MODELS if args.small else FULL
     print(f"CPU: {cpu_name()}; torch {torch.__version__}; interleaved rounds: {args.rounds}")
-    print(f"{'model':<13} {'thr':>3} {'eager ms':>9} {'induct ms':>9} {'ember ms':>9} "
-          f"{'ember/eager':>11} {'ember/induct':>12}   compile s (eager/inductor/ember)")
+    print("latencies: median of the rounds (fastest round in brackets); ratios: median of the per-round ratios "
+          "(ratio of the fastest rounds in brackets)")
+    print(f"{'model':<13} {'thr':>3} {'eager ms':>19} {'inductor ms':>19} {'ember ms':>19} "
+          f"{'ember/eager':>13} {'ember/inductor':>14}   compile s (eager/inductor/ember)")
     for threads in (int(t) for t in args.threads.split(",")):
         for name in args.models.split(","):
             row = bench_model(name, makers[name], threads, args.rounds)
-            lat, comp, ratios = row["latency"], row["compile"], row["ratios"]
+            comp = row["compile"]
             compile_text = "/".join(f"{comp[e]:.1f}" if e in comp else "-" for e in ("eager", "inductor", "ember"))
-            print(f"{name:<13} {threads:>3} {_ms(lat.get('eager'))} {_ms(lat.get('inductor'))} "
-                  f"{_ms(lat.get('ember'))} {ratios.get('eager', float('nan')):>11.2f} "
-                  f"{ratios.get('inductor', float('nan')):>12.2f}   {compile_text}", flush=True)
+            latencies = " ".join(f"{_ms(row['latency'].get(e))} [{_ms(row['fastest'].get(e))}]"
+                                 for e in ("eager", "inductor", "ember"))
+            ratios = " ".join(f"{row['ratios'].get(o, float('nan')):>6.2f} [{row['best'].get(o, float('nan')):4.2f}]"
+                              for o in ("eager", "inductor"))
+            print(f"{name:<13} {threads:>3} {latencies} {ratios}   {compile_text}", flush=True)
             for engine, failure in row["failures"].items():
                 print(f"    {engine} failed: {failure}")
 

@@ -70,3 +70,10 @@ def test_parameters_and_buffers_become_constants():
     assert [p.name for p in graph.inputs] == ["x"]
     weights = sum(c.data.size for c in graph.constants.values())
     assert weights >= sum(p.numel() for p in module.parameters())
+
+
+def test_backend_lists_partition_a_torch_model():
+    module, inputs = MODELS["mlp"]()
+    compiled = ember.compile(module, example_inputs=inputs, backend=["cpu", "interpreter"], num_threads=1)
+    outputs = compiled.run({"x": inputs[0].numpy()})
+    assert_matches(list(outputs.values()), eager_outputs(module, inputs))
