@@ -11,7 +11,7 @@ Prints GFLOP/s, the fraction of this CPU's FMA peak (2 x 16-lane FMA per cycle a
 description's clock) and the per-round median ratios mapped / hand-written and mapped / ONNX
 Runtime, with the mapper's cost model's prediction.
 
-    python bench/isa_gemm.py [--rounds 5] [--sizes M,N,K ...] [--int8 | --gru]
+    python bench/isa_gemm.py [--rounds 5] [--sizes M,N,K ...] [--int8 | --gru] [--tune]
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from ember.isa.emit_c import emit_gemm
 from ember.isa.expr import parse_expr
 from ember.isa.kernels import Kernel
 from ember.isa.report import choose
+from ember.isa.tune import tune_gemm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from single_op import cpu_name  # noqa: E402
@@ -65,7 +66,8 @@ def matmul_model(b: np.ndarray, m: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: Path, transposed: bool = False):
+def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: Path, transposed: bool = False,
+                  tune: bool = False):
     """b is [k, n], or [n, k] when transposed (a GRU's weights)."""
     target = load_target("x86-avx512")
     types = ("i32", "u8", "i8") if b.dtype == np.int8 else ("f32", "f32", "f32")
@@ -74,7 +76,7 @@ def mapped_runner(m: int, n: int, k: int, b: np.ndarray, a: np.ndarray, folder: 
                                        f"over i:{m}, j:{n}, k:{k}"), constants=frozenset({"B"}))
     best = choose(kernel, target)
     assert best is not None
-    code = emit_gemm(best)
+    code = tune_gemm(best).code if tune else emit_gemm(best)
     source, library = folder / f"gemm_{m}_{n}_{k}.c", folder / f"gemm_{m}_{n}_{k}.so"
     source.write_text(code.source)
     subprocess.run(["cc", "-O3", "-march=native", "-shared", "-fPIC", *code.flags.split(), str(source), "-o",
@@ -112,6 +114,8 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="*", default=None, metavar="M,N,K")
     parser.add_argument("--int8", action="store_true", help="u8 x i8 GEMMs on VNNI against MatMulInteger")
     parser.add_argument("--gru", action="store_true", help="the gate GEMMs of DeepBench's GRU sizes")
+    parser.add_argument("--tune", action="store_true",
+                        help="the mapped kernel's register tile chosen by measurement (ember.isa.tune, cached)")
     args = parser.parse_args()
     sizes = [(*(int(x) for x in s.split(",")), False) for s in args.sizes] if args.sizes else \
         gru_gemms() if args.gru else [(m, n, k, False) for m, n, k in DEEPBENCH]
@@ -134,7 +138,7 @@ def main() -> None:
                 a = rng.standard_normal((m, k)).astype(np.float32)
                 b = rng.standard_normal((k, n)).astype(np.float32)
             weights = np.ascontiguousarray(b.T) if transposed else b
-            mapped, best, code = mapped_runner(m, n, k, weights, a, Path(folder), transposed)
+            mapped, best, code = mapped_runner(m, n, k, weights, a, Path(folder), transposed, args.tune)
             model = matmul_model(b, m)
             compiled = ember.compile(model, backend="cpu", num_threads=1)
             options = ort.SessionOptions()
