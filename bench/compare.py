@@ -1,25 +1,39 @@
-"""Ember cpu vs ONNX Runtime on the shared models and a 1024x1024x1024 GEMM with constant
-weights, at 1 and 2 threads. Each engine runs in its own long-lived process and the two take
-turns in short timing blocks (see ember/bench.py); prints median latencies, the median
-Ember/ONNX Runtime ratio of adjacent blocks with its quartiles, GFLOP/s where the FLOP count
-is known, and compile times (from an empty cache, and cached).
+"""Ember cpu vs ONNX Runtime and OpenVINO on the shared models and a 1024x1024x1024 GEMM with
+constant weights, at 1 and 2 threads. Each engine runs in its own long-lived process and they
+take turns in short timing blocks (see ember/bench.py); prints per engine the median (p50)
+and 99th-percentile latency, the median Ember/ONNX Runtime ratio of adjacent blocks with its
+quartiles, the median ratio of Ember to the best (fastest in that round) of the peers,
+GFLOP/s where the FLOP count is known, and compile times (from an empty cache, and cached).
 
-    python bench/compare.py [--models mlp,resnet18,...] [--threads 1,2] [--rounds 15] [--seconds 0.3]
+OpenVINO runs as a latency-minded user sets it up: PERFORMANCE_HINT=LATENCY, one stream,
+INFERENCE_NUM_THREADS=N, INFERENCE_PRECISION_HINT=f32 (its default on a CPU with bf16
+instructions would be bf16). It is left out, with a note, where `openvino` is not installed
+(`pip install -e '.[bench]'`).
+
+--load N runs N competing busy processes (normal priority) during the timed blocks.
+--rss prints, instead of latencies, each engine's process peak RSS per model, measured in a
+fresh process (load or compile, then a few runs).
+
+    python bench/compare.py [--models mlp,resnet18,...|DIR] [--threads 1,2] [--rounds 15] [--seconds 0.3]
+                            [--peers onnxruntime,openvino] [--load N] [--rss]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from ember.bench import compare
+from ember.bench import compare, peak_rss
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
+DEFAULT_MODELS = "mlp,resnet18,mobilenetv2,bert_synthetic,gru,gemm1024"
 # Multiply-accumulates x 2 (ResNet-18 and MobileNetV2 from their papers; GEMM exact).
 GFLOP = {"resnet18": 3.63, "mobilenetv2": 0.60, "gemm1024": 2.0 * 1024 ** 3 / 1e9}
+SHORT = {"onnxruntime": "ort", "openvino": "ov"}
 
 
 def gemm_model(folder: Path) -> Path:
@@ -39,30 +53,112 @@ def gemm_model(folder: Path) -> Path:
     return path
 
 
+def find_models(spec: str, scratch: Path) -> dict[str, Path]:
+    """Model name -> path for a comma list of: a folder (each .onnx in it), an .onnx file,
+    gemm1024 (generated) or a name of the shared models folder."""
+    paths: dict[str, Path] = {}
+    for item in (part.strip() for part in spec.split(",") if part.strip()):
+        candidate = Path(item)
+        if candidate.is_dir():
+            found = sorted(candidate.glob("*.onnx"))
+            if not found:
+                print(f"no .onnx files in {candidate}", file=sys.stderr)
+            paths.update({p.stem: p for p in found})
+        elif candidate.suffix == ".onnx":
+            paths[candidate.stem] = candidate
+        elif item == "gemm1024":
+            paths[item] = gemm_model(scratch)
+        else:
+            paths[item] = SHARED / f"{item}.onnx"
+        for name in [n for n, p in paths.items() if not p.exists()]:
+            print(f"skipping {name}: {paths[name]} not found (point --models at a folder of .onnx files)",
+                  file=sys.stderr)
+            del paths[name]
+    return paths
+
+
+def available_peers(spec: str) -> list[str]:
+    peers = []
+    for engine in (e.strip() for e in spec.split(",") if e.strip()):
+        if engine not in SHORT:
+            raise SystemExit(f"unknown peer {engine!r}: choose from {', '.join(SHORT)}")
+        if importlib.util.find_spec(engine) is None:
+            print(f"leaving out {engine}: not installed (pip install -e '.[bench]')", file=sys.stderr)
+            continue
+        peers.append(engine)
+    return sorted(peers, key=lambda e: e != "onnxruntime")  # first: compare()'s "ratio" is to ONNX Runtime
+
+
+def cpu_name() -> str:
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return "unknown CPU"
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
+
+
+def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], args: argparse.Namespace) -> None:
+    engines = ("ember", *peers)
+    header = f"{'model':16} {'thr':>3} {'load':>4} " + " ".join(
+        f"{SHORT.get(e, e) + ' p50':>9} {SHORT.get(e, e) + ' p99':>9}" for e in engines)
+    ratios = f" {'e/ort':>5} {'(q1-q3)':>11}" if "onnxruntime" in peers else ""
+    if peers:
+        ratios += f" {'e/best':>6} {'(q1-q3)':>11}"
+    print(header + ratios + f" {'GFLOP/s':>8} {'compile s':>9} {'cached s':>8}   (times in ms)")
+    for thread_count in threads:
+        for name, path in paths.items():
+            r = compare(str(path), thread_count, rounds=args.rounds, seconds=args.seconds, engines=engines,
+                        load=args.load)
+            line = f"{name:16} {thread_count:>3} {args.load:>4} " + " ".join(
+                f"{r['p50'][e] * 1e3:>9.3f} {r['p99'][e] * 1e3:>9.3f}" for e in engines)
+            if "onnxruntime" in peers:
+                line += f" {r['ratio']:>5.2f} {r['ratio_q1']:>5.2f}-{r['ratio_q3']:<5.2f}"
+            if peers:
+                line += f" {r['best_ratio']:>6.2f} {r['best_ratio_q1']:>5.2f}-{r['best_ratio_q3']:<5.2f}"
+            gflops = f"{GFLOP[name] / r['ember']:.1f}" if name in GFLOP else "-"
+            print(line + f" {gflops:>8} {r['compile_first']:>9.2f} {r['compile_cached']:>8.2f}", flush=True)
+
+
+def rss_table(paths: dict[str, Path], peers: list[str], threads: list[int]) -> None:
+    engines = ("ember", *peers)
+    print(f"{'model':16} {'thr':>3} " + " ".join(f"{SHORT.get(e, e) + ' MB':>9}" for e in engines)
+          + (f" {'e/ort':>6}" if "onnxruntime" in peers else "") + "   (process peak RSS, fresh process each)")
+    with tempfile.TemporaryDirectory(prefix="ember-rss-cache-") as cache:
+        for thread_count in threads:
+            for name, path in paths.items():
+                peak_rss("ember", str(path), thread_count, cache_dir=cache)  # fills the cache: compiles cached
+                rss = {e: peak_rss(e, str(path), thread_count, cache_dir=cache) for e in engines}
+                line = f"{name:16} {thread_count:>3} " + " ".join(f"{rss[e] / 2 ** 20:>9.1f}" for e in engines)
+                if "onnxruntime" in peers:
+                    line += f" {rss['ember'] / rss['onnxruntime']:>6.2f}"
+                print(line, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="mlp,resnet18,mobilenetv2,bert_synthetic,gru,gemm1024")
+    parser.add_argument("--models", default=DEFAULT_MODELS,
+                        help="comma list of shared model names, .onnx files, folders of .onnx files, gemm1024")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=15, help="timing blocks per engine")
     parser.add_argument("--seconds", type=float, default=0.3, help="length of one timing block")
+    parser.add_argument("--peers", default="onnxruntime,openvino", help="engines to time beside Ember")
+    parser.add_argument("--load", type=int, default=0, help="competing busy processes during the measurement")
+    parser.add_argument("--rss", action="store_true", help="print each engine's peak RSS instead of latencies")
     args = parser.parse_args()
+    if args.load < 0:
+        parser.error("--load takes a count of busy processes (0 or more)")
+    peers = available_peers(args.peers)
+    threads = [int(t) for t in args.threads.split(",")]
+    print(f"# {cpu_name()}; {', '.join(('ember', *peers))}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        paths = {}
-        for name in args.models.split(","):
-            paths[name] = gemm_model(Path(tmp)) if name == "gemm1024" else SHARED / f"{name}.onnx"
-            if not paths[name].exists():
-                print(f"skipping {name}: {paths[name]} not found", file=sys.stderr)
-                del paths[name]
-        print(f"{'model':16} {'thr':>3} {'ember ms':>10} {'ort ms':>10} {'ratio':>6} {'(q1-q3)':>11} "
-              f"{'GFLOP/s':>8} {'compile s':>9} {'cached s':>8}")
-        for threads in [int(t) for t in args.threads.split(",")]:
-            for name, path in paths.items():
-                r = compare(str(path), threads, rounds=args.rounds, seconds=args.seconds)
-                gflops = f"{GFLOP[name] / r['ember']:.1f}" if name in GFLOP else "-"
-                spread = f"{r['ratio_q1']:.2f}-{r['ratio_q3']:.2f}"
-                print(f"{name:16} {threads:>3} {r['ember'] * 1e3:>10.3f} {r['onnxruntime'] * 1e3:>10.3f} "
-                      f"{r['ratio']:>6.2f} {spread:>11} {gflops:>8} {r['compile_first']:>9.2f} "
-                      f"{r['compile_cached']:>8.2f}", flush=True)
+        paths = find_models(args.models, Path(tmp))
+        if not paths:
+            print("no models to measure", file=sys.stderr)
+            return 1
+        if args.rss:
+            rss_table(paths, peers, threads)
+        else:
+            latency_table(paths, peers, threads, args)
     return 0
 
 

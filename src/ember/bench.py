@@ -6,9 +6,14 @@ the other, many times over, reversing the order every pair. On a shared machine 
 from neighbours comes and goes over seconds; a ratio taken per adjacent pair of blocks sees
 both engines under the same conditions, so the reported ratio is the median of the per-pair
 ratios (with its quartiles), not a ratio of medians taken at different times.
-ONNX Runtime is only a yardstick here."""
+ONNX Runtime and OpenVINO are only yardsticks here: they never compute anything for Ember.
+
+`load` starts that many competing busy processes (normal priority) for the measurement, to
+see how latency degrades when the cores are shared; p50 and p99 are reported per engine.
+`peak_rss` measures one engine's process peak resident memory in a fresh process."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -16,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from ember.support.errors import EmberError
 
 # Threads of the engine that just finished may spin for a moment before sleeping.
 _HANDOFF_SECONDS = 0.05
+ENGINES = ("ember", "onnxruntime", "openvino")
 
 
 def _inputs_for(session_inputs: Sequence[tuple[str, tuple[int, ...], npt.DTypeLike]], reference: Path | None) -> dict:
@@ -61,7 +67,11 @@ def _load(engine: str, model: str, threads: int, backend: str,
 
         t0 = time.perf_counter()
         compiled = ember.compile(model, backend=backend, num_threads=threads, precision=precision)
-        info = {"compile_seconds": time.perf_counter() - t0}
+        info: dict[str, Any] = {"compile_seconds": time.perf_counter() - t0}
+        if backend == "cpu":
+            from ember.backends.cpu.threads import wait_policy
+
+            info["openmp_wait"] = wait_policy()
         if not isinstance(compiled, ember.CompiledModel):
             raise EmberError(f"{model} has symbolic input dimensions: benchmark a model of static shapes")
         specs: list[tuple[str, tuple[int, ...], npt.DTypeLike]] = [
@@ -80,7 +90,51 @@ def _load(engine: str, model: str, threads: int, backend: str,
         specs = [(i.name, tuple(i.shape), type_map[i.type]) for i in session.get_inputs()]
         feeds = _inputs_for(specs, reference)
         return (lambda: session.run(None, feeds)), {}
-    raise EmberError(f"unknown engine '{engine}' (ember or onnxruntime)")
+    if engine == "openvino":
+        return _load_openvino(model, threads, reference)
+    raise EmberError(f"unknown engine '{engine}' (one of {', '.join(ENGINES)})")
+
+
+def _load_openvino(model: str, threads: int, reference: Path) -> tuple[Callable[[], Any], dict[str, Any]]:
+    """OpenVINO on the CPU as a latency-minded user would set it up: one stream of `threads`
+    threads, and float32 inference (its default on a CPU with bf16 instructions is bf16)."""
+    try:
+        import openvino
+    except ImportError as err:
+        raise EmberError("the openvino engine needs `pip install openvino` (or ember[bench])") from err
+    config = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": str(threads),
+              "INFERENCE_PRECISION_HINT": "f32"}
+    compiled = openvino.Core().compile_model(model, "CPU", config)
+    specs = []
+    for port in compiled.inputs:
+        if port.get_partial_shape().is_dynamic:
+            raise EmberError(f"{model}: openvino input {port.get_any_name()} has dynamic dimensions")
+        specs.append((port.get_any_name(), tuple(port.get_shape()), port.get_element_type().to_dtype()))
+    feeds = _inputs_for(specs, reference)
+    request = compiled.create_infer_request()
+    return (lambda: request.infer(feeds)), {}
+
+
+def _busy_loop() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def competing_load(processes: int) -> Iterator[list[subprocess.Popen]]:
+    """`processes` busy processes at normal priority for the duration of the block: the kind
+    of neighbour a shared machine has (another job, a compiler, a test run)."""
+    busy = [subprocess.Popen([sys.executable, "-c", "from ember.bench import _busy_loop; _busy_loop()"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(processes)]
+    try:
+        time.sleep(0.2 if busy else 0.0)  # let them start spinning before the first block
+        yield busy
+    finally:
+        for process in busy:
+            process.kill()
+        for process in busy:
+            process.wait()
 
 
 def serve(engine: str, model: str, threads: int, backend: str, precision: str = "fp32") -> None:
@@ -158,41 +212,100 @@ def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | No
     return worker.info["compile_seconds"]
 
 
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0], ordered[0], ordered[0]
+    q = statistics.quantiles(ordered, n=4)
+    return q[0], statistics.median(ordered), q[2]
+
+
 def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, seconds: float = 0.3,
             engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5,
-            fresh_cache: bool = True, precision: str = "fp32") -> dict[str, Any]:
-    """Times each engine in `rounds` interleaved blocks of about `seconds` each.
+            fresh_cache: bool = True, precision: str = "fp32", load: int = 0) -> dict[str, Any]:
+    """Times each engine in `rounds` interleaved blocks of about `seconds` each, with `load`
+    competing busy processes running throughout the timed blocks.
 
-    Returns the median latency per engine (over all runs), the median and quartiles of the
-    per-round ratio ember / other engine, and Ember's compile time in the first process
-    ("compile_first": from an empty cache, kernel library included, when `fresh_cache`) and
-    in a second one, with the cache filled ("compile_cached"). `precision` is Ember's
-    (ember.compile(precision=...): "fp32" or "bf16")."""
+    Returns per engine the median latency (over all runs; also under "p50") and the 99th
+    percentile ("p99"); the median and quartiles of the per-round ratio Ember / the first
+    other engine ("ratio", "ratio_q1", "ratio_q3") and Ember / the best (fastest in that
+    round) of the other engines ("best_ratio", "best_ratio_q1", "best_ratio_q3", "best_peer":
+    the peer fastest overall); and Ember's compile time in the first process ("compile_first":
+    from an empty cache, kernel library included, when `fresh_cache`) and in a second one,
+    with the cache filled ("compile_cached"). `precision` is Ember's (ember.compile(precision=...):
+    "fp32" or "bf16")."""
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        raise EmberError(f"unknown engine(s) {', '.join(unknown)}: choose from {', '.join(ENGINES)}")
+    if load < 0:
+        raise EmberError(f"load must be a count of busy processes (0 or more), got {load}")
     with tempfile.TemporaryDirectory(prefix="ember-bench-cache-") as fresh:
         cache = fresh if fresh_cache else None
-        workers = [_Worker(engine, model, threads, backend, cache if engine == "ember" else None, precision)
-                   for engine in engines]
+        workers: list[_Worker] = []
         times: dict[str, list[float]] = {e: [] for e in engines}
         block_medians: dict[str, list[float]] = {e: [] for e in engines}
         try:
-            for round_ in range(rounds):
-                for worker in (workers if round_ % 2 == 0 else workers[::-1]):
-                    block = worker.block(seconds, min_runs)
-                    times[worker.engine] += block
-                    block_medians[worker.engine].append(statistics.median(block))
-                    time.sleep(_HANDOFF_SECONDS)
+            for engine in engines:
+                workers.append(_Worker(engine, model, threads, backend, cache if engine == "ember" else None,
+                                       precision))
+            with competing_load(load):
+                for round_ in range(rounds):
+                    for worker in (workers if round_ % 2 == 0 else workers[::-1]):
+                        block = worker.block(seconds, min_runs)
+                        times[worker.engine] += block
+                        block_medians[worker.engine].append(statistics.median(block))
+                        time.sleep(_HANDOFF_SECONDS)
         finally:
             for worker in workers:
                 worker.close()
         summary: dict[str, Any] = {e: statistics.median(v) for e, v in times.items()}
         summary["runs"] = {e: len(v) for e, v in times.items()}
+        summary["p50"] = {e: statistics.median(v) for e, v in times.items()}
+        summary["p99"] = {e: float(np.percentile(v, 99)) for e, v in times.items()}
+        summary["load"] = load
         if "ember" in engines:
-            summary["compile_first"] = workers[engines.index("ember")].info["compile_seconds"]
+            ember_info = workers[engines.index("ember")].info
+            summary["compile_first"] = ember_info["compile_seconds"]
+            if "openmp_wait" in ember_info:
+                summary["openmp_wait"] = ember_info["openmp_wait"]
             summary["compile_cached"] = _compile_seconds(model, threads, backend, cache, precision)
         others = [e for e in engines if e != "ember"]
         if "ember" in engines and others:
-            ratios = sorted(a / b for a, b in zip(block_medians["ember"], block_medians[others[0]], strict=True))
-            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-            summary["ratio"] = statistics.median(ratios)
-            summary["ratio_q1"], summary["ratio_q3"] = quartiles[0], quartiles[2]
+            ember_blocks = block_medians["ember"]
+            first = [a / b for a, b in zip(ember_blocks, block_medians[others[0]], strict=True)]
+            summary["ratio_q1"], summary["ratio"], summary["ratio_q3"] = _quartiles(first)
+            best = [a / min(block_medians[o][i] for o in others) for i, a in enumerate(ember_blocks)]
+            summary["best_ratio_q1"], summary["best_ratio"], summary["best_ratio_q3"] = _quartiles(best)
+            summary["best_peer"] = min(others, key=lambda o: summary[o])
     return summary
+
+
+def _peak_rss_child(engine: str, model: str, threads: int, backend: str, runs: int) -> None:
+    """In a fresh process: load the engine, run it `runs` times, print the peak RSS in bytes."""
+    import resource
+
+    run, _ = _load(engine, model, threads, backend)
+    for _ in range(runs):
+        run()
+    print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def peak_rss(engine: str, model: str, threads: int = 1, backend: str = "cpu", runs: int = 5,
+             cache_dir: str | None = None) -> int:
+    """Peak resident memory (bytes) of a fresh process that loads (for Ember: compiles, from
+    the cache when it is filled) `model` on `engine` and runs it `runs` times. The Python
+    interpreter, NumPy and the engine's own libraries are included, as a user's process
+    would have them."""
+    if engine not in ENGINES:
+        raise EmberError(f"unknown engine '{engine}': choose from {', '.join(ENGINES)}")
+    code = ("import sys; from ember.bench import _peak_rss_child; "
+            "_peak_rss_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if cache_dir:
+        env["EMBER_CACHE_DIR"] = cache_dir
+    result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(runs)],
+                            capture_output=True, text=True, env=env, check=False)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise EmberError(f"{engine} failed measuring peak RSS of {model}: {result.stderr[-3000:]}")
+    return int(json.loads(lines[-1])["peak_rss"])

@@ -3,7 +3,8 @@
     ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
     ember dump MODEL --stage graph|optimized|lowered|lir|memory|partition|c|mappings [--format text|dot]
                      [--print-after-all] [--time-passes] [--target T]
-    ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime] [--rounds R] [--seconds S] [--cold]
+    ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime,openvino] [--load N] [--rounds R] [--seconds S]
+                      [--cold]
     ember bundle MODEL --target T -o DIR [--prefix NAME] [--quantize PROFILE]
     ember quantize MODEL --calibration DATA [--eval DATA] [--schema S] [--calibration-method M]
                    [--keep-float OP_OR_NAME ...] -o PROFILE
@@ -124,7 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--backend", default="cpu")
     bench.add_argument("--threads", type=int, default=1)
     bench.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
-    bench.add_argument("--compare", choices=["onnxruntime"], help="also time this engine, in its own process")
+    bench.add_argument("--compare", type=_peer_engines, metavar="ENGINE[,ENGINE]",
+                       help="also time these engines (onnxruntime, openvino), each in its own process")
+    bench.add_argument("--load", type=int, default=0, metavar="N",
+                       help="run N competing busy processes during the measurement (default 0)")
     bench.add_argument("--rounds", type=int, default=15, help="interleaved timing blocks per engine (default 15)")
     bench.add_argument("--seconds", type=float, default=0.3, help="timing budget per block (default 0.3 s)")
     bench.add_argument("--cold", action="store_true",
@@ -479,23 +483,40 @@ def _random_weights(text: str, seed: int = 0) -> dict[str, np.ndarray]:
     return weights
 
 
+def _peer_engines(text: str) -> tuple[str, ...]:
+    engines = tuple(e.strip() for e in text.split(",") if e.strip())
+    unknown = [e for e in engines if e not in ("onnxruntime", "openvino")]
+    if unknown or not engines:
+        raise argparse.ArgumentTypeError(f"unknown engine(s) {', '.join(unknown) or '(none)'}: "
+                                         "choose from onnxruntime, openvino")
+    return engines
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ember.bench import compare
 
-    engines = ("ember", args.compare) if args.compare else ("ember",)
+    peers = tuple(args.compare or ())
+    if args.load < 0:
+        raise EmberError(f"--load takes a count of busy processes (0 or more), got {args.load}")
     result = compare(str(args.model), args.threads, backend=args.backend, rounds=args.rounds,
-                     seconds=args.seconds, engines=engines, fresh_cache=args.cold, precision=args.precision)
+                     seconds=args.seconds, engines=("ember", *peers), fresh_cache=args.cold,
+                     precision=args.precision, load=args.load)
     print(f"model: {args.model} (backend {args.backend}, {args.precision}, {args.threads} thread(s), "
-          f"{args.rounds} interleaved blocks per engine)")
-    print(f"ember: {result['ember'] * 1e3:.3f} ms (median of {result['runs']['ember']} runs)")
-    if args.compare:
-        print(f"{args.compare}: {result[args.compare] * 1e3:.3f} ms (median of {result['runs'][args.compare]} runs)")
-        print(f"ratio ember/{args.compare}: {result['ratio']:.2f} "
+          f"{args.rounds} interleaved blocks per engine, {args.load} competing busy process(es))")
+    for engine in ("ember", *peers):
+        print(f"{engine}: {result[engine] * 1e3:.3f} ms median (p50), p99 {result['p99'][engine] * 1e3:.3f} ms "
+              f"({result['runs'][engine]} runs)")
+    if peers:
+        print(f"ratio ember/{peers[0]}: {result['ratio']:.2f} "
               f"(per-block quartiles {result['ratio_q1']:.2f}-{result['ratio_q3']:.2f})")
+    if len(peers) > 1:
+        print(f"ratio ember/best of {', '.join(peers)} (per block; fastest overall {result['best_peer']}): "
+              f"{result['best_ratio']:.2f} (quartiles {result['best_ratio_q1']:.2f}-{result['best_ratio_q3']:.2f})")
     first = "from an empty cache" if args.cold else "first"
     print(f"compile: {result['compile_first']:.2f} s {first}, {result['compile_cached']:.2f} s cached")
+    if "openmp_wait" in result:
+        print(f"ember's OpenMP threads wait: {result['openmp_wait']}")
     return 0
-
 
 
 def _bundle(args: argparse.Namespace) -> int:

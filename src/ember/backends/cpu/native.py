@@ -4,7 +4,10 @@ Fork: OpenMP's worker threads do not survive fork, and a forked child entering a
 region waits for them forever. A program used in a process other than the one that loaded
 it (a forked child) therefore first makes every parallel region inactive in that process
 (omp_set_max_active_levels(0): teams of one thread, which need no pool) and starts over with
-fresh locks and arenas. The child computes the same results, on one thread."""
+fresh locks and arenas. The child computes the same results, on one thread.
+
+Waiting: the OpenMP runtime that comes in with the first model library is told to let idle
+threads sleep rather than spin (backends/cpu/threads.py: why, and how the user overrides it)."""
 from __future__ import annotations
 
 import contextlib
@@ -17,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ember.backends.cpu.cache import load_library
+from ember.backends.cpu.threads import openmp_wait_policy
 from ember.codegen import CProgram
 from ember.lir.ir import Program
 from ember.support.errors import EmberError
@@ -60,7 +64,9 @@ class NativeProgram:
     def __init__(self, library: Path, cprogram: CProgram, program: Program) -> None:
         outputs = [(b.type.shape, b.type.dtype.numpy) for b in program.outputs]
         self._library_bytes: bytes | None = None
-        self._setup(load_library(library), library, cprogram.entry, cprogram.weights, cprogram.arena_bytes,
+        with openmp_wait_policy():
+            loaded = load_library(library)
+        self._setup(loaded, library, cprogram.entry, cprogram.weights, cprogram.arena_bytes,
                     cprogram.errors, outputs, cprogram.source)
 
     @classmethod
@@ -72,7 +78,9 @@ class NativeProgram:
         native._library_bytes = library.read_bytes()
         outputs = [(tuple(shape), np.dtype(DType(dtype).numpy)) for shape, dtype in meta["outputs"]]
         errors = {int(code): str(text) for code, text in meta["errors"].items()}
-        native._setup(ctypes.CDLL(str(library)), library, str(meta["entry"]), np.frombuffer(weights, np.uint8),
+        with openmp_wait_policy():
+            loaded = ctypes.CDLL(str(library))
+        native._setup(loaded, library, str(meta["entry"]), np.frombuffer(weights, np.uint8),
                       int(meta["arena_bytes"]), errors, outputs, str(meta.get("source", "")))
         library.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
