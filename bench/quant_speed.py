@@ -10,8 +10,8 @@ largest magnitude, cosine) on the reference input and on a held-out random one.
     python bench/quant_speed.py [--models resnet18,mobilenetv2,bert_synthetic] [--threads 1]
                                 [--rounds 15] [--seconds 0.3]
 
-Calibration: the model's reference input plus 7 seeded random inputs (standard normal floats;
-integer inputs as in the reference), the same feeds for both quantizers."""
+Calibration: the model's reference input plus 7 seeded variants of it (standard normal floats;
+integer inputs permuted along their last axis), the same feeds for both quantizers."""
 from __future__ import annotations
 
 import argparse
@@ -47,8 +47,10 @@ def reference_feeds(model: Path) -> dict[str, np.ndarray]:
 
 
 def variant(feeds: dict[str, np.ndarray], seed: int) -> dict[str, np.ndarray]:
+    """Standard normal floats; integer inputs (token ids, masks) permuted along their last axis."""
     rng = np.random.default_rng(seed)
-    return {k: rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+    return {k: rng.standard_normal(v.shape).astype(v.dtype) if v.dtype.kind == "f" else rng.permutation(v, axis=-1)
+            for k, v in feeds.items()}
 
 
 def calibration_feeds(model: Path) -> list[dict[str, np.ndarray]]:
@@ -89,7 +91,11 @@ def load(engine: str, model: str, threads: int, profile: str, qdq: str):
 
         compiled = ember.compile(model, backend="cpu", num_threads=threads,
                                  quantize=profile if engine == "ember_int8" else None)
-        return lambda feeds: [compiled.run(feeds)[name] for name in compiled.output_names]
+        def run(feeds):
+            outputs = compiled.run(feeds)
+            return [outputs[name] for name in compiled.output_names]
+
+        return run
     import onnxruntime as ort
 
     options = ort.SessionOptions()
