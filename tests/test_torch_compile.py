@@ -152,3 +152,16 @@ def test_inputs_cross_without_copies():
     assert np.shares_memory(_as_array(x), x.numpy())
     transposed = x.t()
     assert np.array_equal(_as_array(transposed), transposed.numpy())
+
+
+def test_precision_option_reaches_the_backend(compiles):
+    from ember.backends import get_backend
+
+    if "bf16" not in get_backend("cpu").precisions:
+        pytest.skip("the cpu backend has no bf16 kernels on this CPU")
+    module, (x,) = mlp()
+    compiled = torch.compile(module, backend="ember", options={"backend": "cpu", "precision": "bf16"})
+    with torch.no_grad():
+        result, expected = compiled(x), module(x)
+    assert compiles == [("cpu", {"precision": "bf16"})]
+    assert float((result - expected).abs().max()) < 2e-2  # bf16-rounded operands, float32 sums
