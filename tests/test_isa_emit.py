@@ -148,9 +148,14 @@ def test_unsupported_forms_are_refused_with_the_reason():
     assert best is not None
     with pytest.raises(UnsupportedError, match="no C emitter for vfmadd231ps.bcst on x86-avx512"):
         emit_gemm(best)
-    bf16 = map_kernel(gemm(4, 16, 8), X86.instruction("vdpbf16ps"))[0][0]
-    with pytest.raises(UnsupportedError, match="element-type fix-ups are not emitted yet"):
-        emit_gemm(schedule(bf16, X86))
+    signed = Kernel("q", parse_expr("C[i, j]:i32 += A[i, k]:i8 * B[k, j]:i8 over i:4, j:16, k:8"))
+    shifted = map_kernel(signed, X86.instruction("vpdpbusd"))[0][0]  # the s8 -> u8 shift has no C rewrite
+    with pytest.raises(UnsupportedError, match="fix-ups without a C rewrite"):
+        emit_gemm(schedule(shifted, X86))
+    npu = load_target("npu-systolic16")
+    systolic = map_kernel(gemm(4, 16, 8), npu.instruction("systolic.ws"))[0][0]
+    with pytest.raises(UnsupportedError, match="no C emitter for systolic.ws on npu-systolic16"):
+        emit_gemm(schedule(systolic, npu))
     lanes = map_kernel(Kernel("v", parse_expr("C[j]:f32 += A[j]:f32 * B[j]:f32 over j:32")),
                        X86.instruction("vfmadd231ps"))[0][0]
     with pytest.raises(UnsupportedError, match=r"only C\[j\] \+= A\[\] \* B\[j\] or C\[j\] \+= A\[k\]"):
@@ -218,6 +223,39 @@ def test_x86_vnni_gemm_is_exact(tmp_path, m, n, k):
     workspace = np.zeros(code.workspace_elements, np.uint8)
     function(a.ctypes.data, packed.ctypes.data, c.ctypes.data, workspace.ctypes.data)
     np.testing.assert_array_equal(c, expected)
+
+
+def _bf16() -> bool:
+    try:
+        return "avx512_bf16" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not _bf16(), reason="needs gcc and AVX512-BF16")
+@pytest.mark.parametrize("m, n, k", [(13, 40, 31), (24, 64, 64)])
+def test_x86_bf16_gemm_rounds_as_described(tmp_path, m, n, k):
+    """An f32 GEMM on vdpbf16ps (the lossy fix-ups: A rounded while packed, B at compile time,
+    both to nearest even): products of bf16 values are exact in f32, so the result is the
+    GEMM of the rounded operands up to f32 summation order."""
+    import ml_dtypes
+
+    mapping = map_kernel(gemm(m, n, k), X86.instruction("vdpbf16ps"))[0][0]
+    assert mapping.lossy and [f.operand for f in mapping.fixups] == ["A", "B"]
+    code = emit_gemm(schedule(mapping, X86))
+    assert code.group == 2 and "ember_isa_bf16(A[" in code.source and "_mm512_dpbf16_ps" in code.source
+    function = _build(tmp_path, code)
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    a[0, 0] = 1.00390625  # halfway between two bf16 values: ties go to even
+    c = np.full((m, n), np.nan, np.float32)
+    workspace = np.zeros(code.workspace_elements, np.uint16)
+    packed = code.pack_b(b)  # kept alive across the call
+    function(a.ctypes.data, packed.ctypes.data, c.ctypes.data, workspace.ctypes.data)
+    rounded = [x.astype(ml_dtypes.bfloat16).astype(np.float64) for x in (a, b)]
+    np.testing.assert_allclose(c, rounded[0] @ rounded[1], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(c, a.astype(np.float64) @ b, rtol=1e-6, atol=1e-6)  # it did round
 
 
 def _run_qemu(tmp_path, code: GemmCode, a: np.ndarray, b: np.ndarray, out_dtype) -> np.ndarray:

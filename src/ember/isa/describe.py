@@ -90,6 +90,7 @@ class Fixup:
     source: DType
     how: str
     lossy: bool = False
+    c: str = ""  # C expression of the rewrite of one element {x}, for emitted code ("" none)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ class Target:
     source: str = ""
     c_header: str = ""
     c_flags: str = ""
+    c_prelude: str = ""  # C helpers the templates use, emitted before the kernel
 
     def register_file(self, name: str) -> RegisterFile | None:
         return next((r for r in self.registers if r.name == name), None)
@@ -216,7 +218,7 @@ class _Loader:
 
     def target(self, data: dict[str, Any]) -> Target:
         self.fields(data, "target", {"target", "frequency_ghz", "registers", "memory", "instructions"},
-                    {"summary", "dma", "c_header", "c_flags"})
+                    {"summary", "dma", "c_header", "c_flags", "c_prelude"})
         registers = tuple(self.register(f, t) for f, t in self.items(data, "registers"))
         dma = tuple(self.dma(f, t) for f, t in self.items(data, "dma"))
         memory = tuple(self.memory(f, t, {d.name for d in dma}) for f, t in self.items(data, "memory"))
@@ -234,7 +236,8 @@ class _Loader:
             if stray:
                 raise self.error(f"memory[{index}].holds", f"{stray[0]!r} is no instruction's operand")
         return Target(partial.name, partial.summary, partial.frequency_ghz, registers, memory, dma, instructions,
-                      self.source, str(data.get("c_header", "")), str(data.get("c_flags", "")))
+                      self.source, str(data.get("c_header", "")), str(data.get("c_flags", "")),
+                      str(data.get("c_prelude", "")))
 
     def unique(self, field: str, names: list[str]) -> None:
         seen: set[str] = set()
@@ -373,11 +376,11 @@ class _Loader:
         fixups = []
         for i, item in enumerate(items):
             f = f"{field}[{i}]"
-            t = self.fields(item, f, {"operand", "from", "how"}, {"lossy"})
+            t = self.fields(item, f, {"operand", "from", "how"}, {"lossy", "c"})
             if t["operand"] not in [a.tensor for a in semantics.operands]:
                 raise self.error(f"{f}.operand", f"not an operand of the semantics: {t['operand']!r}")
             if t["from"] not in ELEMENT_TYPES:
                 raise self.error(f"{f}.from", f"unknown element type {t['from']!r}")
             fixups.append(Fixup(t["operand"], ELEMENT_TYPES[t["from"]], self.text(t["how"], f"{f}.how"),
-                                bool(t.get("lossy", False))))
+                                bool(t.get("lossy", False)), str(t.get("c", ""))))
         return tuple(fixups)

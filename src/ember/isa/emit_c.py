@@ -28,7 +28,8 @@ from ember.isa.schedule import Schedule
 from ember.support.errors import UnsupportedError
 from ember.types import DType
 
-_C_TYPES = {DType.FLOAT32: "float", DType.INT32: "int32_t", DType.UINT8: "uint8_t", DType.INT8: "int8_t"}
+_C_TYPES = {DType.FLOAT32: "float", DType.INT32: "int32_t", DType.UINT8: "uint8_t", DType.INT8: "int8_t",
+            DType.BFLOAT16: "uint16_t"}  # bf16 is stored as its 16 bits
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,7 @@ class GemmCode:
     packs_a: bool = True
     b_in_place: bool = False  # a run-time B ([K][N] rows), read in place; its last panel copied
     a_dtype: DType = DType.FLOAT32
+    workspace_dtype: DType = DType.FLOAT32  # the instruction's A type: A is packed converted
 
     def summary(self) -> str:
         a = "packed per block" if self.packs_a else "read in place"
@@ -123,16 +125,18 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     if not lane.fixed or lane.extent is None or any(not g.fixed for g in groups):
         raise _refuse(schedule, "the instruction's width must be fixed (length-agnostic code is not emitted yet)")
     width, group = lane.extent, (groups[0].extent or 1) if groups else 1
-    if mapping.fixups:
-        raise _refuse(schedule, "element-type fix-ups are not emitted yet")
+    fixes = {f.operand: f for f in mapping.fixups}
+    if any(not f.c for f in mapping.fixups) or semantics.output.tensor in fixes:
+        raise _refuse(schedule, "element-type fix-ups without a C rewrite (or of the output) are not emitted yet")
     out, a, b = expr.access(mapping.role("C")), expr.access(mapping.role("A")), expr.access(mapping.role("B"))
-    if any(x.dtype not in _C_TYPES for x in (out, a, b)):
-        raise _refuse(schedule, "element types other than f32, i32, u8 and i8 are not emitted")
+    if any(x.dtype not in _C_TYPES for x in (out, a, b, semantics.a, semantics.b)):
+        raise _refuse(schedule, "element types other than f32, bf16, i32, u8 and i8 are not emitted")
     registers = target.register_file(instruction.home(semantics.b.tensor))
     templates = registers.c_templates(out.dtype) if registers is not None else None
-    if templates is None or not instruction.emit or not target.c_header:
-        raise _refuse(schedule, f"the description has no C templates for {out.dtype.value} vectors of this "
-                                f"instruction's register file")
+    b_templates = registers.c_templates(semantics.b.dtype) if registers is not None else None
+    if templates is None or b_templates is None or not instruction.emit or not target.c_header:
+        raise _refuse(schedule, f"the description has no C templates for {out.dtype.value} and "
+                                f"{semantics.b.dtype.value} vectors of this instruction's register file")
     out_dims, a_dims, b_dims = [_plain(i) for i in out.indices], [_plain(i) for i in a.indices], \
         [_plain(i) for i in b.indices]
     lane_axis = next(x for x in mapping.axes if x.dim == lane.name)
@@ -151,7 +155,7 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     if run_time:
         raise _refuse(schedule, f"it needs a run-time {run_time[0].kind} of {run_time[0].tensor} (not emitted yet)")
     b_in_place = mapping.role("B") not in mapping.kernel.constants
-    if b_in_place and (group != 1 or b_dims[0] != reduction[0] or a.dtype is not b.dtype):
+    if b_in_place and (group != 1 or b_dims[0] != reduction[0] or a.dtype is not b.dtype or fixes):
         raise _refuse(schedule, "a run-time B is read in place only as [k, n] rows of A's element type")
     extents = expr.extents
     m, n, k = (extents[m_dim] if m_dim else 1), math.prod(extents[d] for d in n_dims), extents[reduction[0]]
@@ -160,18 +164,22 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     nr = max(width, tile.get(f"{lane.name}'", width) // width * width)
     caches = [level for level in target.memory if not level.scratchpad and level.size is not None]
     kc, mc = _blocking(caches, m, math.ceil(k / group) * group, mr, nr, a.dtype.itemsize, group)
-    types = (_C_TYPES[a.dtype], _C_TYPES[b.dtype], _C_TYPES[out.dtype])
-    source = _source(name, target.c_header, templates, instruction.emit, semantics, types, m, n,
-                     math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc, str(mapping).splitlines()[0],
-                     target.name, b_in_place)
+    a_fix = fixes.get(semantics.a.tensor)
+    convert = a_fix.c if a_fix else ""
+    types = (_C_TYPES[a.dtype], _C_TYPES[semantics.a.dtype], _C_TYPES[semantics.b.dtype], _C_TYPES[out.dtype])
+    source = _source(name, target.c_header, target.c_prelude, templates, b_templates, instruction.emit, semantics,
+                     types, convert, m, n, math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc,
+                     str(mapping).splitlines()[0], target.name, b_in_place)
     return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] != reduction[0], target.c_flags, group,
-                    b.dtype, _packs_a(n, nr, k, group), b_in_place, a.dtype)
+                    semantics.b.dtype, _packs_a(n, nr, k, group, bool(convert)), b_in_place, a.dtype,
+                    semantics.a.dtype)
 
 
-def _packs_a(n: int, nr: int, k: int, group: int) -> bool:
+def _packs_a(n: int, nr: int, k: int, group: int, converts: bool = False) -> bool:
     """Packing A pays for itself when each block is swept by several panels of B; with one
-    panel (a narrow N) the tile reads A in place, which needs whole groups in every row."""
-    return math.ceil(n / nr) > 1 or k % group != 0
+    panel (a narrow N) the tile reads A in place, which needs whole groups in every row and
+    no element-type rewrite."""
+    return math.ceil(n / nr) > 1 or k % group != 0 or converts
 
 
 def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, itemsize: int, group: int
@@ -190,15 +198,18 @@ def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, items
     return kc, max(mr, min(mc, math.ceil(m / mr) * mr))
 
 
-def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, width, group, kc, mc,
-            mapping_line, target, b_in_place) -> str:
-    ta, tb, tc = types
+def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n, k, k_true, mr, nr, width, group,
+            kc, mc, mapping_line, target, b_in_place) -> str:
+    """c, bc: the vector templates of the accumulators and of B; convert: the C rewrite of an
+    A element ({x}) while packing, or ""."""
+    ta_in, ta, tb, tc = types
     vectors = nr // width
     vtype = c["type"]
     lines = [f"/* Generated by ember.isa.emit_c for {target}: {mapping_line}",
              f" * C[{m} x {n}] = A[{m} x {k_true}] * B; register tile {mr} x {nr} ({vectors} vectors of {width}"
              f"{f', reduction groups of {group}' if group > 1 else ''}), KC {kc}, MC {mc}. */",
-             f"#include <{header}>", "#include <stdint.h>", "#include <string.h>", ""]
+             f"#include <{header}>", "#include <stdint.h>", "#include <string.h>", *prelude.strip("\n").split("\n"),
+             ""]
 
     def fma(acc: str, scalar: str, vector: str) -> str:
         return (emit.replace(f"{{{semantics.output.tensor}}}", acc).replace(f"{{{semantics.a.tensor}}}", scalar)
@@ -216,7 +227,7 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
                   for r in range(rows) for v in range(vectors)]
         lines.append("    }")
         lines.append(f"    for (long k = 0; k < kc / {group}; k++) {{")
-        lines += [f"        {vtype} b{v} = {c['load'].replace('{p}', f'bp + k * b_ks + {v * width * group}')};"
+        lines += [f"        {bc['type']} b{v} = {bc['load'].replace('{p}', f'bp + k * b_ks + {v * width * group}')};"
                   for v in range(vectors)]
         for r in range(rows):
             lines += [f"        {fma(f'c{r}_{v}', f'a[k * a_ks + {r} * a_rs]', f'b{v}')}"
@@ -228,12 +239,15 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         lines.append("")
     tail = m % mr
     panels = math.ceil(n / nr)
-    pack_a = _packs_a(n, nr, k_true, group)
+    pack_a = _packs_a(n, nr, k_true, group, bool(convert))
+    element = convert.replace("{x}", f"A[(ir + r) * {k_true}L + pc + kk]") if convert else \
+        f"A[(ir + r) * {k_true}L + pc + kk]"
     lines += [
         "/* A's MC x KC block, packed as row panels [MR rows][KC/group][rows][group] so that each",
         " * reduction step broadcasts from one contiguous line; zero past K. */",
-        f"static void {name}_pack_a({ta} *panel, const {ta} *A, long ic, long ic_end, long pc, long kc) {{",
-        f"    long whole = (pc + kc <= {k_true} ? kc : {k_true} - pc) / {group};  /* groups inside K */",
+        f"static void {name}_pack_a({ta} *panel, const {ta_in} *A, long ic, long ic_end, long pc, long kc) {{",
+        f"    long whole = {'0' if convert else f'(pc + kc <= {k_true} ? kc : {k_true} - pc) / {group}'};"
+        "  /* groups copied whole */",
         f"    for (long ir = ic; ir < ic_end; ir += {mr}) {{",
         f"        int rows = ic_end - ir < {mr} ? (int)(ic_end - ir) : {mr};",
         "        for (long q = 0; q < whole; q++)",
@@ -243,14 +257,14 @@ def _source(name, header, c, emit, semantics, types, m, n, k, k_true, mr, nr, wi
         f"        for (long kk = whole * {group}; kk < kc; kk++)",
         "            for (int r = 0; r < rows; r++)",
         f"                panel[(kk / {group}) * rows * {group} + r * {group} + kk % {group}] =",
-        f"                    pc + kk < {k_true} ? A[(ir + r) * {k_true}L + pc + kk] : 0;",
+        f"                    pc + kk < {k_true} ? {element} : 0;",
         "        panel += rows * kc;",
         "    }",
         "}",
         "",
         f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L{f' + {kc}L * {nr}L' if b_in_place else ''}; }}",
         "",
-        f"void {name}(const {ta} *A, const {tb} *Bp, {tc} *C, {ta} *workspace) {{",
+        f"void {name}(const {ta_in} *A, const {tb} *Bp, {tc} *C, {ta} *workspace) {{",
         f"    for (long pc = 0; pc < {k}; pc += {kc}) {{",
         f"        long kc = {k} - pc < {kc} ? {k} - pc : {kc};",
         "        int first = pc == 0;",
