@@ -2,11 +2,14 @@
 runtime/ember_gemm_bf16.c): results against the interpreter in float32 within bf16's
 precision, and against an emulation (both operands rounded to bfloat16 as vcvtne2ps2bf16
 rounds, float32/64 sums) within float32 accumulation-order error; the vdpbf16ps and portable
-paths of the C; the packed layouts and the scratch formula against the C; the kernel choice
-in the LIR and in stats; ResNet-18's top-1; the refusals."""
+paths of the C (the portable one built alone, forced); the packed layouts and the scratch
+formulas against the C; the kernel choice in the LIR and in stats; ResNet-18's top-1; the
+refusals."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -27,19 +30,13 @@ from ember.codegen.kernels.gemm_bf16 import (
     winograd_bf16_scratch_bytes,
 )
 from ember.codegen.kernels.layouts import WinogradLayout
+from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 from ember.driver import compile_model, load_model, prepare_program
 from ember.support.errors import EmberError
 from tests.conftest import require_shared_models
 
 needs_bf16 = pytest.mark.skipif(not has_avx512_bf16(), reason="the host has no AVX512-BF16")
 EPS32 = 2.0 ** -24
-
-
-class PortableBf16(CpuBackend):
-    """The cpu backend with the bf16 GEMM's portable path forced (what a CPU without
-    AVX512-BF16 runs)."""
-
-    compile_flags = ("-DEMBER_BF16_PORTABLE",)
 
 
 def rounded(x: np.ndarray) -> np.ndarray:
@@ -117,6 +114,45 @@ def test_packed_layouts_and_scratch_match_the_c():
             np.testing.assert_array_equal(got, panel)
 
 
+@pytest.fixture(scope="module")
+def portable(tmp_path_factory) -> ctypes.CDLL:
+    """The bf16 GEMM with its portable path forced (what a CPU without AVX512-BF16 runs), built
+    alone: ember_gemm_bf16.c and the ember_gemm.c it calls."""
+    folder: Path = tmp_path_factory.mktemp("portable")
+    for name in RUNTIME_SOURCES:
+        (folder / name).write_text(runtime_source(name))
+    library = folder / "portable.so"
+    subprocess.run(["gcc", "-O1", "-std=gnu11", "-fPIC", "-shared", "-DEMBER_BF16_PORTABLE", f"-I{folder}",
+                    str(folder / "ember_gemm.c"), str(folder / "ember_gemm_bf16.c"), "-o", str(library), "-lm"],
+                   check=True, capture_output=True)
+    return ctypes.CDLL(str(library))
+
+
+@needs_bf16
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (13, 37, 45), (8, 64, 96)])
+def test_both_paths_of_the_c_match_the_emulation(portable, m, k, n):
+    """ember_gemm_bf16 called directly, A from float rows and B from compile-time panels or
+    float rows, on the vdpbf16ps path (the host) and the portable one."""
+    rng = np.random.default_rng(m + k + n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    panels = pack_b_panels(b)
+    ra, rb = rounded(a).astype(np.float64), rounded(b).astype(np.float64)
+    native = ctypes.CDLL(str(build_library("int ember_bf16_test_unit;")))
+    assert (native.ember_bf16_native(), portable.ember_bf16_native()) == (1, 0)
+    for library in (native, portable):
+        for packed in (True, False):
+            c = np.full((m, n), np.nan, np.float32)
+            scratch = np.zeros(gemm_bf16_scratch_bytes(m, n, k, False, packed, False, 1) // 4 + 1, np.uint32)
+            pointer = ctypes.c_void_p
+            library.ember_gemm_bf16(
+                ctypes.c_long(m), ctypes.c_long(n), ctypes.c_long(k), None, pointer(a.ctypes.data), ctypes.c_long(k),
+                pointer(panels.ctypes.data) if packed else None, None, None,
+                None if packed else pointer(b.ctypes.data), ctypes.c_long(n), pointer(c.ctypes.data),
+                ctypes.c_long(n), None, pointer(scratch.ctypes.data), ctypes.c_int(1))
+            check(c, ra @ rb, np.abs(ra) @ np.abs(rb), k)
+
+
 # MatMul, Gemm and Conv against the interpreter and the emulation -------------------------
 
 
@@ -141,8 +177,7 @@ def test_matmul_bf16(shape, k, n, threads):
 
 
 @needs_bf16
-@pytest.mark.parametrize("backend", [CpuBackend, PortableBf16], ids=["vdpbf16ps", "portable"])
-def test_gemm_with_epilogue_bf16(backend):
+def test_gemm_with_epilogue_bf16():
     # Gemm (transB, bias) + Relu + a residual Add: FullyConnected with its fused epilogue.
     rng = np.random.default_rng(3)
     m, k, n = 19, 45, 67
@@ -152,7 +187,7 @@ def test_gemm_with_epilogue_bf16(backend):
              helper.make_node("Add", ["r", "s"], ["y"])]
     model = model_of(nodes, [("x", [m, k]), ("s", [m, n])], ["y"], {"w": w, "b": bias})
     feeds = {"x": rng.standard_normal((m, k)).astype(np.float32), "s": rng.standard_normal((m, n)).astype(np.float32)}
-    compiled = compile_model(model, backend(num_threads=1, precision="bf16"))
+    compiled = compile_model(model, CpuBackend(num_threads=1, precision="bf16"))
     assert set(compiled.stats["precision"]["nodes"].values()) == {"bf16 (fully_connected_bf16)"}
     y = compiled.run(feeds)["y"]
     assert relative(y, ember.compile(model).run(feeds)["y"]) < 1e-2
@@ -172,8 +207,7 @@ CONVS = [  # (C, H, W, M, kernel, stride, pad, group)
 
 @needs_bf16
 @pytest.mark.parametrize("case", CONVS, ids=[f"c{c[0]}_{c[1]}x{c[2]}_m{c[3]}_k{c[4]}s{c[5]}g{c[7]}" for c in CONVS])
-@pytest.mark.parametrize("backend", [CpuBackend, PortableBf16], ids=["vdpbf16ps", "portable"])
-def test_conv_bf16(case, backend):
+def test_conv_bf16(case):
     c, h, wd, m, kernel, stride, pad, group = case
     rng = np.random.default_rng(sum(case))
     w = rng.standard_normal((m, c // group, kernel, kernel)).astype(np.float32)
@@ -185,7 +219,7 @@ def test_conv_bf16(case, backend):
         return model_of([node, helper.make_node("Relu", ["c"], ["y"])], [("x", list(x.shape))], ["y"],
                         {"w": weights, "b": bias})
 
-    compiled = compile_model(conv_model(w), backend(num_threads=2, precision="bf16"))
+    compiled = compile_model(conv_model(w), CpuBackend(num_threads=2, precision="bf16"))
     assert set(compiled.stats["precision"]["nodes"].values()) == {"bf16 (conv_bf16)"}
     y = compiled.run({"x": x})["y"]
     assert relative(y, ember.compile(conv_model(w)).run({"x": x})["y"]) < 1e-2
