@@ -553,3 +553,26 @@ def test_max_unpool_input_rank_must_fit_the_kernel():
     model = _model([node], [_info("x", [1, 1, 2, 2, 1]), _info("i", [1, 1, 2, 2], TensorProto.INT64)],
                    [_info("y", None)])
     _refused(model, r"\(MaxUnpool\): X is .*, but kernel_shape \[2, 2\] asks for a 4-D input")
+
+
+def test_conv_transpose_output_shape_of_the_wrong_length():
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], output_shape=[0])
+    model = _model([node], [_info("x", [1, 1, 3, 3])], [_info("y", None)],
+                   [numpy_helper.from_array(np.ones((1, 2, 3, 3), np.float32), "w")])
+    _refused(model, r"\(ConvTranspose\): output_shape \[0\] must give 2 positive spatial sizes")
+
+
+def test_non_max_suppression_boxes_of_the_wrong_shape():
+    """An NMS node taking a 1-D tensor as its boxes unpacked it as [..., 4] (internal error)."""
+    node = helper.make_node("NonMaxSuppression", ["b", "s"], ["y"])
+    model = _model([node], [], [_info("y", None, TensorProto.INT64)],
+                   [numpy_helper.from_array(np.ones(8, np.float32), "b"),
+                    numpy_helper.from_array(np.ones((1, 1, 2), np.float32), "s")])
+    _refused(model, r"\(NonMaxSuppression\): boxes \[8\] must be \[batch, boxes, 4\]")
+
+
+def test_affine_grid_of_a_negative_size():
+    node = helper.make_node("AffineGrid", ["theta", "size"], ["y"])
+    model = _model([node], [_info("theta", [2, 3, 4])], [_info("y", None)], [_const("size", [2, 3, 4, 5, -2**63])],
+                   opset=20)
+    _refused(model, r"\(AffineGrid\): AffineGrid size \[2, 3, 4, 5, -9223372036854775808\] has a negative dimension")

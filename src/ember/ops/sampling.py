@@ -128,6 +128,8 @@ def _affine_grid_infer(attrs: AffineGridAttrs, types):
     spatial = len(attrs.size) - 2
     if spatial not in (2, 3) or theta.shape != (attrs.size[0], spatial, spatial + 1):
         raise OpError(f"AffineGrid theta {theta} does not fit size {list(attrs.size)}")
+    if min(attrs.size) < 0:
+        raise OpError(f"AffineGrid size {list(attrs.size)} has a negative dimension")
     return (theta.with_shape((attrs.size[0],) + attrs.size[2:] + (spatial,)),)
 
 

@@ -31,9 +31,11 @@ def conv_transpose(ctx: NodeContext) -> list[Value]:
     dilations = _spatial_ints(ctx, "dilations", n, 1)
     output_padding = _spatial_ints(ctx, "output_padding", n, 0)
     auto_pad = ctx.attr_str("auto_pad", "NOTSET")
-    output_shape = ctx.attr_ints("output_shape", None)
+    output_shape = ctx.attr_ints("output_shape", None) or None  # an empty list gives none
     if output_shape is not None and len(output_shape) > n:
         output_shape = output_shape[-n:]  # some exporters give [N, C, spatial...]
+    if output_shape is not None and (len(output_shape) != n or min(output_shape) < 1):
+        raise ModelImportError(f"output_shape {list(output_shape)} must give {n} positive spatial sizes")
     full = [strides[i] * (x.type.shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
             for i in range(n)]
     if output_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):

@@ -294,6 +294,10 @@ def non_max_suppression(ctx: NodeContext) -> Value:
     iou_given = ctx.optional_constant(3, "iou_threshold")
     threshold = ctx.optional_constant(4, "score_threshold")
     limit = limits[0] if limits else 0
+    if boxes.ndim != 3 or boxes.shape[-1] != 4 or scores.ndim != 3 or scores.shape[0] != boxes.shape[0] \
+            or scores.shape[2] != boxes.shape[1]:
+        raise ModelImportError(f"boxes {list(boxes.shape)} must be [batch, boxes, 4] and scores {list(scores.shape)} "
+                               "[batch, classes, boxes] of the same batch and boxes")
     iou = float(iou_given.reshape(-1)[0]) if iou_given is not None and iou_given.size else 0.0
     corners = _corners(boxes, ctx.attr_bool("center_point_box", False))
     selected = []
