@@ -99,9 +99,6 @@ class AtenContext:
         arg = self.args[name]
         return arg.meta.get("val") if isinstance(arg, torch.fx.Node) else arg
 
-    def dtype_of(self, name: str) -> DType:
-        return self.tensor(name).type.dtype
-
     def tensor(self, name: str, dtype: DType | None = None) -> Value:
         """Argument `name` as a graph value, cast to `dtype` when given; a Python number
         becomes a constant of `dtype` (or of the result's type)."""

@@ -176,11 +176,6 @@ class CompiledGraphModule:
     def __call__(self, *args: Any) -> Any:
         return self._entry(args).run(args)
 
-    @property
-    def compiled_shapes(self) -> int:
-        """How many input shapes have been compiled (and are cached)."""
-        return len(self._cache)
-
 
 def compile_fx(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], compile_graph: GraphCompiler,
                options: Mapping[str, Any] | None = None, **unused: Any) -> CompiledGraphModule:

@@ -18,10 +18,6 @@ from ember.support.errors import EmberError, InputError, ModelImportError, Unsup
 _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
 
 
-def is_torch_module(model: Any) -> bool:
-    return isinstance(model, torch.nn.Module)
-
-
 def check_inference_module(module: torch.nn.Module) -> None:
     training = [name or type(module).__name__ for name, m in module.named_modules() if m.training]
     if training:
