@@ -32,6 +32,7 @@ from ember.codegen.kernels.gemm_bf16 import (
 from ember.codegen.kernels.layouts import WinogradLayout
 from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 from ember.driver import compile_model, load_model, prepare_program
+from ember.lir.text import parse_program, print_program
 from ember.support.errors import EmberError
 from tests.conftest import require_shared_models
 
@@ -331,6 +332,9 @@ def test_choice_is_in_the_lir_and_stats(capsys, tmp_path):
         program, _, _ = prepare_program(load_model(path), backend)
         sources.append(backend.generate(program).source)
     assert sources[0] == sources[1] and "ember_gemm_bf16(" in sources[0]
+    # The LIR with bf16 kernels and packed weights round-trips through its text.
+    text = print_program(program)
+    assert print_program(parse_program(text, {b.name: b.data for b in program.weights})) == text
 
 
 # ResNet-18 --------------------------------------------------------------------------------
