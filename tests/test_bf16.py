@@ -27,6 +27,7 @@ from ember.codegen.kernels.gemm_bf16 import (
     gemm_bf16_scratch_bytes,
     pack_a_blocks,
     pack_b_panels,
+    stored_weight_bytes,
     winograd_bf16_scratch_bytes,
 )
 from ember.codegen.kernels.layouts import WinogradLayout
@@ -346,6 +347,9 @@ def test_resnet18_top1_agrees():
     reference = np.load(shared_models / "resnet18.ref.npz")
     compiled = ember.compile(str(shared_models / "resnet18.onnx"), backend="cpu", precision="bf16")
     assert all(v.startswith("bf16") for v in compiled.stats["precision"]["nodes"].values())
+    # The library stores bf16 pairs in place of the float32 weights: about half the bytes.
+    program, _, _ = prepare_program(load_model(str(shared_models / "resnet18.onnx")), CpuBackend())
+    assert 0.45 < compiled.stats["precision"]["stored_weight_bytes"] / stored_weight_bytes(program) < 0.55
     feeds = {s.name: reference[f"in_{s.name}"] for s in compiled.inputs}
     y = next(iter(compiled.run(feeds).values()))
     expected = reference["out_0"]

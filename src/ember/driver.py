@@ -113,9 +113,10 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
     stats = _program_stats(program, plan)
     stats["ops"] = ops
     if target.precision != "fp32":
-        from ember.codegen.kernels.gemm_bf16 import precision_decisions
+        from ember.codegen.kernels.gemm_bf16 import precision_decisions, stored_weight_bytes
 
-        stats["precision"] = {"mode": target.precision, "nodes": precision_decisions(program)}
+        stats["precision"] = {"mode": target.precision, "nodes": precision_decisions(program),
+                              "stored_weight_bytes": stored_weight_bytes(program)}
     stats["compile_seconds"] = time.perf_counter() - started
     return CompiledModel(executable, inputs, outputs, stats, target.name)
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ember.codegen.c_constants import GEMM_CHUNK_BYTES, MR, NR
 from ember.codegen.c_writer import call
-from ember.codegen.emitter import Emitter, param
+from ember.codegen.emitter import Emitter, param, stored_weights
 from ember.codegen.kernels.conv import CONV_OPS, ConvShape, accepts_conv
 from ember.codegen.kernels.gemm import Epilogue
 from ember.codegen.kernels.layouts import WinogradLayout, threads_for
@@ -140,6 +140,12 @@ def precision_decisions(program: Program) -> dict[str, str]:
         else:
             decisions[key] = f"fp32 ({name}): {bf16_refusal(instr) or 'not chosen'}"
     return decisions
+
+
+def stored_weight_bytes(program: Program) -> int:
+    """Bytes of the weights the library stores (packed copies in place of the raw weights only
+    they read: bf16 halves the convolution and GEMM weights)."""
+    return sum(w.type.nbytes for w in stored_weights(program))
 
 
 def _gemm_bf16_call(*, m: int, n: int, k: int, c: str, ldc: int, threads: int, scratch: str, ap: str = "NULL",
