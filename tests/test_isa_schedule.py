@@ -66,7 +66,8 @@ def test_systolic_folds_follow_the_scale_sim_formula():
 def test_a_bigger_array_is_one_new_file(tmp_path):
     text = (TARGETS_DIR / "npu-systolic16.toml").read_text()
     for old, new in (('target = "npu-systolic16"', 'target = "npu-systolic32"'),
-                     ("over r:16, c:16, t:*", "over r:32, c:32, t:*"), ("bits = 2048", "bits = 8192"),
+                     ("over r:16, c:16, t:*", "over r:32, c:32, t:*"), ("bits = 8192", "bits = 32768"),
+                     ("bits = 2048", "bits = 8192"),
                      ('cycles = "t + 46"', 'cycles = "t + 94"'), ("size = 65536", "size = 262144")):
         assert old in text
         text = text.replace(old, new)
