@@ -144,3 +144,11 @@ def test_the_mask_arithmetic_and_softmax_stay_float_by_design(bert):
     assert masked.min <= MASK_VALUE / 2
     scale, _ = get_schema("asymmetric").activation(masked.min, masked.max)
     assert scale > 1e35
+
+
+def test_compile_stats_say_why_the_attention_products_stay_float(bert):
+    model, _, _, profile = bert
+    decisions = ember.compile(model, quantize=profile).stats["quantization"]
+    assert decisions["l0.qk"] == decisions["l1.pv"] == \
+        "float: its weight is not a constant (an activation x activation product)"
+    assert decisions["l0.q.mm"] == "int8 (asymmetric), result float (read in float)"

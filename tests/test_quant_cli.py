@@ -168,6 +168,9 @@ def test_cli_quantize_with_eval_data_and_keep_float(tmp_path, model, capsys):
     out = capsys.readouterr().out
     assert "profile of 3 calibration sample(s)" in out and "on 4 held-out sample(s)" in out
     assert "integer ops {'MatMulInteger': 2}" in out
+    assert "2 node(s) float: kept float (keep_float): Conv_0, Conv_2" in out
+    assert "1 node(s) int8 (asymmetric), result float (read in float): MatMul_7" in out
+    assert "1 node(s) int8 (asymmetric), result requantized: Gemm_5" in out
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -68,8 +68,9 @@ def test_quantize_inserts_qdq_around_the_matmul_and_keeps_softmax_float():
 def test_keep_float_by_op_type_and_by_node_name():
     for keep in (["MatMul"], ["m"]):
         graph = parse_graph(MLP)
-        assert quantize_graph(graph, profile_graph(graph, _feeds()), keep_float=keep) == 0
-        assert "QuantizeLinear" not in graph.op_counts()
+        decisions: dict[str, str] = {}
+        assert quantize_graph(graph, profile_graph(graph, _feeds()), keep_float=keep, decisions=decisions) == 0
+        assert "QuantizeLinear" not in graph.op_counts() and decisions == {"m": "float: kept float (keep_float)"}
     graph = parse_graph(MLP)
     assert quantize_graph(graph, profile_graph(graph, _feeds()), keep_float=["Conv"]) == 1  # an op type, absent here
     graph = parse_graph(MLP)

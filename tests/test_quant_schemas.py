@@ -271,6 +271,8 @@ def test_a_dense_result_read_in_float_stays_float():
     assert graph.op_counts()["QuantizeLinear"] == 2, text  # x, and r (read by m2)
     assert np.abs(evaluate_graph(graph, feeds[0])["y"] - expected).max() < 0.03
     compiled = ember.compile(_onnx_of_mlp2(), backend="cpu", quantize=ember.profile(_onnx_of_mlp2(), feeds))
+    decisions = sorted(compiled.stats["quantization"].values())
+    assert decisions == ["int8 (asymmetric), result float (read in float)", "int8 (asymmetric), result requantized"]
     ops = compiled.stats["ops"]["optimized"]
     assert ops.get("MatMulInteger") == 2 and "MatMul" not in ops and "FullyConnected" not in ops, ops
     assert np.abs(compiled.run(feeds[0])["y"] - expected).max() < 0.03

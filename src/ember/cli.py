@@ -554,6 +554,11 @@ def _quantize(args: argparse.Namespace) -> int:
                if op in ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger")}
     print(f"profile of {len(calibration)} calibration sample(s) written to {args.output} (with these options)")
     print(f"schema {args.schema}, calibration {args.calibration_method}, backend {args.backend}: integer ops {integer}")
+    groups: dict[str, list[str]] = {}
+    for node, decision in quantized.stats["quantization"].items():
+        groups.setdefault(decision, []).append(node)
+    for decision, nodes in sorted(groups.items()):
+        print(f"  {len(nodes)} node(s) {decision}: {', '.join(nodes[:4])}{', ...' if len(nodes) > 4 else ''}")
     if not held_out:
         print("no held-out inputs (one sample, no --eval): the report uses the calibration sample")
     print(accuracy_report(floating, quantized, held_out or calibration,

@@ -77,20 +77,25 @@ def compile_model(model: Any, backend: str | Backend = "interpreter",
     started = time.perf_counter()
     target = get_backend(backend, **(backend_options or {})) if isinstance(backend, str) else backend
     graph = load_model(model, input_shapes)
+    decisions: dict[str, str] = {}
     if quantize is not None:
-        quantize_loaded(graph, quantize, quantize_options)
+        quantize_loaded(graph, quantize, quantize_options, decisions)
     compiled = compile_graph(graph, target, observer)
+    if quantize is not None:
+        compiled.stats["quantization"] = decisions  # per Conv/MatMul/Gemm: int8 or why float
     compiled.stats["compile_seconds"] = time.perf_counter() - started
     return compiled
 
 
-def quantize_loaded(graph: Graph, quantize: Any, options: Mapping[str, Any] | None = None) -> int:
-    """Quantizes an imported graph in place with a Profile or a profile file's path."""
+def quantize_loaded(graph: Graph, quantize: Any, options: Mapping[str, Any] | None = None,
+                    decisions: dict[str, str] | None = None) -> int:
+    """Quantizes an imported graph in place with a Profile or a profile file's path
+    (`decisions`: see quant.quantize_graph)."""
     from ember.quant import Profile, check_options, quantize_graph
 
     checked = check_options(options)
     profile = quantize if isinstance(quantize, Profile) else Profile.load(quantize)
-    return quantize_graph(graph, profile, **checked)
+    return quantize_graph(graph, profile, **checked, decisions=decisions)
 
 
 def profile_model(model: Any, calibration_inputs: Any, input_shapes: Mapping[str, Sequence[int]] | None = None):

@@ -143,16 +143,25 @@ def _output_of(graph: Graph, node: Node, users: dict, schema: Schema) -> Value:
     return value
 
 
+def _float_reason(node: Node, keep: set[str]) -> str | None:
+    """Why a Conv / MatMul / Gemm stays float, or None when it is one to quantize."""
+    if node.op in keep or node.name in keep:
+        return "kept float (keep_float)"
+    x, w = node.inputs[0], node.inputs[1] if len(node.inputs) > 1 else None
+    if not isinstance(w, Constant):
+        return "its weight is not a constant (an activation x activation product)"
+    if isinstance(x, Constant) or x is None or x.type.dtype is not DType.FLOAT32:
+        return "its input is not a float32 activation"
+    if node.op == "Gemm" and (node.attrs.transA or node.attrs.alpha != 1.0 or node.attrs.beta != 1.0):
+        return "Gemm with transA, alpha or beta (no integer form)"
+    if node.op == "Conv" and x.type.rank != 4 or node.op != "Conv" and w.type.rank != 2:
+        return "not a 2-D convolution or a 2-D weight"
+    return None
+
+
 def _weight_axis(node: Node, keep: set[str]) -> int | None:
     """The weight's output-channel axis when `node` is one to quantize, else None."""
-    if node.op not in QUANTIZABLE or node.op in keep or node.name in keep or len(node.inputs) < 2:
-        return None
-    x, w = node.inputs[0], node.inputs[1]
-    if not isinstance(w, Constant) or isinstance(x, Constant) or x is None or x.type.dtype is not DType.FLOAT32:
-        return None
-    if node.op == "Gemm" and (node.attrs.transA or node.attrs.alpha != 1.0 or node.attrs.beta != 1.0):
-        return None
-    if node.op == "Conv" and x.type.rank != 4 or node.op != "Conv" and w.type.rank != 2:
+    if node.op not in QUANTIZABLE or _float_reason(node, keep) is not None:
         return None
     return 0 if node.op == "Conv" or node.op == "Gemm" and node.attrs.transB else 1
 
@@ -179,10 +188,11 @@ def _replace(graph: Graph, old: Value, make: Callable[..., Value], *args: Any) -
 
 def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | None = None,
                    method: str | None = None, percentile: float | None = None,
-                   schema: str | Schema | None = None) -> int:
+                   schema: str | Schema | None = None, decisions: dict[str, str] | None = None) -> int:
     """Inserts Q/DQ around every quantizable node; returns how many were quantized. Options
     left None take the profile's recorded ones (Profile.options), else asymmetric, minmax,
-    99.99 and nothing kept float."""
+    99.99 and nothing kept float. `decisions`, when given, gets each Conv / MatMul / Gemm's
+    name -> what became of it (compile() puts it in stats["quantization"])."""
     profile.check_graph(graph)
     recorded = profile.options
     keep_float = recorded.get("keep_float", ()) if keep_float is None else keep_float
@@ -200,9 +210,12 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | N
     ins = _Inserter(graph, profile, chosen, method, percentile)
     users = graph.users()
     count = 0
+    said = {} if decisions is None else decisions
     for node in list(graph.nodes):
         axis = _weight_axis(node, keep)
         if axis is None:
+            if node.op in QUANTIZABLE:
+                said[node.name] = f"float: {_float_reason(node, keep)}"
             continue
         x, w = node.input(0), node.inputs[1]
         assert isinstance(w, Constant)
@@ -210,6 +223,7 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | N
         x_scale, _ = ins.qparams(x)
         if node.op != "Conv" and not _read_as_integers(graph, out, keep):
             _replace(graph, node.outputs[0], ins.integer_dense, node, x, w, axis)
+            said[node.name] = f"int8 ({chosen.name}), result float (read in float)"
             count += 1
             continue
         ins.qparams(out)  # fails before any rewrite when the profile lacks the output
@@ -220,6 +234,7 @@ def quantize_graph(graph: Graph, profile: Profile, keep_float: Iterable[str] | N
         if isinstance(b, Constant) and b.type.rank <= 1 + (node.op == "Gemm"):
             node.inputs[2] = ins.bias(node, b, chosen.bias_scale(x_scale, w_scale))
         _replace(graph, out, ins.qdq, out)
+        said[node.name] = f"int8 ({chosen.name}), result requantized"
         count += 1
     quantize_residual_adds(graph, ins, profile.tensors, keep)  # keeps residual Adds integer
     graph.sort()
