@@ -130,7 +130,7 @@ def check_against_schema(node: NodeProto, opset: int) -> None:
         raise ModelImportError(f"unknown attribute{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
                                f" ({where} has: {known})")
     for attr in node.attribute:
-        expected = AttributeProto.AttributeType.Value(schema.attributes[attr.name].type.name)
+        expected: int = schema.attributes[attr.name].type.value  # type: ignore[attr-defined]  # stubs lack it
         # UNDEFINED: writers older than IR version 2 left the type out (the value's field tells)
         if attr.type not in (AttributeProto.UNDEFINED, expected):
             raise ModelImportError(f"attribute '{attr.name}' is {AttributeProto.AttributeType.Name(attr.type)}, but "
