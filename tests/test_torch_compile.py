@@ -165,3 +165,16 @@ def test_precision_option_reaches_the_backend(compiles):
         result, expected = compiled(x), module(x)
     assert compiles == [("cpu", {"precision": "bf16"})]
     assert float((result - expected).abs().max()) < 2e-2  # bf16-rounded operands, float32 sums
+
+
+class Unsupported(torch.nn.Module):
+    def forward(self, x):
+        return torch.erfinv(torch.tanh(x))  # the unsupported op
+
+
+def test_unsupported_ops_name_the_model_line():
+    compiled = torch.compile(Unsupported().eval(), backend="ember", options={"backend": "interpreter"})
+    with torch.no_grad(), pytest.raises(Exception) as caught:
+        compiled(torch.randn(3))
+    line = next(i for i, text in enumerate(open(__file__), 1) if "# the unsupported op" in text)
+    assert f"aten.erfinv.default at {__file__}:{line} in forward: return torch.erfinv" in str(caught.value)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx
+import torch.fx.traceback
 import torch.utils._pytree as pytree
 from torch.export.graph_signature import InputKind, TensorArgument
 
@@ -73,7 +74,11 @@ class _Frozen(torch.nn.Module):
 
     def forward(self, *args: Any) -> Any:
         given = iter(args)
-        return self.gm(*[getattr(self, f"state_{i}") if i in self.frozen else next(given) for i in range(self.count)])
+        full = [getattr(self, f"state_{i}") if i in self.frozen else next(given) for i in range(self.count)]
+        # Node by node, so that the exported nodes keep the model's source lines that Dynamo
+        # recorded (calling the graph's code would record the generated code's lines).
+        with torch.fx.traceback.preserve_node_meta():
+            return torch.fx.Interpreter(self.gm).run(*full)
 
 
 @dataclass
