@@ -181,6 +181,34 @@ static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int3
         }
 #endif
     }
+#if defined(__AVX512BW__) && defined(__GNUC__)
+    if (mr == 6) {
+        /* a full tile: each channel's 6 bytes as one 4-byte and one 2-byte store, the words
+         * interleaved in registers (in-lane unpacks: lane L of quad k holds channels
+         * 16 L + 4 k .. + 3, of pair k channels 16 L + 8 k .. + 7) */
+        __m512i r0 = _mm512_loadu_si512(buf[0]), r1 = _mm512_loadu_si512(buf[1]);
+        __m512i r2 = _mm512_loadu_si512(buf[2]), r3 = _mm512_loadu_si512(buf[3]);
+        __m512i r4 = _mm512_loadu_si512(buf[4]), r5 = _mm512_loadu_si512(buf[5]);
+        __m512i p01l = _mm512_unpacklo_epi8(r0, r1), p01h = _mm512_unpackhi_epi8(r0, r1);
+        __m512i p23l = _mm512_unpacklo_epi8(r2, r3), p23h = _mm512_unpackhi_epi8(r2, r3);
+        uint32_t quad[4][16];
+        uint16_t pair[2][32];
+        _mm512_storeu_si512(quad[0], _mm512_unpacklo_epi16(p01l, p23l));
+        _mm512_storeu_si512(quad[1], _mm512_unpackhi_epi16(p01l, p23l));
+        _mm512_storeu_si512(quad[2], _mm512_unpacklo_epi16(p01h, p23h));
+        _mm512_storeu_si512(quad[3], _mm512_unpackhi_epi16(p01h, p23h));
+        _mm512_storeu_si512(pair[0], _mm512_unpacklo_epi8(r4, r5));
+        _mm512_storeu_si512(pair[1], _mm512_unpackhi_epi8(r4, r5));
+        for (long j = 0; j < nr; j++) {
+            long lane = j / 16, within = j % 16;
+            uint32_t w4 = quad[within / 4][4 * lane + within % 4];
+            uint16_t w2 = pair[within / 8][8 * lane + within % 8];
+            memcpy(y + j * P, &w4, 4);
+            memcpy(y + j * P + 4, &w2, 2);
+        }
+        return;
+    }
+#endif
     for (long j = 0; j < nr; j++)
         for (long r = 0; r < mr; r++) y[j * P + r] = buf[r][j];
 }
