@@ -83,15 +83,17 @@ class _Frozen(torch.nn.Module):
 
 @dataclass
 class _Entry:
+    """One compiled shape. Its key (shapes and element types of the tensor arguments) is what
+    CompiledModel.run would validate, so the executable is called directly: per call, this
+    path is most of the backend's overhead on small models."""
+
     model: Any
-    inputs: list[tuple[str, int]]  # graph input name, position among the call's arguments
+    positions: list[int]  # for each model input, in order, its position among the call's arguments
     out_spec: Any
 
     def run(self, args: Sequence[Any]) -> Any:
-        feeds = {name: _as_array(args[position]) for name, position in self.inputs}
-        outputs = self.model.run(feeds)
-        flat = [torch.from_numpy(outputs[name]) for name in self.model.output_names]
-        return pytree.tree_unflatten(flat, self.out_spec)
+        outputs = self.model.executable.run([_as_array(args[p]) for p in self.positions])
+        return pytree.tree_unflatten([torch.from_numpy(o) for o in outputs], self.out_spec)
 
 
 def _as_array(tensor: torch.Tensor) -> np.ndarray:
@@ -145,24 +147,28 @@ class CompiledGraphModule:
         return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a
                      for i, a in enumerate(args) if i not in self._frozen)
 
-    def _refresh_state(self, args: Sequence[Any]) -> None:
+    def _state_changed(self, args: Sequence[Any]) -> bool:
+        """Whether a frozen tensor was replaced or modified in place since it was frozen."""
+        frozen, versions = self._frozen, self._versions
         for i in self._state:
             tensor: Any = args[i]
-            if self._versions.get(i) != tensor._version or self._frozen.get(i) is not tensor:
-                self._frozen = {j: args[j] for j in self._state}
-                self._versions = {j: args[j]._version for j in self._state}
-                self._cache.clear()
-                return
+            if versions.get(i) != tensor._version or frozen.get(i) is not tensor:
+                return True
+        return False
 
     def _entry(self, args: Sequence[Any]) -> _Entry:
-        with self._lock:
-            self._refresh_state(args)
-            key = self._key(args)
-            entry = self._cache.get(key)
-            if entry is None:
-                entry = self._compile(args)
+        if self._state_changed(args):
+            with self._lock:
+                self._frozen = {j: args[j] for j in self._state}
+                self._versions = {j: args[j]._version for j in self._state}
+                self._cache = {}
+        key = self._key(args)
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(key) or self._compile(args)
                 self._cache[key] = entry
-            return entry
+        return entry
 
     def _compile(self, args: Sequence[Any]) -> _Entry:
         user = [(i, a) for i, a in enumerate(args) if i not in self._frozen]
@@ -170,13 +176,13 @@ class CompiledGraphModule:
         wrapper = _Frozen(self._gm, self._frozen, self._count).eval()
         program = export_module(wrapper, [a for _, a in user])
         graph = convert_program(program, "torch_compile")
-        positions = []
+        by_name = {}
         user_specs = [s for s in program.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
         for spec, (position, _) in zip(user_specs, user, strict=True):
             if isinstance(spec.arg, TensorArgument):
-                positions.append((spec.arg.name, position))
+                by_name[spec.arg.name] = position
         model = self._compile_graph(graph, self._backend, self._options)
-        return _Entry(model, positions, program.call_spec.out_spec)
+        return _Entry(model, [by_name[name] for name in model.input_names], program.call_spec.out_spec)
 
     def __call__(self, *args: Any) -> Any:
         return self._entry(args).run(args)
