@@ -117,6 +117,9 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
         executable = target.compile(program)
     stats = _program_stats(program, plan)
     stats["ops"] = ops
+    backend_stats = getattr(executable, "backend_stats", None)  # what a backend reports (e.g. the NPU's cycles)
+    if backend_stats:
+        stats["backend_stats"] = backend_stats
     if target.precision != "fp32":
         from ember.codegen.kernels.gemm_bf16 import precision_decisions, stored_weight_bytes
 

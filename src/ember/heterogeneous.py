@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.backends import Backend, available_backends, get_backend
+from ember.backends import Backend, automatic_backends, available_backends, get_backend
 from ember.graph import Constant, Graph, Node, Value, verify_graph
 from ember.lowering import LOWERINGS, lower_graph
 from ember.partition import Partition, Pattern, outline, partition_graph
@@ -196,7 +196,7 @@ def compile_model_partitioned(model: Any, backends: str | Sequence[str], *,
 def _auto_backends() -> list[str]:
     """Every installed backend, the interpreter last (the universal fallback; ties in cost go
     to the earlier name)."""
-    names = [n for n in available_backends() if n != "interpreter"]
+    names = [n for n in automatic_backends() if n != "interpreter"]
     return [*names, "interpreter"]
 
 
@@ -254,6 +254,16 @@ def compile_partitioned(graph: Graph, backends: Sequence[Backend], *, strategy: 
     }
     for total in ("arena_bytes", "weight_bytes"):
         stats[total] = sum(s.model.stats.get(total, 0) for s in steps)
+    reports: dict[str, dict[str, Any]] = {}  # per backend, its segments' backend_stats (nodes merged)
+    for step in steps:
+        report = step.model.stats.get("backend_stats")
+        if report:
+            merged = reports.setdefault(step.backend, {"nodes": {}})
+            merged["nodes"].update(report.get("nodes", {}))
+            merged.update({k: v if k not in merged or not isinstance(v, int | float) else merged[k] + v
+                           for k, v in report.items() if k != "nodes"})
+    if reports:
+        stats["backend_stats"] = reports
     return CompiledModel(executable, inputs, outputs, stats, "+".join(partition.backends()))
 
 

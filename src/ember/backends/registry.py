@@ -10,12 +10,15 @@ from ember.support.errors import EmberError
 
 BackendFactory = Callable[..., Backend]
 _BUILTIN: dict[str, BackendFactory] = {}
+_EXPLICIT: set[str] = set()  # run only when named: left out of backend="auto" (simulated devices)
 
 
-def register_backend(name: str, factory: BackendFactory) -> None:
+def register_backend(name: str, factory: BackendFactory, explicit: bool = False) -> None:
     if name in _BUILTIN:
         raise ValueError(f"backend '{name}' is registered twice")
     _BUILTIN[name] = factory
+    if explicit:
+        _EXPLICIT.add(name)
 
 
 def _plugins() -> dict[str, metadata.EntryPoint]:
@@ -24,6 +27,11 @@ def _plugins() -> dict[str, metadata.EntryPoint]:
 
 def available_backends() -> list[str]:
     return sorted(set(_BUILTIN) | set(_plugins()))
+
+
+def automatic_backends() -> list[str]:
+    """The backends backend="auto" considers: every available one but those run only when named."""
+    return [name for name in available_backends() if name not in _EXPLICIT]
 
 
 def get_backend(name: str, **options) -> Backend:
