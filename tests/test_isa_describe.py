@@ -10,7 +10,7 @@ import pytest
 from ember.isa.describe import TARGETS_DIR, DescriptionError, available_targets, load_target, parse_target
 from ember.types import DType
 
-SHIPPED = ["aarch64-neon", "npu-systolic16", "riscv-rvv", "x86-avx512"]
+SHIPPED = ["aarch64-neon", "npu-systolic16", "npu-systolic32", "riscv-rvv", "x86-avx512"]
 
 
 def test_shipped_targets_load_and_stay_short():

@@ -171,3 +171,36 @@ def test_big_models_run_through_the_npu_and_match_the_interpreter(name):
     for out in model.output_names:
         assert relative_error(got[out], want[out]) <= 1e-4
     assert sum(1 for n in nodes.values() if n["op"] == "Conv") >= 20
+
+
+def test_a_new_description_file_is_a_new_backend_with_its_own_schedules():
+    """npu-systolic32.toml (a 32 x 32 array, 256 KB scratchpads, a wider DMA) was added as one
+    file: it is a backend by name, and its schedules use its array and scratchpads."""
+    from ember.isa.expr import parse_expr
+    from ember.isa.kernels import Kernel
+
+    assert "npu-systolic32" in available_backends()
+    small, big = get_backend(NPU), get_backend("npu-systolic32")
+    gemm = Kernel("gemm", parse_expr("C[i, j]:f32 += A[i, k]:f32 * B[k, j]:f32 over i:1024, j:512, k:1024"),
+                  constants=frozenset({"B"}))
+    graph = Graph("gemm")
+    a = graph.add_input("a", TensorType.of(np.zeros((1024, 1024), np.float32)))
+    product = graph.add("MatMul", a, graph.add_constant(np.ones((1024, 512), np.float32), "b"), name="mm")
+    graph.set_outputs([("y", product)])
+    plans = [plan_node(graph.nodes[0], backend.target) for backend in (small, big)]
+    assert not isinstance(plans[0], str) and not isinstance(plans[1], str)
+    assert plans[0].kernel.expr == plans[1].kernel.expr == gemm.expr
+    sixteen, thirty_two = (p.schedule for p in plans)
+    assert thirty_two.compute_cycles < sixteen.compute_cycles / 3  # 4x the MACs per fold, a longer fill
+    assert thirty_two.cycles < sixteen.cycles / 2
+    assert dict(sixteen.levels[0].tile)["r'"] == 16 and dict(thirty_two.levels[0].tile)["r'"] == 32
+    assert dict(sixteen.levels[1].tile) != dict(thirty_two.levels[1].tile)  # tiles sized to each scratchpad
+    # and it runs models, matching the interpreter
+    model = compile_partitioned(small_model(), [big, get_backend("cpu")])
+    feeds = _feeds(model)
+    expected = compile_graph(small_model(), "interpreter").run(feeds)
+    assert relative_error(model.run(feeds)["z"], expected["z"]) <= 1e-4
+    report = model.stats["backend_stats"]["npu-systolic32"]["nodes"]
+    assert report["conv"]["mapping"].startswith("systolic.ws.f32 ")
+    assert report["pointwise"]["folds"] < plan_node(next(n for n in small_model().nodes if n.name == "pointwise"),
+                                                     small.target).stats("Conv")["folds"]
