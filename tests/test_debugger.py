@@ -33,6 +33,7 @@ def _corrupt(session, node: str) -> str:
                                            if b is not None and b.kind is BufferKind.WEIGHT)
     offset = WeightBlob(stored_weights(program)).offsets[id(weight)]
     blob = session.executable._weights  # the bytes the native code reads: flipped in place
+    blob.flags.writeable = True  # the program keeps its blob read-only; this test corrupts it on purpose
     blob[offset:offset + 4].view(np.float32)[0] += 4.0
     return weight.name
 
