@@ -55,10 +55,11 @@ def test_ember_compile_matches_eager(model, backend):
 def test_bert_with_eager_attention_and_named_outputs():
     pytest.importorskip("transformers", reason="the BERT test needs transformers")
     module, inputs = MODELS["bert"](layers=1, attention="eager")
-    compiled = ember.compile(module, example_inputs=inputs)
-    assert compiled.input_names == ["input_ids", "attention_mask"]
+    ids, mask = inputs
+    compiled = ember.compile(module, example_inputs={"attention_mask": mask, "input_ids": ids})  # by keyword
+    assert compiled.input_names == ["attention_mask", "input_ids"]  # the keywords' order
     assert compiled.output_names == ["last_hidden_state", "pooler_output"]
-    outputs = compiled.run({n: t.numpy() for n, t in zip(compiled.input_names, inputs, strict=True)})
+    outputs = compiled.run({"input_ids": ids.numpy(), "attention_mask": mask.numpy()})
     assert_matches(list(outputs.values()), eager_outputs(module, inputs))
 
 

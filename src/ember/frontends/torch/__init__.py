@@ -21,12 +21,16 @@ def is_torch_module(model: Any) -> bool:
     return torch is not None and isinstance(model, torch.nn.Module)
 
 
-def load_torch(module: Any, example_inputs: Sequence[Any], example_kwargs: Mapping[str, Any] | None = None):
+def load_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any],
+               example_kwargs: Mapping[str, Any] | None = None):
     """The verified graph IR of `module` called on `example_inputs` (their shapes are the
-    compiled shapes; parameters and buffers become constants)."""
+    compiled shapes; parameters and buffers become constants). A mapping passes them by
+    keyword: {"input_ids": ids, "attention_mask": mask}."""
     from ember.frontends.torch.exporter import export_module
     from ember.frontends.torch.importer import convert_program
 
+    if isinstance(example_inputs, Mapping):
+        example_inputs, example_kwargs = (), {**example_inputs, **(example_kwargs or {})}
     program = export_module(module, example_inputs, example_kwargs)
     return convert_program(program, type(module).__name__)
 
