@@ -30,8 +30,10 @@ def load_torch(module: Any, example_inputs: Sequence[Any] | Mapping[str, Any],
     from ember.frontends.torch.importer import convert_program
 
     if isinstance(example_inputs, Mapping):
-        example_inputs, example_kwargs = (), {**example_inputs, **(example_kwargs or {})}
-    program = export_module(module, example_inputs, example_kwargs)
+        keywords = {**example_inputs, **(example_kwargs or {})}
+        program = export_module(module, (), keywords)
+    else:
+        program = export_module(module, example_inputs, example_kwargs)
     return convert_program(program, type(module).__name__)
 
 
