@@ -32,6 +32,7 @@ from ember.isa.describe import Target
 from ember.isa.mapper import Mapping
 
 REPEAT_LIMIT = 64  # greedy growth steps per level: a visible bound on the search
+STREAM_CANDIDATES = 8  # streamed lengths tried at the first level (halving from the longest that fits)
 
 
 @dataclass(frozen=True)
@@ -305,8 +306,9 @@ def schedule(mapping: Mapping, target: Target) -> Schedule:
     streamed_tile: dict[str, int] = {}
     for name, capacity, bandwidth in _levels(target):
         if not streamed_tile:
-            tile = _stream(mapping, space, tile, capacity)
-        tile = _grow(mapping, space, tile, capacity)
+            tile = _streamed_level_tile(mapping, space, tile, capacity, bandwidth, chains)
+        else:
+            tile = _grow(mapping, space, tile, capacity)
         prints = _footprints(mapping, space, tile)
         order, traffic = _level_traffic(mapping, space, tile)
         plans.append(LevelPlan(name, tuple(sorted(tile.items())), order, tuple(prints.items()),
@@ -324,6 +326,32 @@ def schedule(mapping: Mapping, target: Target) -> Schedule:
 
 def _register_bytes(target: Target) -> float:
     return float(sum(r.count * r.bits // 8 for r in target.registers))
+
+
+def _streamed_level_tile(mapping: Mapping, space: _Space, tile: dict[str, int], capacity: dict[str | None, float],
+                         bandwidth: float, chains: int) -> dict[str, int]:
+    """The first level's tile. A longer stream amortises each issue's fill and drain, but
+    fills the level and leaves less room for reuse: try every streamed length from the
+    longest that fits down by halves (at most STREAM_CANDIDATES), grow the rest of the tile
+    around each, and keep the one with the fewest cycles, max(compute, traffic)."""
+    longest = _stream(mapping, space, tile, capacity)
+    streamed = [f"{a.dim}'" for a in mapping.axes if a.width is None]
+    if not streamed or mapping.instruction.cycles is None:
+        return _grow(mapping, space, longest, capacity)
+    best: tuple[float, dict[str, int]] | None = None
+    candidate = dict(longest)
+    for _ in range(STREAM_CANDIDATES):
+        grown = _grow(mapping, space, candidate, capacity)
+        traffic = _level_traffic(mapping, space, grown)[1]
+        cycles = max(_compute_cycles(mapping, space, grown, chains), traffic / bandwidth)
+        if best is None or cycles < best[0]:
+            best = (cycles, grown)
+        shorter = {d: max(tile[d], candidate[d] // 2) if d in streamed else candidate[d] for d in candidate}
+        if shorter == candidate:
+            break
+        candidate = shorter
+    assert best is not None
+    return best[1]
 
 
 def _stream(mapping: Mapping, space: _Space, tile: dict[str, int], capacity: dict[str | None, float]
@@ -375,11 +403,19 @@ def _compute_cycles(mapping: Mapping, space: _Space, tile: dict[str, int], chain
     instruction = mapping.instruction
     streamed = [a for a in mapping.axes if a.width is None]
     if instruction.cycles is not None:
-        lengths = {f"{a.dim}": min(tile.get(f"{a.dim}'", a.padded), max(a.padded, 1)) for a in streamed}
-        per_issue = instruction.issue_cycles({d.name: lengths.get(d.name, d.extent or 1)
-                                              for d in instruction.semantics.domain})
-        issues = mapping.issues * math.prod(math.ceil(max(a.padded, 1) / lengths[a.dim]) for a in streamed)
-        return issues * per_issue
+        # Each streamed dimension is issued in tiles of the level's length, the last one as
+        # long as what is left (a fold's cost depends on its own stream length).
+        tiles: list[list[tuple[int, int]]] = []
+        for axis in streamed:
+            extent = max(axis.padded, 1)
+            length = min(tile.get(f"{axis.dim}'", extent), extent)
+            tiles.append([(n, c) for n, c in ((length, extent // length), (extent % length, 1)) if n and c])
+        fixed = {d.name: d.extent or 1 for d in instruction.semantics.domain}
+        per_stream = 0.0
+        for combination in itertools.product(*tiles):
+            lengths = fixed | {a.dim: n for a, (n, _) in zip(streamed, combination, strict=True)}
+            per_stream += math.prod(c for _, c in combination) * instruction.issue_cycles(lengths)
+        return mapping.issues * per_stream
     throughput = instruction.throughput or 1.0
     in_flight = min(throughput, chains / instruction.latency) if instruction.latency else throughput
     return mapping.issues / in_flight
