@@ -128,4 +128,36 @@ def test_ember_profile_command(tmp_path, capsys):
     assert main(["profile", LENET, "--backend", "interpreter", "--runs", "1", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["backend"] == "interpreter" and summary["by_op"] and summary["steps_ms"] > 0
-    assert main(["profile", LENET, "--backend", "cpu,interpreter"]) == 2
+    assert main(["profile", LENET, "--backend", "cpu,interpreter", "--runs", "1"]) == 0
+    assert "cpu:fully_connected_gemm" in capsys.readouterr().out  # steps name their segment's backend
+
+
+def fork_model():
+    """A graph whose two branches go to two backends (interpreters claiming some ops each)."""
+    from ember.graph import Graph
+    from ember.heterogeneous import compile_partitioned
+    from ember.types import DType, TensorType
+    from tests.test_partition import Restricted
+
+    g = Graph("fork")
+    x = g.add_input("x", TensorType(DType.FLOAT32, (3, 5)))
+    left = g.add("Tanh", g.add("Relu", x))
+    right = g.add("Sigmoid", g.add("Neg", x))
+    g.set_outputs([("y", g.add("Add", left, right))])
+    backends = [Restricted("a", {"Relu", "Tanh", "Add"}), Restricted("b", {"Neg", "Sigmoid"})]
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)}
+    return g, backends, feeds, compile_partitioned
+
+
+def test_partitioned_model_profiles_each_segment_on_its_backend():
+    graph, backends, feeds, compile_partitioned = fork_model()
+    model = compile_partitioned(graph, backends)
+    outputs, profile = model.run(feeds, profile=True)
+    np.testing.assert_array_equal(outputs["y"], model.run(feeds)["y"])
+    assert {row["backend"] for row in profile.by_op()} == {"a", "b"}
+    assert {s.op: s.backend for s in profile.steps if s.op in ("Neg", "Add")} == {"Neg": "b", "Add": "a"}
+    run = profile.runs[0]
+    assert run.starts == sorted(run.starts) and sum(run.seconds) <= run.total
+    lanes = {e["tid"] for e in chrome_trace(profile)["traceEvents"] if e.get("cat") == "step"}
+    assert len(lanes) == 2  # one track per backend
+    assert "a:Add" in profile.format() or "a:" in profile.format()

@@ -130,3 +130,22 @@ def test_report_in_headless_chromium(tmp_path):
     # The graph is at the top of the page: its fused-op boxes show in the screenshot.
     painted = sum(row[i:i + 3] == fused for row in rows for i in range(0, len(row), 3))
     assert painted > 500, f"only {painted} pixels of the fused-op colour in the screenshot"
+
+
+def test_partitioned_report_colours_nodes_by_segment_backend():
+    from ember.runtime.profile import RunProfile
+    from ember.tools.report import GraphPicture, ReportData, node_colour, render_report
+    from tests.test_profile import fork_model
+
+    graph, backends, feeds, compile_partitioned = fork_model()
+    seen = {}
+    model = compile_partitioned(graph, backends, observer=lambda stage, p: seen.setdefault(stage, p))
+    picture = GraphPicture.of_partition(seen["partition"])
+    colours = {name: node_colour(picture, op, name) for op, name in picture.nodes}
+    assert len(set(colours.values())) == 2 and set(picture.backends.values()) == {"a", "b"}
+    profile = RunProfile.merge([model.run(feeds, profile=True)[1]])
+    text = render_report(ReportData("fork", model.backend, picture, {}, model.stats, profile=profile))
+    assert "Partitioned graph" in text and "segments by backend" in text
+    for colour in set(colours.values()):
+        assert colour in text
+    assert len(set(re.findall(r'id="(op_\d+)"', text))) == len(picture.nodes)

@@ -32,6 +32,7 @@ class StepInfo:
     kernel: str
     node: str
     flops: float | None
+    backend: str = ""  # set where segments of several backends are profiled together
 
 
 @dataclass

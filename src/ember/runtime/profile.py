@@ -55,14 +55,16 @@ class RunProfile:
         return RunProfile(profiles[0].backend, runs, [wall for profile in profiles for wall in profile.wall])
 
     def by_op(self) -> list[dict[str, Any]]:
-        """Rows per (op, kernel): steps, seconds (mean per run), share of the steps' total,
-        GFLOP/s where every step of the row has a known FLOP count; slowest first."""
-        return self._group(lambda step: (step.op, step.kernel), ("op", "kernel"))
+        """Rows per (op, kernel, backend: "" unless segments of several backends ran): steps,
+        seconds (mean per run), share of the steps' total, flops and GFLOP/s where every step
+        of the row has a known FLOP count; slowest first."""
+        return self._group(lambda step: (step.op, step.kernel, step.backend), ("op", "kernel", "backend"))
 
     def by_node(self) -> list[dict[str, Any]]:
         """Rows per graph node (its steps: a node lowered to several instructions has
         several), slowest first."""
-        return self._group(lambda step: (step.node, step.op, step.kernel), ("node", "op", "kernel"))
+        return self._group(lambda step: (step.node, step.op, step.kernel, step.backend),
+                           ("node", "op", "kernel", "backend"))
 
     def _group(self, key: Any, names: tuple[str, ...]) -> list[dict[str, Any]]:
         groups: dict[tuple[str, ...], list[tuple[StepInfo, float]]] = {}
@@ -87,12 +89,12 @@ class RunProfile:
                  f"around the run ({_ratio(self.steps_total, self.wall_total)})", "",
                  f"{'op':<22} {'kernel':<24} {'steps':>5} {'ms':>9} {'share':>6} {'GFLOP/s':>8}"]
         for row in self.by_op():
-            lines.append(f"{row['op'][:22]:<22} {row['kernel'][:24]:<24} {row['steps']:>5} "
+            lines.append(f"{row['op'][:22]:<22} {_where(row)[:24]:<24} {row['steps']:>5} "
                          f"{row['seconds'] * 1e3:>9.3f} {row['share']:>6.1%} {_rate(row['gflop_per_second']):>8}")
         lines += ["", f"{'node':<32} {'op':<18} {'kernel':<22} {'ms':>9} {'share':>6} {'GFLOP/s':>8}"]
         nodes = self.by_node()
         for row in nodes[:top]:
-            lines.append(f"{_tail(row['node'], 32):<32} {row['op'][:18]:<18} {row['kernel'][:22]:<22} "
+            lines.append(f"{_tail(row['node'], 32):<32} {row['op'][:18]:<18} {_where(row)[:22]:<22} "
                          f"{row['seconds'] * 1e3:>9.3f} {row['share']:>6.1%} {_rate(row['gflop_per_second']):>8}")
         if len(nodes) > top:
             lines.append(f"... {len(nodes) - top} more nodes")
@@ -102,6 +104,11 @@ class RunProfile:
         return {"backend": self.backend, "runs": len(self.runs), "steps_ms": self.steps_total * 1e3,
                 "wall_ms": self.wall_total * 1e3, "by_op": _milliseconds(self.by_op()),
                 "by_node": _milliseconds(self.by_node())}
+
+
+def _where(row: dict[str, Any]) -> str:
+    """The kernel, after its backend where segments of several backends ran."""
+    return f"{row['backend']}:{row['kernel']}" if row["backend"] else row["kernel"]
 
 
 def _tail(text: str, width: int) -> str:
@@ -189,7 +196,11 @@ def chrome_trace(profile: RunProfile | None, compile_trace: CompileTrace | None 
                            "dur": round(event.seconds * 1e6, 3), "args": event.args})
         end = compile_trace.seconds * 1e6
     if profile is not None:
-        events.append({"name": "thread_name", "ph": "M", "pid": 2, "tid": 1, "args": {"name": profile.backend}})
+        # One track per backend where segments of several ran (steps carry their backend).
+        lanes = {name: 1 + k for k, name in enumerate(sorted({step.backend for step in profile.steps}))}
+        for name, tid in lanes.items():
+            events.append({"name": "thread_name", "ph": "M", "pid": 2, "tid": tid,
+                           "args": {"name": name or profile.backend}})
         offset = end
         for number, run in enumerate(profile.runs):
             events.append({"name": f"run {number}", "cat": "run", "ph": "X", "pid": 2, "tid": 0,
@@ -199,7 +210,7 @@ def chrome_trace(profile: RunProfile | None, compile_trace: CompileTrace | None 
                 if step.flops:
                     args["gflops"] = step.flops / 1e9
                     args["gflop_per_second"] = step.flops / seconds / 1e9 if seconds > 0 else None
-                events.append({"name": step.op, "cat": "step", "ph": "X", "pid": 2, "tid": 1,
+                events.append({"name": step.op, "cat": "step", "ph": "X", "pid": 2, "tid": lanes[step.backend],
                                "ts": round(offset + start * 1e6, 3), "dur": round(seconds * 1e6, 3), "args": args})
             offset += run.total * 1e6
     return {"traceEvents": events, "displayTimeUnit": "ms"}

@@ -8,12 +8,14 @@ corrupting later segments."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ember.backends.profiling import StepInfo, StepTimes
 from ember.runtime.compiled import CompiledModel
 from ember.support.errors import EmberError
 from ember.types import TensorType
@@ -61,6 +63,30 @@ class SegmentedExecutable:
         else:
             self._run_concurrently(env)
         return [env[name] for name in self.model_outputs]
+
+    def run_profiled(self, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], StepTimes]:
+        """One run, the segments one after another (not concurrently, so their steps' times
+        do not overlap), each profiled by its backend; steps carry their segment's backend."""
+        env: dict[str, np.ndarray] = dict(self.constants)
+        env.update(zip(self.model_inputs, inputs, strict=True))
+        steps: list[StepInfo] = []
+        starts: list[float] = []
+        seconds: list[float] = []
+        begin = time.perf_counter()
+        for step in self.steps:
+            offset = time.perf_counter() - begin
+            try:
+                results, profile = step.model.run({name: env[name] for name in step.inputs}, profile=True)
+            except EmberError as err:
+                raise EmberError(f"segment{step.index} on backend '{step.backend}': {err}") from None
+            for run in profile.runs:
+                steps += [replace(info, backend=step.backend) for info in run.steps]
+                starts += [offset + start for start in run.starts]
+                seconds += run.seconds
+            env.update({spec.name: _checked(step, spec.name, spec.type, results.get(spec.name))
+                        for spec in step.model.outputs})
+        total = time.perf_counter() - begin
+        return [env[name] for name in self.model_outputs], StepTimes(steps, starts, seconds, total)
 
     def _run_concurrently(self, env: dict[str, np.ndarray]) -> None:
         if self._pid != os.getpid():  # a forked child: the parent's pool threads are not here

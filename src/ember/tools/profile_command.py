@@ -19,7 +19,6 @@ from typing import Any
 from ember.support.errors import EmberError
 from ember.tools.common import (
     EXIT_COMPILE,
-    EXIT_USAGE,
     CommandError,
     add_compile_options,
     announce_library_build,
@@ -60,9 +59,8 @@ def profile_model(args: argparse.Namespace, observer: Callable[[str, Any], None]
 
     check_model_file(args.model)
     backend = default_backend(args.backend)
-    if "," in backend or backend == "auto":
-        raise CommandError(f"--backend {backend}: profile one backend at a time", EXIT_USAGE)
-    if backend == "cpu":
+    partitioned = "," in backend or backend == "auto"
+    if backend.split(",")[0] in ("cpu", "auto"):
         announce_library_build()
     options: dict[str, Any] = {}
     if args.threads:
@@ -78,8 +76,14 @@ def profile_model(args: argparse.Namespace, observer: Callable[[str, Any], None]
 
     try:
         with instrumented(trace):
-            model = compile_model(args.model, backend, parse_shapes(args.shape), observer=observe,
-                                  backend_options=options)
+            if partitioned:  # segments compiled one by one: the trace shows the partition and every pass
+                from ember.heterogeneous import backend_spec, compile_model_partitioned
+
+                model = compile_model_partitioned(args.model, backend_spec(backend), observer=observe,
+                                                  input_shapes=parse_shapes(args.shape), backend_options=options)
+            else:
+                model = compile_model(args.model, backend, parse_shapes(args.shape), observer=observe,
+                                      backend_options=options)
     except EmberError as err:
         raise CommandError(str(err), EXIT_COMPILE) from None
     trace.finish()

@@ -33,6 +33,15 @@ class GraphPicture:
     inputs: list[str]
     outputs: list[str]
     edges: list[tuple[str, str, str]]  # (source id, target id, label)
+    # Node name -> the backend of its segment, for a partitioned model (coloured by backend).
+    backends: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def of_partition(partition: Any) -> GraphPicture:
+        """The partitioned graph, each node tagged with its segment's backend."""
+        picture = GraphPicture.of(partition.graph)
+        picture.backends = {node.name: segment.backend for segment in partition.segments for node in segment.nodes}
+        return picture
 
     @staticmethod
     def of(graph: Any) -> GraphPicture:
@@ -74,6 +83,29 @@ def _family(op: str) -> str:
     return "other"
 
 
+_BACKEND_COLOURS = ("#8ecae6", "#ffb703", "#b5e48c", "#cdb4db", "#f4a261", "#e5e5e5")
+
+
+def node_colour(picture: GraphPicture, op: str, name: str) -> str:
+    """By backend for a partitioned model, else by op family (fused ops apart)."""
+    if picture.backends:
+        names = sorted(set(picture.backends.values()))
+        backend = picture.backends.get(name)
+        return _BACKEND_COLOURS[names.index(backend) % len(_BACKEND_COLOURS)] if backend in names else "#ffffff"
+    return _FAMILY_COLOURS[_family(op)]
+
+
+def legend(picture: GraphPicture) -> str:
+    if picture.backends:
+        names = sorted(set(picture.backends.values()))
+        spans = "".join(f'<span style="background:{_BACKEND_COLOURS[k % len(_BACKEND_COLOURS)]}">{html.escape(n)}'
+                        "</span>" for k, n in enumerate(names))
+        return f'<p class="legend">segments by backend: {spans} outline: share of the run time (red: most)</p>'
+    return ('<p class="legend"><span style="background:#f4a261">fused</span><span style="background:#e9c46a">'
+            'convolution / matrix</span><span style="background:#a8dadc">other</span> outline: share of the '
+            "run time (red: most)</p>")
+
+
 def _heat(share: float) -> str:
     """A red outline whose strength grows with the node's share of the run time."""
     level = max(0, min(255, int(255 * min(1.0, share * 4))))
@@ -104,7 +136,7 @@ def _graphviz_svg(picture: GraphPicture, node_ms: dict[str, float], total_ms: fl
         lines.append(f"  in_{i} [id=\"in_{i}\", shape=oval, fillcolor=\"#ffffff\", label={q(name)}];")
     for i, (op, name) in enumerate(picture.nodes):
         ms = node_ms.get(name)
-        colour = _FAMILY_COLOURS[_family(op)]
+        colour = node_colour(picture, op, name)
         outline = _heat(ms / total_ms) if ms is not None and total_ms > 0 else "#555555"
         tooltip = f"{op} {name}" + (f": {ms:.3f} ms" if ms is not None else "")
         lines.append(f"  op_{i} [id=\"op_{i}\", class=\"op {_family(op)}\", fillcolor=\"{colour}\", "
@@ -149,7 +181,7 @@ def _layered_svg(picture: GraphPicture, node_ms: dict[str, float], total_ms: flo
     texts.update({f"out_{k}": (name, "#ffffff", "") for k, name in enumerate(picture.outputs)})
     for i, (op, name) in enumerate(picture.nodes):
         ms = node_ms.get(name)
-        texts[f"op_{i}"] = (_label(op, name, ms), _FAMILY_COLOURS[_family(op)], f"op {_family(op)}")
+        texts[f"op_{i}"] = (_label(op, name, ms), node_colour(picture, op, name), f"op {_family(op)}")
     for key in order:
         x, y = position[key]
         text, fill, cls = texts[key]
@@ -261,11 +293,9 @@ def render_report(data: ReportData) -> str:
                 f"({100 * float(stats.get('arena_efficiency', 1.0)):.1f}% of it the lower bound)"
                 + (f"; latency (plain runs) median {sorted(data.plain_ms)[len(data.plain_ms) // 2]:.3f} ms"
                    if data.plain_ms else "") + "</p>",
-                f"<h2>Graph the backend runs ({len(data.picture.nodes)} ops, <span id=\"graph-count\"></span> "
-                f"drawn; layout: {engine})</h2>",
-                '<p class="legend"><span style="background:#f4a261">fused</span><span style="background:#e9c46a">'
-                'convolution / matrix</span><span style="background:#a8dadc">other</span> outline: share of the '
-                "run time (red: most)</p>",
+                f"<h2>{'Partitioned graph' if data.picture.backends else 'Graph the backend runs'} "
+                f"({len(data.picture.nodes)} ops, <span id=\"graph-count\"></span> drawn; layout: {engine})</h2>",
+                legend(data.picture),
                 f'<div id="graph">{svg}</div>']
     stages = list(data.ops)
     op_names = sorted({op for counts in data.ops.values() for op in counts})

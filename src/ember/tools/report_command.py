@@ -34,18 +34,34 @@ def build_report(args: argparse.Namespace) -> str:
     captured: dict[str, Any] = {}
 
     def observe(stage: str, artifact: Any) -> None:
-        if stage == "lowered":
+        if stage == "lowered" and "partition" not in captured:
             captured["picture"] = GraphPicture.of(artifact)
+        elif stage == "partition":  # a partitioned compile: the whole graph, by segment backend
+            captured["partition"] = True
+            captured["picture"] = GraphPicture.of_partition(artifact)
         elif stage == "memory":
             captured["placements"] = list(artifact.placements)
             captured["instructions"] = artifact.instructions
 
     result = profile_model(args, observe)
     model = result["model"]
-    data = ReportData(str(args.model), result["backend"], captured["picture"], model.stats["ops"], model.stats,
+    data = ReportData(str(args.model), result["backend"], captured["picture"], op_counts(model), model.stats,
                       captured.get("placements", []), captured.get("instructions", 0), result["profile"],
                       result["trace"], [t * 1e3 for t in result["plain"]])
     return render_report(data)
+
+
+def op_counts(model: Any) -> dict[str, dict[str, int]]:
+    """Op counts per stage; a partitioned model's summed over its segments."""
+    if "ops" in model.stats:
+        return dict(model.stats["ops"])
+    total: dict[str, dict[str, int]] = {}
+    for step in getattr(model.executable, "steps", []):
+        for stage, counts in step.model.stats.get("ops", {}).items():
+            merged = total.setdefault(stage, {})
+            for op, count in counts.items():
+                merged[op] = merged.get(op, 0) + count
+    return total
 
 
 def run_command(args: argparse.Namespace) -> int:
