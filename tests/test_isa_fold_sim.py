@@ -42,6 +42,12 @@ def test_streamed_folds_count_what_the_scheduler_counts():
     assert 2048 % stream == 0 and cycles == plan.compute_cycles
     # each fold pays the array's fill and drain: whole streams are cheaper than tiled ones
     assert count_cycles(mapping)[1] < cycles and count_cycles(mapping)[0] < issues
+    # a stream that does not divide: its last tile costs its own length, in both
+    ragged = kernel("C[i, j]:f32 += A[i, k]:f32 * B[k, j]:f32 over i:3000, j:40, k:300")
+    mapping = next(m for m in map_kernel(ragged, NPU.instruction("systolic.ws.f32"))[0] if m.role("A") == "A")
+    plan = schedule(mapping, NPU)
+    stream = dict(plan.levels[1].tile)["t'"]
+    assert 3000 % stream != 0 and count_cycles(mapping, stream)[1] == plan.compute_cycles
 
 
 def test_a_compound_instruction_index_is_refused_by_name():
