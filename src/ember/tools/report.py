@@ -301,10 +301,14 @@ def render_report(data: ReportData) -> str:
     op_names = sorted({op for counts in data.ops.values() for op in counts})
     sections += ["<h2>Ops per stage</h2>",
                  _table(["op", *stages], [[op, *[data.ops[s].get(op, 0) for s in stages]] for op in op_names]),
-                 "<h2>Memory plan</h2>",
-                 f"<p>{len(data.placements)} activations in a {stats.get('arena_bytes', 0)} B arena over "
-                 f"{data.instructions} instructions (hover a rectangle for the buffer)</p>",
-                 memory_svg(data.placements, data.instructions, int(stats.get("arena_bytes", 0)))]
+                 "<h2>Memory plan</h2>"]
+    if data.picture.backends:
+        sections.append("<p>each segment has a memory plan of its own: <code>ember dump MODEL --stage memory "
+                        "--backend B</code> shows one backend's</p>")
+    else:
+        sections += [f"<p>{len(data.placements)} activations in a {stats.get('arena_bytes', 0)} B arena over "
+                     f"{data.instructions} instructions (hover a rectangle for the buffer)</p>",
+                     memory_svg(data.placements, data.instructions, int(stats.get("arena_bytes", 0)))]
     if profile is not None:
         worst = max((row["seconds"] for row in profile.by_op()), default=0.0) or 1.0
         by_op = [[row["op"], row["kernel"], row["steps"], row["seconds"] * 1e3, 100 * row["share"],
