@@ -151,7 +151,11 @@ def announce_library_build() -> None:
         return
     from ember.backends.cpu.build import library_is_built
 
-    if not library_is_built():
+    try:
+        built = library_is_built()
+    except EmberError:
+        return  # no compiler or no cache folder: the compile says so itself
+    if not built:
         notice("building the kernel library for this machine (once, about 10 s; cached in "
                "EMBER_CACHE_DIR or ~/.cache/ember)...")
 
