@@ -211,8 +211,10 @@ def _drain(node: Node, acc: np.ndarray, arrays: Sequence[np.ndarray | None]) -> 
     return y
 
 
-def run_node(node: Node, plan: NodePlan, arrays: Sequence[np.ndarray | None]) -> tuple[np.ndarray, float]:
-    """The node's result through the simulator, and the cycles it counted."""
+def run_node(node: Node, plan: NodePlan, arrays: Sequence[np.ndarray | None],
+             kept: dict[str, np.ndarray] | None = None) -> tuple[np.ndarray, float]:
+    """The node's result through the simulator, and the cycles it counted (kept: the
+    weights' gathered blocks, see fold_sim.run_folds)."""
     expr = plan.kernel.expr
     tensors = {}
     for access, array in zip((expr.a, expr.b), _operands(node, arrays), strict=True):
@@ -222,7 +224,7 @@ def run_node(node: Node, plan: NodePlan, arrays: Sequence[np.ndarray | None]) ->
                              f"its kernel indexes {shape}")
         tensors[access.tensor] = array
     out_shape = tuple(i.span(expr.extents) for i in expr.output.indices)
-    simulation = run_folds(plan.schedule.mapping, tensors, out_shape, plan.stream)
+    simulation = run_folds(plan.schedule.mapping, tensors, out_shape, plan.stream, kept=kept)
     result = simulation.out.reshape(node.outputs[0].type.shape)
     return _drain(node, result, arrays).astype(np.float32), simulation.cycles
 
@@ -256,9 +258,11 @@ def _npu_step(instr: Instr, node: Node, plan: NodePlan) -> Step:
     out = instr.base_operands[0]
     ins = instr.base_operands[results:]
 
+    kept: dict[str, np.ndarray] = {}  # the weights' blocks, gathered on the first run
+
     def execute(env: Env) -> None:
         arrays = [None if b is None else env[id(b)] for b in ins]
-        env[id(out)][...], _ = run_node(node, plan, arrays)
+        env[id(out)][...], _ = run_node(node, plan, arrays, kept)
 
     return execute
 

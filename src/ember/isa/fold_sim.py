@@ -121,10 +121,13 @@ def _grid(mapping: Mapping, kernel_access: Access, instruction_access: Access) -
 
 
 def run_folds(mapping: Mapping, arrays: MappingOf[str, np.ndarray], out_shape: tuple[int, ...],
-              stream: int | None = None, dtype: np.dtype | None = None) -> Simulation:
+              stream: int | None = None, dtype: np.dtype | None = None,
+              kept: dict[str, np.ndarray] | None = None) -> Simulation:
     """The kernel's output computed through `mapping` tile by tile (see the module), in
     `dtype` (default: the instruction's output element type), with the issues and cycles the
-    issue-by-issue simulator counts for a stream of `stream` elements (None: whole)."""
+    issue-by-issue simulator counts for a stream of `stream` elements (None: whole). kept:
+    the gathered blocks of the kernel's constant tensors, filled on the first call and reused
+    (the weights are laid out once, as a compile-time pack)."""
     reason = supported(mapping)
     if reason is not None:
         raise ValueError(f"the fold simulator cannot run this mapping: {reason}")
@@ -137,7 +140,14 @@ def run_folds(mapping: Mapping, arrays: MappingOf[str, np.ndarray], out_shape: t
     for access in (semantics.a, semantics.b):
         kernel_access = expr.access(roles[access.tensor])
         dims = _grid(mapping, kernel_access, access)
-        operands.append(_gather(mapping, kernel_access, arrays[roles[access.tensor]].astype(kind, copy=False), dims))
+        tensor = roles[access.tensor]
+        if kept is not None and tensor in kept:
+            block = kept[tensor]
+        else:
+            block = _gather(mapping, kernel_access, arrays[tensor].astype(kind, copy=False), dims)
+            if kept is not None and tensor in mapping.kernel.constants:
+                kept[tensor] = block
+        operands.append(block)
         subscripts.append("".join(names[d] for d in dims))
     output_access = expr.access(roles[semantics.output.tensor])
     out_dims = _grid(mapping, output_access, semantics.output)
