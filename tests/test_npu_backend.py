@@ -12,7 +12,7 @@ import pytest
 
 import ember
 from ember.backends import automatic_backends, available_backends, get_backend
-from ember.backends.npu import NpuBackend, plan_node
+from ember.backends.npu import NpuBackend, accelerator_targets, plan_node
 from ember.driver import compile_graph
 from ember.graph import Graph
 from ember.heterogeneous import compile_partitioned
@@ -62,6 +62,10 @@ def test_the_npu_is_a_backend_named_by_its_description_and_only_when_asked_for()
     assert NPU not in automatic_backends() and "npu" not in automatic_backends()
     assert get_backend("npu").target.name == NPU and get_backend("npu").name == "npu"
     assert get_backend(NPU).name == NPU
+    # the registry reads the description files without the mapper; the loader agrees on which are accelerators
+    described = {"aarch64-neon", "riscv-rvv", "x86-avx512", *accelerator_targets()}
+    assert {name for name in available_backends() if name in described} == set(accelerator_targets())
+    assert {"npu-systolic16", "npu-systolic32"} <= set(accelerator_targets())
 
 
 def test_a_small_model_splits_between_npu_and_cpu_and_matches_the_interpreter():
