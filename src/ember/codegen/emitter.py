@@ -86,22 +86,33 @@ def stored_weights(program: Program) -> list[Buffer]:
             if id(w) in readers and (w.packing is not None or any(reads_raw(i, w) for i in readers[id(w)]))]
 
 
+# The blob starts on a page: the native program runs it in place (no second copy of the
+# weights at load), and where it falls in the cache does not change from one process to the next.
+BLOB_ALIGN = 4096
+
+
+def page_aligned_zeros(nbytes: int) -> np.ndarray:
+    """`nbytes` zero bytes starting on a BLOB_ALIGN boundary."""
+    raw = np.zeros(nbytes + BLOB_ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % BLOB_ALIGN
+    return raw[start:start + nbytes]
+
+
 class WeightBlob:
-    """The stored weights at 64-byte aligned offsets, laid out once, before any kernel prints."""
+    """The stored weights at 64-byte aligned offsets, laid out once, before any kernel prints.
+    Each weight is copied straight into the page-aligned blob: no intermediate list of copies."""
 
     def __init__(self, weights: list[Buffer]) -> None:
         self.offsets: dict[int, int] = {}
-        chunks: list[np.ndarray] = []
         size = 0
         for weight in weights:
-            raw = np.ascontiguousarray(weight.data).view(np.uint8).reshape(-1)
             self.offsets[id(weight)] = size
-            chunks.append(raw)
-            pad = _align(raw.size) - raw.size
-            if pad:
-                chunks.append(np.zeros(pad, np.uint8))
-            size += raw.size + pad
-        self.data = np.concatenate(chunks) if chunks else np.zeros(ALIGN, np.uint8)
+            size += _align(np.asarray(weight.data).nbytes)
+        self.data = page_aligned_zeros(max(size, ALIGN))
+        for weight in weights:
+            raw = np.ascontiguousarray(weight.data).view(np.uint8).reshape(-1)
+            start = self.offsets[id(weight)]
+            self.data[start:start + raw.size] = raw
 
 
 class Emitter:

@@ -105,8 +105,14 @@ class NativeProgram:
         self._entry = getattr(self._lib, entry)
         self._entry.restype = ctypes.c_int
         self._entry.argtypes = [ctypes.c_void_p] * 4
-        self._weights = _aligned_empty(weights.size)
-        self._weights[...] = weights
+        # The code generator's blob starts on a page (codegen/emitter.py): run it in place rather
+        # than hold a second copy of every weight. Read-only: the native code only reads it.
+        if weights.ctypes.data % 4096 == 0 and weights.flags.c_contiguous:
+            self._weights = weights
+        else:
+            self._weights = _aligned_empty(weights.size)
+            self._weights[...] = weights
+        self._weights.flags.writeable = False
         self._arena_bytes = arena_bytes
         self._errors = errors
         self._outputs = outputs

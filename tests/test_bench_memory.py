@@ -1,0 +1,57 @@
+"""Memory: the weight blob is laid out page-aligned once and the native program runs it in
+place (one copy of the packed weights, not two); results are unchanged."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember
+from ember.backends.cpu.backend import CpuBackend
+from ember.backends.cpu.native import NativeProgram
+from ember.codegen.emitter import BLOB_ALIGN, WeightBlob, page_aligned_zeros
+from ember.driver import load_model, prepare_program
+from tests.conftest import EXAMPLES
+
+LENET = str(EXAMPLES / "lenet.onnx")
+
+
+def _program():
+    backend = CpuBackend(num_threads=1)
+    program, _, _ = prepare_program(load_model(LENET, None), backend)
+    return backend, program
+
+
+def test_page_aligned_zeros():
+    for size in (1, 64, 4097):
+        block = page_aligned_zeros(size)
+        assert block.ctypes.data % BLOB_ALIGN == 0 and block.size == size and not block.any()
+
+
+def test_weight_blob_is_page_aligned_with_each_weight_at_its_offset():
+    _, program = _program()
+    weights = [w for w in program.weights if w.data is not None]
+    blob = WeightBlob(weights)
+    assert blob.data.ctypes.data % BLOB_ALIGN == 0
+    for weight in weights:
+        raw = np.ascontiguousarray(weight.data).view(np.uint8).reshape(-1)
+        start = blob.offsets[id(weight)]
+        assert start % 64 == 0
+        assert np.array_equal(blob.data[start:start + raw.size], raw)
+
+
+def test_native_program_runs_the_blob_in_place():
+    backend, program = _program()
+    cprogram = backend.generate(program)
+    native = NativeProgram(backend._build(cprogram.source), cprogram, program)
+    # No second copy of the weights: the program's weights are the generator's blob.
+    assert np.shares_memory(native._weights, cprogram.weights)
+    assert not native._weights.flags.writeable
+
+
+def test_in_place_weights_compute_what_the_interpreter_does():
+    pytest.importorskip("onnx")
+    cpu = ember.compile(LENET, backend="cpu", num_threads=1)
+    reference = ember.compile(LENET, backend="interpreter")
+    feeds = {s.name: np.random.default_rng(1).standard_normal(s.type.shape).astype(np.float32) for s in cpu.inputs}
+    for got, want in zip(cpu.run(feeds).values(), reference.run(feeds).values(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
