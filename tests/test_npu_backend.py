@@ -18,6 +18,7 @@ from ember.graph import Graph
 from ember.heterogeneous import compile_partitioned
 from ember.isa.describe import TARGETS_DIR
 from ember.isa.fold_sim import count_cycles
+from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs
 from ember.ops.nn import ConvAttrs, GemmAttrs
 from ember.ops.tensor import ReshapeAttrs
 from ember.support.errors import UnsupportedError
@@ -211,3 +212,55 @@ def test_a_new_description_file_is_a_new_backend_with_its_own_schedules():
     assert report["conv"]["mapping"].startswith("systolic.ws.f32 ")
     assert report["pointwise"]["folds"] < plan_node(next(n for n in small_model().nodes if n.name == "pointwise"),
                                                      small.target).stats("Conv")["folds"]
+
+
+def _one_node(build):
+    def make() -> Graph:
+        graph = Graph("one")
+        rng = np.random.default_rng(0)
+
+        def weight(shape, name):
+            return graph.add_constant(rng.standard_normal(shape).astype(np.float32), name)
+
+        def value(shape, name):
+            return graph.add_input(name, TensorType.of(np.zeros(shape, np.float32)))
+
+        graph.set_outputs([("y", build(graph, weight, value))])
+        return graph
+
+    return make
+
+
+FORMS = {
+    "conv-dilated-asymmetric-groups": _one_node(lambda g, w, v: g.add(
+        "Conv", v((2, 4, 11, 9), "x"), w((6, 2, 3, 2), "w"), w((6,), "b"),
+        attrs=ConvAttrs((1, 2), (2, 0, 1, 1), (2, 1), 2), name="n")),
+    "conv-1d": _one_node(lambda g, w, v: g.add("Conv", v((1, 3, 20), "x"), w((5, 3, 4), "w"),
+                                               attrs=ConvAttrs((3,), (1, 2), (1,), 1), name="n")),
+    "conv-3d": _one_node(lambda g, w, v: g.add("Conv", v((1, 2, 5, 6, 7), "x"), w((3, 2, 2, 3, 2), "w"),
+                                               attrs=ConvAttrs((1, 1, 2), (0, 1, 0, 1, 0, 1), (1, 1, 1), 1),
+                                               name="n")),
+    "matmul-broadcast-batch": _one_node(lambda g, w, v: g.add("MatMul", v((2, 3, 5, 7), "x"), w((3, 7, 9), "w"),
+                                                              name="n")),
+    "matmul-vector": _one_node(lambda g, w, v: g.add("MatMul", v((7,), "x"), w((7, 9), "w"), name="n")),
+    "matmul-run-time-operands": _one_node(lambda g, w, v: g.add("MatMul", v((4, 6), "x"), v((6, 3), "z"), name="n")),
+    "gemm-transA-alpha-beta": _one_node(lambda g, w, v: g.add(
+        "Gemm", v((7, 5), "x"), w((7, 9), "w"), w((5, 1), "c"), attrs=GemmAttrs(alpha=1.5, beta=-1.0, transA=True),
+        name="n")),
+    "fully-connected-relu-residual": _one_node(lambda g, w, v: g.add(
+        "FullyConnected", v((2, 3, 8), "x"), w((8, 5), "w"), w((5,), "b"), v((2, 3, 5), "r"),
+        attrs=FullyConnectedAttrs("relu"), name="n")),
+    "fused-conv-clip-residual": _one_node(lambda g, w, v: g.add(
+        "FusedConv", v((1, 3, 8, 8), "x"), w((4, 3, 3, 3), "w"), w((4,), "b"), v((1, 4, 6, 6), "r"),
+        attrs=FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "clip", 0.0, 0.5), name="n")),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_every_form_of_its_ops_runs_on_the_npu_and_matches_the_interpreter(form):
+    make = FORMS[form]
+    model = compile_partitioned(make(), [get_backend("npu"), get_backend("cpu")])
+    assert model.stats["partition"].splitlines()[1].startswith("segment0 on npu (1 nodes)")
+    assert model.stats["backend_stats"]["npu"]["nodes"]["n"]["simulated_cycles"] > 0
+    feeds = _feeds(model)
+    assert relative_error(model.run(feeds)["y"], compile_graph(make(), "interpreter").run(feeds)["y"]) <= 1e-4
