@@ -22,7 +22,11 @@ quantizing fix-ups, which the NPU backend never uses); the f32 mode is what floa
 on. Every schedule's compute cycles are checked against the fold simulator's count
 (ember.isa.fold_sim.count_cycles) for the same stream length.
 
-    python bench/isa_npu.py [--target npu-systolic32 ...]
+--exhaustive also searches every power-of-two tile of the scratchpad level for the chosen
+mapping with the same cost model (schedule.exhaustive_first_level) and prints its best cycles
+beside the scheduler's (a check on the greedy search; slower).
+
+    python bench/isa_npu.py [--target npu-systolic32 ...] [--exhaustive]
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ from ember.isa.expr import parse_expr
 from ember.isa.fold_sim import count_cycles
 from ember.isa.kernels import Kernel
 from ember.isa.mapper import map_kernel
-from ember.isa.schedule import Schedule, schedule
+from ember.isa.schedule import Schedule, exhaustive_first_level, schedule
 
 # DeepBench inference GEMMs (baidu-research/DeepBench code/kernels/gemm_problems.h): M, N, K.
 GEMMS = [(5124, 700, 2048), (35, 8457, 2560), (1, 7680, 2560), (1760, 128, 1760), (7680, 16, 2560)]
@@ -69,6 +73,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", action="append", default=None,
                         help="a described NPU by name or .toml path (repeatable; default npu-systolic16)")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="also the best power-of-two scratchpad tile by exhaustive search (slower)")
     args = parser.parse_args()
     names = args.target or ["npu-systolic16"]
     print(f"{'target':15} {'instruction':16} {'M,N,K':>17} {'scheduled':>13} {'ideal':>12} {'roofline':>12} "
@@ -100,6 +106,11 @@ def main() -> None:
                 print(f"{target.name:15} {instruction.name:16} {shape:>17} {plan.cycles:13,.0f} {ideal:12,.0f} "
                       f"{roof:12,.0f} {bound:>7} {ideal / plan.cycles:5.2f} {ideal / roof:9.2f} {of_roof:7.2f}  "
                       f"{mapping} ({stream}; {plan.bound}-bound)")
+                if args.exhaustive:
+                    searched, tile = exhaustive_first_level(plan.mapping, target)
+                    level = max(plan.compute_cycles, plan.levels[1].cycles)
+                    print(f"{'':15} exhaustive first-level tile {tile}: {searched:,.0f} cycles "
+                          f"(the scheduler's: {level:,.0f}, {searched / level:.3f}x)")
             print(f"# {target.name} {instruction.name}: {len(GEMMS) - len(below)} of {len(GEMMS)} GEMMs at >= 0.85 of "
                   f"the roofline{'; below: ' + ', '.join(below) if below else ''}")
 

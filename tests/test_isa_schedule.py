@@ -120,3 +120,20 @@ def test_cli_dumps_mappings(capsys):
     assert "(GRU) recurrent-gates: HR[g]:f32 += H[j]:f32 * R[g, j]:f32" in out
     assert main(["dump", str(models / "gru.onnx"), "--stage", "mappings", "--target", "z80"]) == 1
     assert "unknown target 'z80'" in capsys.readouterr().err
+
+
+def test_the_stream_is_chosen_with_the_tile_around_it_as_well_as_an_exhaustive_search():
+    """On the f32 NPU a 16 x 16 array needs reuse the 32 KB scratchpads only allow with a
+    shorter stream: the scheduler trades fill and drain for traffic, and no power-of-two tile
+    of the scratchpad level does better by the same model."""
+    from ember.isa.schedule import exhaustive_first_level
+
+    gemm = Kernel("gemm", parse_expr("C[i, j]:f32 += A[i, k]:f32 * B[k, j]:f32 over i:1760, j:128, k:1760"),
+                  constants=frozenset({"B"}))
+    mapping = next(m for m in map_kernel(gemm, NPU.instruction("systolic.ws.f32"))[0] if m.role("A") == "A")
+    result = schedule(mapping, NPU)
+    stream = dict(result.levels[1].tile)["t'"]
+    longest = 32 * 1024 // (16 * 4)  # the A and C tiles of one fold column fill their scratchpads at 512 rows
+    assert stream < longest
+    searched, _ = exhaustive_first_level(mapping, NPU)
+    assert searched == max(result.compute_cycles, result.levels[1].cycles)

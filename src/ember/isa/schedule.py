@@ -438,6 +438,28 @@ def _packing_cycles(mapping: Mapping, target: Target) -> float:
     return cycles
 
 
+def exhaustive_first_level(mapping: Mapping, target: Target, doublings: int = 14) -> tuple[float, dict[str, int]]:
+    """A check on the greedy search, for benches (it is slow): every tile of the first
+    memory level with power-of-two multiples of the instruction's steps that fits, and the
+    fewest max(compute, traffic / bandwidth) cycles among them, by the same model."""
+    space = _space(mapping)
+    _, capacity, bandwidth = _levels(target)[0]
+    _, _, chains = _register_tile(mapping, space, target)
+    dims = list(space.extents)
+    options = [sorted({min(space.extents[d], space.steps[d] * 2 ** e) for e in range(doublings)}) for d in dims]
+    best: tuple[float, dict[str, int]] | None = None
+    for combination in itertools.product(*options):
+        tile = dict(zip(dims, combination, strict=True))
+        if not _fits(_footprints(mapping, space, tile), capacity):
+            continue
+        cycles = max(_compute_cycles(mapping, space, tile, chains), _level_traffic(mapping, space, tile)[1] / bandwidth)
+        if best is None or cycles < best[0]:
+            best = (cycles, tile)
+    if best is None:
+        raise ValueError(f"no tile of {mapping} fits {target.name}'s first level")
+    return best
+
+
 def best_schedule(mappings: list[Mapping], target: Target, keep: int = 4) -> tuple[Schedule | None, list[Schedule]]:
     """Schedules of the first `keep` mappings, fastest first, and the chosen one: exact
     mappings before lossy ones."""
