@@ -264,3 +264,14 @@ def test_every_form_of_its_ops_runs_on_the_npu_and_matches_the_interpreter(form)
     assert model.stats["backend_stats"]["npu"]["nodes"]["n"]["simulated_cycles"] > 0
     feeds = _feeds(model)
     assert relative_error(model.run(feeds)["y"], compile_graph(make(), "interpreter").run(feeds)["y"]) <= 1e-4
+
+
+def test_a_saved_model_loads_back_onto_the_npu(tmp_path):
+    from ember.backends.npu import NpuProgram
+
+    model = compile_partitioned(small_model(), [get_backend(NPU), get_backend("cpu")])
+    loaded = ember.load(model.save(tmp_path / "small.ember"))
+    segments = loaded.executable.steps
+    assert any(isinstance(step.model.executable, NpuProgram) for step in segments)
+    feeds = _feeds(model)
+    assert relative_error(loaded.run(feeds)["z"], model.run(feeds)["z"]) == 0.0

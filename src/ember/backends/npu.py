@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,6 +151,10 @@ class NpuBackend(InterpreterBackend):
 
     def compile(self, program: Program) -> NpuProgram:
         return NpuProgram(program, self.target)
+
+    def load_executable(self, files: Mapping[str, bytes], meta: Mapping[str, Any]) -> NpuProgram:
+        """A saved segment (the interpreter's artifact: LIR text and weights) on the NPU again."""
+        return NpuProgram(super().load_executable(files, meta).program, self.target)
 
 
 def _node_of(instr: Instr) -> Node:
