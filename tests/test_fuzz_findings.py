@@ -576,3 +576,62 @@ def test_affine_grid_of_a_negative_size():
     model = _model([node], [_info("theta", [2, 3, 4])], [_info("y", None)], [_const("size", [2, 3, 4, 5, -2**63])],
                    opset=20)
     _refused(model, r"\(AffineGrid\): AffineGrid size \[2, 3, 4, 5, -9223372036854775808\] has a negative dimension")
+
+
+@pytest.mark.parametrize("to", ["INT8", "UINT8", "INT16", "UINT16", "INT32", "UINT32", "INT64", "UINT64"])
+@pytest.mark.parametrize("source", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_float_to_integer_cast_saturates_on_every_backend(to, source):
+    """ONNX leaves NaN and out-of-range float -> integer casts undefined; the cpu backend's
+    plain C cast was undefined behaviour (uint32 of -inf: 0 on cpu, 2147483648 in NumPy).
+    Ember defines it once: NaN gives 0, the rest saturates (ops/elementwise.py CastAttrs)."""
+    target = getattr(TensorProto, to)
+    node = helper.make_node("Cast", ["x"], ["y"], to=target)
+    model = _model([node], [_info("x", [14], source)], [_info("y", None, target)])
+    x = np.array([np.nan, np.inf, -np.inf, 300.7, -300.7, 70000.5, -70000.5, 5e9, -5e9, 1e19, -1e19, 2.0**63,
+                  -(2.0**63), 3e9], helper.tensor_dtype_to_np_dtype(source))
+    info = np.iinfo(helper.tensor_dtype_to_np_dtype(target))
+    wide = x.astype(np.float64)
+    expected = [0 if np.isnan(v) else (info.max if v > 0 else info.min) if np.isinf(v) else
+                max(int(info.min), min(int(info.max), int(v))) for v in wide.tolist()]
+    for backend in ("interpreter", "cpu"):
+        got = ember.compile(model, backend=backend).run({"x": x})["y"]
+        assert got.tolist() == expected, backend
+
+
+@pytest.mark.parametrize("alpha", [-0.0, -1.5, 1.0])
+def test_celu_divides_x_itself(alpha):
+    """Celu = max(0, x) + min(0, alpha * (exp(x / alpha) - 1)). Ember divided min(x, 0) instead
+    of x (the same for alpha > 0), which made 0 / -0 = NaN for every positive x at alpha = -0."""
+    from onnx.reference import ReferenceEvaluator
+    model = _unary(helper.make_node("Celu", ["x"], ["y"], alpha=alpha))
+    x = np.array([-100.0, -1.0, 0.5, 100.0], np.float32)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
+    with np.errstate(all="ignore"):
+        expected = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    for backend in ("interpreter", "cpu"):
+        got = ember.compile(model, backend=backend).run({"x": x})["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-5)  # Ember computes in float64
+
+
+def test_qlinear_matmul_zero_point_of_another_type():
+    """a_zero_point in bfloat16 (ONNX Runtime refuses: T1 binds A and a_zero_point) was read by
+    the two backends differently (38 against 39)."""
+    def const(name, value, dtype):
+        return numpy_helper.from_array(np.array(value, dtype), name)
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    inits = [const("sa", 0.1, np.float32), helper.make_tensor("za", TensorProto.BFLOAT16, [], [1.0]),
+             const("b", [[1, 2], [3, 4]], np.int8), const("sb", 0.1, np.float32), const("zb", 0, np.int8),
+             const("sy", 0.1, np.float32), const("zy", 0, np.int8)]
+    model = _model([node], [_info("a", [2, 2], TensorProto.INT8)], [_info("y", None, TensorProto.INT8)], inits)
+    _refused(model, r"QLinearMatMul a_zero_point is bf16, but a is i8")
+
+
+def test_strided_float32_sum_of_a_million_values_on_cpu():
+    """A sum over N, H, W keeping C (a BatchNormalization's training statistics) walks memory
+    adding to each output in turn; in float32 it drifted ~1e-3 from the interpreter's pairwise
+    sum over 10^6 values (fuzz: BatchNormalization training_mode at 65536 wide)."""
+    node = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    model = _model([node], [_info("x", [64, 3, 16384])], [_info("y", None)], [_const("axes", [0, 2])])
+    x = np.random.default_rng(0).uniform(0.0, 1.0, (64, 3, 16384)).astype(np.float32)
+    got = ember.compile(model, backend="cpu").run({"x": x})["y"]
+    np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=(0, 2)), rtol=1e-6)

@@ -232,7 +232,13 @@ define_op(OpDef("Clip", ("x",), ("y",), _clip_infer, _clip_reference, attrs=Clip
 @dataclass(frozen=True)
 class CastAttrs:
     """saturate: casts to float8 clamp out-of-range values (and infinities) to the largest
-    finite value instead of giving inf or NaN (ONNX's default)."""
+    finite value instead of giving inf or NaN (ONNX's default).
+
+    Float to a (byte or wider) integer truncates toward zero. Where ONNX leaves the result
+    undefined (NaN, and values outside the integer type), Ember defines it, the same on every
+    backend and machine: NaN gives 0 and the rest saturate to the type's limits (as Rust's `as`
+    and WebAssembly's trunc_sat do). NumPy and ONNX Runtime give whatever the host's convert
+    instruction gives there (INT_MIN on x86)."""
 
     to: DType
     saturate: bool = True
@@ -254,10 +260,22 @@ def _cast_reference(attrs: CastAttrs, arrays):
             return (x.astype(np.int32).astype(target),)
         return (x.astype(target),)
     if x.dtype.kind == "f" and target.kind in "iu":
-        # Float to integer truncates toward zero; NaN and overflow are undefined in ONNX.
-        with np.errstate(invalid="ignore"):
-            return (np.trunc(x).astype(target),)
+        return (saturating_float_to_int(x, target),)
     return (x.astype(target),)
+
+
+def saturating_float_to_int(x: np.ndarray, target: np.dtype) -> np.ndarray:
+    """trunc(x) as `target`; NaN gives 0 and values past the type's range its limits (see
+    CastAttrs)."""
+    info = np.iinfo(target)
+    wide = np.trunc(x.astype(np.float64))
+    # float(info.max) + 1 is a power of two, exact in float64: the first value past the range
+    past = float(info.max) + 1.0
+    inside = (wide >= float(info.min)) & (wide < past)
+    out = np.where(inside, wide, 0.0).astype(target)
+    out[wide >= past] = info.max
+    out[wide < float(info.min)] = info.min
+    return out
 
 
 define_op(OpDef("Cast", ("x",), ("y",), lambda a, ts: (ts[0].with_dtype(a.to),), _cast_reference,

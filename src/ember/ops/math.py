@@ -165,7 +165,7 @@ define_op(OpDef("Selu", ("x",), ("y",), _unary_infer(True, "Selu"), _keep_dtype(
     lambda a, x: a.gamma * np.where(x > 0, x, a.alpha * np.expm1(np.minimum(x, 0)))), attrs=SeluAttrs,
     traits=ELEMENTWISE))
 define_op(OpDef("Celu", ("x",), ("y",), _unary_infer(True, "Celu"), _keep_dtype(
-    lambda a, x: np.maximum(x, 0) + np.minimum(0, a.alpha * np.expm1(np.minimum(x, 0) / a.alpha))),
+    lambda a, x: np.maximum(x, 0) + np.minimum(0, a.alpha * np.expm1(x / a.alpha))),
     attrs=CeluAttrs, traits=ELEMENTWISE))
 define_op(OpDef("ThresholdedRelu", ("x",), ("y",), _unary_infer(True, "ThresholdedRelu"), _keep_dtype(
     lambda a, x: np.where(x > a.alpha, x, 0.0)), attrs=ThresholdAttrs, traits=ELEMENTWISE))

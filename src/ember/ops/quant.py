@@ -230,11 +230,21 @@ def _requantize(acc: np.ndarray, multiplier: np.ndarray, y_zero: np.ndarray, dty
     return np.clip(np.rint(acc * multiplier) + y_zero.astype(np.float64), info.min, info.max).astype(dtype)
 
 
+def _params_fit(op: str, operands) -> None:
+    """Each scale a float, each zero point of its operand's element type (ONNX's T1/T2/T3)."""
+    for name, t, scale, zero in operands:
+        if not scale.dtype.is_float:
+            raise OpError(f"{op} {name}_scale must be a float, got {scale.dtype}")
+        if t is not None and zero is not None and zero.dtype is not t.dtype:
+            raise OpError(f"{op} {name}_zero_point is {zero.dtype}, but {name} is {t.dtype}")
+
+
 def _qlinear_matmul_infer(attrs, types):
     a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = types
     _int8(a, "QLinearMatMul", "A")
     _int8(b, "QLinearMatMul", "B")
     _int8(y_zero, "QLinearMatMul", "y_zero_point")
+    _params_fit("QLinearMatMul", (("a", a, a_scale, a_zero), ("b", b, b_scale, b_zero), ("y", None, y_scale, y_zero)))
     (y,) = _matmul_infer(None, [a.with_dtype(DType.INT32), b.with_dtype(DType.INT32)])
     # Each scale and zero point: one value, or one per row of A (a_*) or per column (b_*, y_*).
     rows, cols = _rows_cols(a, b)
@@ -261,6 +271,7 @@ def _qlinear_conv_infer(attrs: ConvAttrs, types):
     _int8(x, "QLinearConv", "x")
     _int8(w, "QLinearConv", "w")
     _int8(y_zero, "QLinearConv", "y_zero_point")
+    _params_fit("QLinearConv", (("x", x, x_scale, x_zero), ("w", w, w_scale, w_zero), ("y", None, y_scale, y_zero)))
     if b is not None and b.dtype is not DType.INT32:
         raise OpError(f"QLinearConv bias must be i32, got {b.dtype}")
     # x and y per tensor; w per tensor or per output channel.

@@ -145,8 +145,13 @@ def _cast(a, t, attrs):
     if target is DType.BOOL:
         return f"({a[0]} != 0)"
     if t.is_float and target.is_int:
-        # Truncation toward zero, like the reference; NaN/overflow is undefined in ONNX.
-        return f"(({c_type(target)}){a[0]})"
+        # Truncation toward zero; NaN gives 0 and values past the range saturate, as the
+        # reference defines them (ops/elementwise.py CastAttrs; a plain C cast is undefined).
+        info = np.iinfo(target.numpy)
+        low, high = c_literal(int(info.min), target), c_literal(int(info.max), target)
+        past = f"{float(info.max) + 1.0!r}"
+        return (f"({{ double cast_ = (double)({a[0]}); ({c_type(target)})(cast_ < {float(info.min)!r} ? {low} : "
+                f"cast_ >= {past} ? {high} : cast_ == cast_ ? ({c_type(target)})cast_ : 0); }})")
     return f"(({c_type(target)}){a[0]})"
 
 
@@ -189,11 +194,11 @@ def _selu(d, attrs):
 
 
 def _celu(d, attrs):
-    # max(x, 0) + min(0, alpha * expm1(min(x, 0) / alpha)), with np.maximum/np.minimum's NaN rules.
+    # max(x, 0) + min(0, alpha * expm1(x / alpha)), with np.maximum/np.minimum's NaN rules (x
+    # itself is divided, as ONNX writes it: with alpha <= 0 a clamp to x <= 0 first gave 0 / 0).
     alpha = _d(attrs.alpha)
-    low = f"(({d} != {d} || {d} < 0.0) ? {d} : 0.0)"
     return (f"(({d} != {d} || {d} > 0.0) ? {d} : 0.0) + "
-            f"({{ double c_ = {alpha} * expm1({low} / {alpha}); (c_ != c_ || c_ < 0.0) ? c_ : 0.0; }})")
+            f"({{ double c_ = {alpha} * expm1({d} / {alpha}); (c_ != c_ || c_ < 0.0) ? c_ : 0.0; }})")
 
 
 def _shrink(d, attrs):

@@ -37,6 +37,10 @@ def _spec(name: str, dtype: DType) -> tuple[str, str]:
     return _highest(dtype), f"(({nan}v < acc) ? v : acc)"
 
 
+# Outputs of a strided float32 sum kept in a double array on the stack (32 KiB at most).
+WIDE_OUTPUTS = 4096
+
+
 @C_KERNELS.kernel("reduce_loops", "ReduceSum", "ReduceProd", "ReduceMax", "ReduceMin")
 def emit_reduce(em: Emitter, instr: Instr) -> str:
     out, x = instr.required()
@@ -74,9 +78,19 @@ def emit_reduce(em: Emitter, instr: Instr) -> str:
     for axis in range(len(shape)):
         out_strides_full.append(0 if axis in axes else kept_strides[kept.index(axis)])
     dims, strides = collapse(shape, [contiguous_strides(shape), out_strides_full])
-    lines.append(f"for (long o = 0; o < {out.type.size}; o++) y[o] = {identity};")
     if not dims:
         dims, strides = [1], [[0], [0]]
+    if dtype is DType.FLOAT32 and instr.name in ("ReduceSum", "ReduceProd") and out.type.size <= WIDE_OUTPUTS:
+        # Sums walked in memory order add one value at a time to each output: in double, as the
+        # contiguous path's final sum is (a float32 total over 10^6 values drifted 1e-3 from
+        # the interpreter's pairwise sum; a BatchNormalization's statistics over N, H, W).
+        lines.append(f"double wide[{out.type.size}];")
+        lines.append(f"for (long o = 0; o < {out.type.size}; o++) wide[o] = {identity};")
+        lines.append(loop_nest(dims, strides, ["x", "wide"],
+                               lambda o: f"{{ double acc = wide[{o[1]}], v = x[{o[0]}]; wide[{o[1]}] = {combine}; }}"))
+        lines.append(f"for (long o = 0; o < {out.type.size}; o++) y[o] = ({t})wide[o];")
+        return "\n".join(lines)
+    lines.append(f"for (long o = 0; o < {out.type.size}; o++) y[o] = {identity};")
     lines.append(loop_nest(dims, strides, ["x", "y"],
                            lambda o: f"{{ {t} acc = y[{o[1]}], v = x[{o[0]}]; y[{o[1]}] = {combine}; }}"))
     return "\n".join(lines)
