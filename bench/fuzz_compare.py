@@ -187,7 +187,7 @@ def run_case(case: Case, backend: str, folder: Path, phase: Callable[[str], None
         if split:
             return done(Outcome("mismatch", f"ONNX Runtime refuses the model, and {split}"))
         return done(Outcome("ember-only", f"ONNX Runtime: {refusal[0] if refusal else 'refused'}"))
-    problem = compare(mine, theirs, case.rtol, case.atol)
+    problem = compare(mine, theirs, *tolerances(case, mine))
     if problem is None:
         return done(Outcome("match"))
     split = backends_disagree(path, case, backend, mine, phase)
@@ -279,6 +279,18 @@ def _casts_out_of_range(model: ModelProto, inputs: dict[str, Any]) -> str | None
     return None
 
 
+def tolerances(case: Case, outputs: list) -> tuple[float, float]:
+    """The case's tolerances, widened to 4 units of a 16-bit float output's format: Ember's
+    compiled backends compute 16-bit floats in float32 between conversions, the interpreter
+    and ONNX Runtime round each op's result (and accumulate in orders of their own)."""
+    halves = [float(np.finfo(o.dtype).eps) for o in outputs if isinstance(o, np.ndarray) and o.dtype.kind == "f"
+              and o.dtype.itemsize == 2] + [float(ml_dtypes.finfo(o.dtype).eps) for o in outputs
+                                             if isinstance(o, np.ndarray) and o.dtype.name == "bfloat16"]
+    if not halves:
+        return case.rtol, case.atol
+    return max(case.rtol, 4 * max(halves)), max(case.atol, 4 * max(halves))
+
+
 def backends_disagree(path: Path, case: Case, backend: str, mine: list, phase: Callable[[str], None]) -> str | None:
     """Where ONNX Runtime cannot vouch for a compiled backend's result, Ember's interpreter (the
     oracle) can: what differs between the two, or None (also when the interpreter refuses)."""
@@ -286,14 +298,7 @@ def backends_disagree(path: Path, case: Case, backend: str, mine: list, phase: C
         return None
     phase("interpreter")
     oracle, _ = run_ember(path, case.inputs, "interpreter")
-    rtol, atol = case.rtol, case.atol
-    # Compiled backends compute 16-bit floats in float32 between conversions; the interpreter
-    # rounds each op's result: a few units of the format apart, by design.
-    halves = [float(np.finfo(o.dtype).eps) for o in mine if isinstance(o, np.ndarray) and o.dtype.kind == "f"
-              and o.dtype.itemsize == 2] + [float(ml_dtypes.finfo(o.dtype).eps) for o in mine
-                                             if isinstance(o, np.ndarray) and o.dtype.name == "bfloat16"]
-    if halves:
-        rtol, atol = max(rtol, 4 * max(halves)), max(atol, 4 * max(halves))
+    rtol, atol = tolerances(case, mine)
     if oracle is None:
         return None
     # A Fourier transform of an infinite input: where both give a non-finite value, NaN against

@@ -635,3 +635,12 @@ def test_strided_float32_sum_of_a_million_values_on_cpu():
     x = np.random.default_rng(0).uniform(0.0, 1.0, (64, 3, 16384)).astype(np.float32)
     got = ember.compile(model, backend="cpu").run({"x": x})["y"]
     np.testing.assert_allclose(got, x.astype(np.float64).sum(axis=(0, 2)), rtol=1e-6)
+
+
+def test_mel_weight_matrix_edges_outside_the_spectrum():
+    """A negative lower_edge_hertz put a filter edge on bin -1 (an internal error slicing it)."""
+    node = helper.make_node("MelWeightMatrix", ["n", "d", "r", "lo", "hi"], ["y"])
+    inits = [_const("n", 8, np.int32), _const("d", 16, np.int32), _const("r", 8192, np.int32),
+             _const("lo", -1.25, np.float32), _const("hi", 4096.0, np.float32)]
+    model = _model([node], [], [_info("y", None)], inits, opset=17)
+    _refused(model, r"\(MelWeightMatrix\): the filters' edges fall on bins -1 to 6, outside the 9 bins")

@@ -170,7 +170,14 @@ def mel_weight_matrix(ctx: NodeContext) -> Value:
     edges = np.arange(bins + 2)
     low_mel, high_mel = 2595 * np.log10(1 + low / 700), 2595 * np.log10(1 + high / 700)
     hz = 700 * (10 ** ((edges * (high_mel - low_mel) / (bins + 2) + low_mel) / 2595) - 1)
+    if not (rate > 0 and length > 0 and bins > 0 and np.isfinite(hz).all()):
+        raise ModelImportError(f"num_mel_bins {bins}, dft_length {length} and sample_rate {rate} must be positive, "
+                               f"and the edges {low:g} Hz, {high:g} Hz finite")
     points = (((length + 1) * hz) // rate).astype(int)
+    if points.min() < 0 or points.max() > length // 2:
+        raise ModelImportError(f"the filters' edges fall on bins {points.min()} to {points.max()}, outside the "
+                               f"{length // 2 + 1} bins of a {length}-point DFT (lower_edge_hertz {low:g}, "
+                               f"upper_edge_hertz {high:g}, sample_rate {rate})")
     out = np.zeros((length // 2 + 1, bins))
     for i in range(bins):
         left, center, right = points[i], points[i + 1], points[i + 2]
