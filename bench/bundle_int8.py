@@ -204,7 +204,7 @@ def main() -> int:
             shown = "-" if count is None else f"{count:,}"
             print(f"{name:<13}{kind:<15}{kib(bundle.layout.constant_bytes):>13}{kib(flash):>15}{kib(firmware):>16}"
                   f"{shown:>14}  {', '.join(kernels) or '-'}")
-        reference = ember.compile(model, quantize=profile)
+        reference = ember.compile(model, quantize=profile, backend="interpreter")
         exact = 0
         if results["int8"][2] is not None:
             for feeds in random_inputs(model, args.runs, seed=1):

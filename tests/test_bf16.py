@@ -172,7 +172,7 @@ def test_matmul_bf16(shape, k, n, threads):
     kernel = "matmul_bf16" if not shape else "fully_connected_bf16"
     assert list(compiled.stats["precision"]["nodes"].values()) == [f"bf16 ({kernel})"]
     y = compiled.run({"a": a})["y"]
-    reference = ember.compile(model).run({"a": a})["y"]
+    reference = ember.compile(model, backend="interpreter").run({"a": a})["y"]
     assert relative(y, reference) < 1e-2
     ra, rw = rounded(a).astype(np.float64), rounded(w).astype(np.float64)
     check(y, ra @ rw, np.abs(ra) @ np.abs(rw), k)
@@ -192,7 +192,7 @@ def test_gemm_with_epilogue_bf16():
     compiled = compile_model(model, CpuBackend(num_threads=1, precision="bf16"))
     assert set(compiled.stats["precision"]["nodes"].values()) == {"bf16 (fully_connected_bf16)"}
     y = compiled.run(feeds)["y"]
-    assert relative(y, ember.compile(model).run(feeds)["y"]) < 1e-2
+    assert relative(y, ember.compile(model, backend="interpreter").run(feeds)["y"]) < 1e-2
     rx, rw = rounded(feeds["x"]).astype(np.float64), rounded(w).astype(np.float64)
     exact = np.maximum(rx @ rw.T + bias, 0) + feeds["s"]
     check(y, exact, np.abs(rx) @ np.abs(rw).T + np.abs(bias) + np.abs(feeds["s"]), k)
@@ -224,12 +224,12 @@ def test_conv_bf16(case):
     compiled = compile_model(conv_model(w), CpuBackend(num_threads=2, precision="bf16"))
     assert set(compiled.stats["precision"]["nodes"].values()) == {"bf16 (conv_bf16)"}
     y = compiled.run({"x": x})["y"]
-    assert relative(y, ember.compile(conv_model(w)).run({"x": x})["y"]) < 1e-2
+    assert relative(y, ember.compile(conv_model(w), backend="interpreter").run({"x": x})["y"]) < 1e-2
     # The emulation: the interpreter (float32) on the rounded operands, and on their magnitudes.
-    exact = ember.compile(conv_model(rounded(w))).run({"x": rounded(x)})["y"]
+    exact = ember.compile(conv_model(rounded(w)), backend="interpreter").run({"x": rounded(x)})["y"]
     plain = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[stride] * 2, pads=[pad] * 4, group=group)
     magnitude_model = model_of([plain], [("x", list(x.shape))], ["y"], {"w": np.abs(rounded(w)), "b": np.abs(bias)})
-    magnitude = ember.compile(magnitude_model).run({"x": np.abs(rounded(x))})["y"]
+    magnitude = ember.compile(magnitude_model, backend="interpreter").run({"x": np.abs(rounded(x))})["y"]
     check(y, exact.astype(np.float64), magnitude.astype(np.float64) * 1.001, c // group * kernel * kernel)
 
 
@@ -246,9 +246,9 @@ def test_conv1d_and_dilated_bf16():
         compiled = compile_model(model, CpuBackend(num_threads=2, precision="bf16"))
         assert list(compiled.stats["precision"]["nodes"].values()) == ["bf16 (conv_bf16)"]
         y = compiled.run({"x": x})["y"]
-        exact = ember.compile(model_of([node], [("x", list(x.shape))], ["y"], {"w": rounded(w)})).run(
-            {"x": rounded(x)})["y"]
-        assert relative(y, ember.compile(model).run({"x": x})["y"]) < 1e-2
+        exact = ember.compile(model_of([node], [("x", list(x.shape))], ["y"], {"w": rounded(w)}),
+                              backend="interpreter").run({"x": rounded(x)})["y"]
+        assert relative(y, ember.compile(model, backend="interpreter").run({"x": x})["y"]) < 1e-2
         assert relative(y, exact) < 1e-5
 
 
@@ -294,7 +294,7 @@ def test_winograd_bf16(channels, out_channels, size, threads):
     compiled = compile_model(model, CpuBackend(num_threads=threads, precision="bf16"))
     assert list(compiled.stats["precision"]["nodes"].values()) == ["bf16 (conv_winograd_bf16)"]
     y = compiled.run({"x": x})["y"]
-    assert relative(y, ember.compile(model).run({"x": x})["y"]) < 1e-2
+    assert relative(y, ember.compile(model, backend="interpreter").run({"x": x})["y"]) < 1e-2
     exact, magnitude = winograd_emulation(x, w, bias, 1)
     check(y, exact, magnitude, channels + 8)
     # Winograd off: the im2col bf16 kernel.

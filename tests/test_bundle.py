@@ -141,10 +141,10 @@ def reference(model_name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Inputs and the interpreter's outputs for a model."""
     if model_name == "tiny":
         feeds = tiny_inputs()
-        model = ember.compile(tiny_model())
+        model = ember.compile(tiny_model(), backend="interpreter")
     else:
         path = require_shared_models() / f"{model_name}.onnx"
-        model = ember.compile(path)
+        model = ember.compile(path, backend="interpreter")
         ref = np.load(path.with_suffix(".ref.npz"))
         feeds = {name: ref[f"in_{name}"] for name in model.input_names}
     outputs = model.run(feeds)
@@ -342,7 +342,7 @@ def test_bundle_named_like_the_library_builds_and_runs(build, prefix):
     the library's 'ember_' stem: still one consistent bundle."""
     bundle = build("tiny", "host", prefix, FAST_LIBRARY)
     feeds = tiny_inputs()
-    outputs = ember.compile(tiny_model(SEEDS[prefix])).run(feeds)
+    outputs = ember.compile(tiny_model(SEEDS[prefix]), backend="interpreter").run(feeds)
     check_outputs(run_bundle(bundle, list(feeds.values())), list(outputs.values()))
 
 
@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
     values = np.array([[float(v) for v in line.split()] for line in result.stdout.split("\n") if line])
     feeds = {"x.in": np.arange(8, dtype=np.float32).reshape(2, 4), "ids": np.zeros(3, np.int64)}
     for column, prefix in enumerate(("alpha", "beta")):
-        expected = ember.compile(tiny_model(SEEDS[prefix])).run(feeds)["y"].reshape(-1)
+        expected = ember.compile(tiny_model(SEEDS[prefix]), backend="interpreter").run(feeds)["y"].reshape(-1)
         np.testing.assert_allclose(values[:, column], expected, rtol=1e-5, atol=1e-5)
     assert not np.allclose(values[:, 0], values[:, 1])  # two different models ran
 
@@ -433,7 +433,7 @@ def test_cortex_m4_mlp_fits_its_budget(build):
     flash = int(re.search(r"^flash: (\d+) bytes", report, re.M)[1])
     ram = int(re.search(r"^ram: \d+ bytes static \+ \d+ bytes io and activations = (\d+) bytes", report, re.M)[1])
     macros = header_macros(bundle)
-    stats = ember.compile(str(require_shared_models() / "mlp.onnx")).stats
+    stats = ember.compile(str(require_shared_models() / "mlp.onnx"), backend="interpreter").stats
     assert flash >= macros["MODEL_CONSTANT_MEM_SIZE"] >= stats["weight_bytes"]
     assert ram >= macros["MODEL_MUTABLE_MEM_SIZE"] + macros["MODEL_ACTIVATIONS_MEM_SIZE"]
     assert macros["MODEL_ACTIVATIONS_MEM_SIZE"] >= stats["arena_bytes"]

@@ -338,7 +338,7 @@ def test_native_portable_model_matches_interpreter(schema):
     options = {"schema": schema}
     graph = load_model(small_cnn())
     quantize_loaded(graph, profile, options)
-    reference = ember.compile(small_cnn(), quantize=profile, quantize_options=options)
+    reference = ember.compile(small_cnn(), quantize=profile, quantize_options=options, backend="interpreter")
     assert {"QLinearConv", "QLinearMatMul"} <= set(reference.stats["ops"]["optimized"])
     kernels: set[str] = set()
 
@@ -433,7 +433,7 @@ def _inputs(name: str, count: int) -> list[np.ndarray]:
 
 def _check_runs(name: str, bundle, **run) -> None:
     profile, input_name, _ = profile_of(name)
-    reference = ember.compile(_model(name), quantize=profile, quantize_options=_options(name))
+    reference = ember.compile(_model(name), quantize=profile, quantize_options=_options(name), backend="interpreter")
     for x in _inputs(name, 3):
         (actual,) = run_bundle(bundle, [x], **run)
         expected = reference.run({input_name: x})[reference.output_names[0]]

@@ -36,7 +36,7 @@ def test_example_on_cpu_matches_interpreter():
     ref = np.load(EXAMPLES / "lenet.ref.npz")
     feeds = {"image": ref["in_image"]}
     cpu = ember.compile(EXAMPLES / "lenet.onnx", backend="cpu").run(feeds)["probabilities"]
-    interp = ember.compile(EXAMPLES / "lenet.onnx").run(feeds)["probabilities"]
+    interp = ember.compile(EXAMPLES / "lenet.onnx", backend="interpreter").run(feeds)["probabilities"]
     assert relative_error(cpu, interp) < 1e-5
     assert relative_error(cpu, ref["out_0"]) < 1e-5
 

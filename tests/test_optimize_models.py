@@ -23,7 +23,7 @@ def _total(counts: dict[str, int]) -> int:
 @pytest.mark.parametrize("name", shared_model_names() or ["<no shared models>"])
 def test_shared_model_shrinks_and_matches_reference(name):
     folder = require_shared_models()
-    model = ember.compile(str(folder / f"{name}.onnx"))
+    model = ember.compile(str(folder / f"{name}.onnx"), backend="interpreter")
     ops = model.stats["ops"]
     if name == "mlp":
         assert _total(ops["optimized"]) <= _total(ops["imported"])
@@ -39,10 +39,10 @@ def test_shared_model_shrinks_and_matches_reference(name):
 
 def test_optimized_op_counts_show_the_fusions():
     folder = require_shared_models()
-    resnet = ember.compile(str(folder / "resnet18.onnx")).stats["ops"]["optimized"]
+    resnet = ember.compile(str(folder / "resnet18.onnx"), backend="interpreter").stats["ops"]["optimized"]
     # Every Relu and residual Add of ResNet-18 joins a convolution.
     assert "Relu" not in resnet and "Add" not in resnet and resnet["FusedConv"] == 17
-    bert = ember.compile(str(folder / "bert_synthetic.onnx")).stats["ops"]["optimized"]
+    bert = ember.compile(str(folder / "bert_synthetic.onnx"), backend="interpreter").stats["ops"]["optimized"]
     assert bert["Gelu"] == 4 and "Erf" not in bert and bert["FullyConnected"] == 24
 
 
@@ -79,7 +79,7 @@ def test_batchnorm_after_conv_and_gemm_is_folded_and_matches_onnxruntime():
     onnxruntime = pytest.importorskip("onnxruntime")
     model = _bn_model()
     onnx.checker.check_model(model)
-    compiled = ember.compile(model)
+    compiled = ember.compile(model, backend="interpreter")
     ops = compiled.stats["ops"]
     assert ops["imported"]["BatchNormalization"] == 3
     assert "BatchNormalization" not in ops["optimized"], ops["optimized"]

@@ -148,7 +148,7 @@ def test_the_mask_arithmetic_and_softmax_stay_float_by_design(bert):
 
 def test_compile_stats_say_why_the_attention_products_stay_float(bert):
     model, _, _, profile = bert
-    decisions = ember.compile(model, quantize=profile).stats["quantization"]
+    decisions = ember.compile(model, quantize=profile, backend="interpreter").stats["quantization"]
     assert decisions["l0.qk"] == decisions["l1.pv"] == \
         "float: its weight is not a constant (an activation x activation product)"
     assert decisions["l0.q.mm"] == "int8 (asymmetric), result float (read in float)"

@@ -219,10 +219,11 @@ def test_the_profile_carries_the_options_it_was_reported_with(tmp_path, model, c
                  "--backend", "interpreter", "-o", str(tmp_path / "p.json")]) == 0
     profile = Profile.load(tmp_path / "p.json")
     assert profile.options == {"schema": "power2", "method": "minmax", "percentile": 99.99, "keep_float": ["Conv"]}
-    compiled = ember.compile(model, quantize=tmp_path / "p.json")
+    compiled = ember.compile(model, quantize=tmp_path / "p.json", backend="interpreter")
     ops = compiled.stats["ops"]["optimized"]
     assert "QLinearConv" not in ops and ops.get("MatMulInteger") == 2, ops  # Conv kept float, as recorded
-    overridden = ember.compile(model, quantize=tmp_path / "p.json", quantize_options={"keep_float": []})
+    overridden = ember.compile(model, quantize=tmp_path / "p.json", quantize_options={"keep_float": []},
+                               backend="interpreter")
     assert overridden.stats["ops"]["optimized"].get("QLinearConv") == 2
     text = (tmp_path / "p.json").read_text()
     (tmp_path / "bad.json").write_text(text.replace('"schema": "power2"', '"colour": "red"'))

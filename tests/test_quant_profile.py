@@ -182,4 +182,4 @@ def test_unknown_or_mistyped_quantize_options_are_refused(tmp_path):
                              ({"schema": "int4"}, "unknown quantization schema 'int4'"),
                              ({"method": "mse"}, "unknown calibration method 'mse'")]:
         with pytest.raises(ember.EmberError, match=message):
-            ember.compile(tmp_path / "m.onnx", quantize=profile, quantize_options=options)
+            ember.compile(tmp_path / "m.onnx", quantize=profile, quantize_options=options, backend="interpreter")

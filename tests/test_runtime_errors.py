@@ -11,7 +11,7 @@ from tests.conftest import EXAMPLES
 
 @pytest.fixture(scope="module")
 def lenet():
-    return ember.compile(EXAMPLES / "lenet.onnx")
+    return ember.compile(EXAMPLES / "lenet.onnx", backend="interpreter")
 
 
 def test_public_face(lenet):
@@ -56,3 +56,16 @@ def test_bad_model_arguments(tmp_path):
         ember.compile(garbage)
     with pytest.raises(EmberError, match="unknown backend 'warp-drive'"):
         ember.compile(EXAMPLES / "lenet.onnx", backend="warp-drive")
+
+
+def test_compile_defaults_to_native_code_where_a_compiler_exists(monkeypatch):
+    """ember.compile without backend= runs the cpu backend (the interpreter took ResNet-18 to
+    538 ms against 12-21 ms); without a C compiler it says so and uses the interpreter."""
+    from ember.backends.cpu.native import NativeProgram
+    from ember.backends.interpreter import InterpretedProgram
+
+    assert isinstance(ember.compile(EXAMPLES / "lenet.onnx").executable, NativeProgram)
+    monkeypatch.setenv("CC", "no-such-compiler")
+    with pytest.warns(ember.EmberWarning, match="no C compiler found .* interpreter backend instead"):
+        compiled = ember.compile(EXAMPLES / "lenet.onnx")
+    assert isinstance(compiled.executable, InterpretedProgram)
