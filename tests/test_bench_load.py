@@ -108,3 +108,28 @@ def test_the_users_wait_policy_stands():
     out = _policy_in_child({"GOMP_SPINCOUNT": "1234"})
     assert "GOMP_SPINCOUNT = '1234'" in out
     assert "AFTER None | the user's (GOMP_SPINCOUNT=1234)" in out
+
+
+def _matmul_source(k: int, n: int) -> str:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    import ember
+
+    weight = np.random.default_rng(0).standard_normal((k, n)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "w"], ["y"])], "gemv",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              initializer=[numpy_helper.from_array(weight, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    compiled = ember.compile(model, backend="cpu", num_threads=2)
+    x = np.random.default_rng(1).standard_normal((1, k)).astype(np.float32)
+    np.testing.assert_allclose(compiled.run({"a": x})["y"], x @ weight, rtol=1e-4, atol=1e-4)
+    return compiled._executable.source
+
+
+def test_gemv_regions_below_a_million_multiply_adds_stay_on_one_thread():
+    # With passive waiting a region costs a thread wake-up (7-20 us): a GRU step's GEMVs are
+    # not worth one; a GEMV of 1M multiply-adds is.
+    assert "/*nthreads*/ 1)" in _matmul_source(512, 1024)   # 524K multiply-adds
+    assert "/*nthreads*/ 2)" in _matmul_source(1024, 1024)  # 1M

@@ -15,7 +15,14 @@ from ember.codegen.c_constants import c_activation
 from ember.codegen.c_types import c_literal, c_type
 from ember.codegen.c_writer import call, init
 from ember.codegen.emitter import Emitter, param
-from ember.codegen.kernels.layouts import MR, NR, gemm_scratch_bytes, pack_panels, threads_for
+from ember.codegen.kernels.layouts import (
+    GEMM_PARALLEL_MIN_MACS,
+    MR,
+    NR,
+    gemm_scratch_bytes,
+    pack_panels,
+    threads_for,
+)
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, broadcast_strides, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
@@ -98,12 +105,12 @@ def _plan_matmul(instr: Instr, options: KernelOptions) -> KernelPlan:
     a_shape, b_shape, m, k, n = _matmul_dims(instr)
     if len(b_shape) == 2:
         rows = math.prod(a_shape[:-1])
-        threads = threads_for(options.num_threads, rows * n * k)
+        threads = threads_for(options.num_threads, rows * n * k, GEMM_PARALLEL_MIN_MACS)
         if is_whole_weight(b):
             return KernelPlan({"b": "packed", "threads": threads},
                               packed=[(b, "panels32", pack_panels(b.constant().reshape(k, n).astype(np.float32)))])
         return KernelPlan({"b": "direct", "threads": threads}, scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
-    threads = threads_for(options.num_threads, m * n * k)
+    threads = threads_for(options.num_threads, m * n * k, GEMM_PARALLEL_MIN_MACS)
     return KernelPlan({"b": "direct", "batched": True, "threads": threads},
                       scratch_bytes=gemm_b_scratch(n, k, threads, "direct"))
 
@@ -169,7 +176,7 @@ def _plan_fully_connected(instr: Instr, options: KernelOptions) -> KernelPlan:
     x, w = instr.operand(1), instr.operand(2)
     k, n = w.type.shape
     m = math.prod(x.type.shape[:-1])
-    threads = threads_for(options.num_threads, m * n * k)
+    threads = threads_for(options.num_threads, m * n * k, GEMM_PARALLEL_MIN_MACS)
     if is_whole_weight(w):
         return KernelPlan({"b": "packed", "threads": threads},
                           packed=[(w, "panels32", pack_panels(w.constant().reshape(k, n).astype(np.float32)))])

@@ -14,6 +14,13 @@ __all__ = ["MR", "NR", "DirectLayout", "WinogradLayout", "depthwise_scratch_byte
 # Below this many multiply-adds a parallel region costs more than it saves (a warm OpenMP
 # region costs about a microsecond; 256K multiply-adds take a few).
 PARALLEL_MIN_MACS = 1 << 18
+# GEMMs and GEMVs (MatMul, FullyConnected) take more: the cpu backend's OpenMP threads wait
+# passively (backends/cpu/threads.py: spinning ruins latency on a shared machine), so each
+# region wakes a sleeping thread, 7-20 us measured on a 2-core AMD EPYC VM, about what a
+# 1M multiply-add GEMM saves on the second core. A 2-thread GRU (per step, GEMVs of 262K and
+# 524K multiply-adds) ran at 2.0 ms with 256K, 1.46 ms with 1M; ResNet-18, MobileNetV2 and
+# BERT unchanged (bench/compare.py).
+GEMM_PARALLEL_MIN_MACS = 1 << 20
 
 
 def pack_panels(b: np.ndarray) -> np.ndarray:
@@ -32,8 +39,8 @@ def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
     return max(chunk * k * NR * 4 * threads, panels * k * NR * 4)
 
 
-def threads_for(num_threads: int, macs: int) -> int:
-    return num_threads if macs >= PARALLEL_MIN_MACS else 1
+def threads_for(num_threads: int, macs: int, minimum: int = PARALLEL_MIN_MACS) -> int:
+    return num_threads if macs >= minimum else 1
 
 
 class DirectLayout:
