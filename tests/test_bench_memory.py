@@ -72,3 +72,20 @@ def test_garbage_from_optimizing_is_collected_before_packing():
     compile_model(LENET, "cpu", observer=observe, backend_options={"num_threads": 1})
     # Without the collection, every container allocated since the compile began is counted.
     assert counts["lowered"] < 200 < counts["optimized"], counts
+
+
+def test_freed_heap_pages_are_handed_back_after_kernel_selection(monkeypatch):
+    import platform
+
+    import ember.driver
+    from ember.support.heap import release_freed_memory
+
+    if platform.libc_ver()[0] == "glibc":
+        assert release_freed_memory() is True
+    calls = []
+    monkeypatch.setattr(ember.driver, "release_freed_memory", lambda: calls.append(1) or True)
+    stages = []
+    ember.driver.compile_model(LENET, "cpu", observer=lambda stage, _: stages.append((stage, len(calls))),
+                               backend_options={"num_threads": 1})
+    # Once per compile, after the kernels' packed weights are made (the "lir" stage), not before.
+    assert ("lowered", 0) in stages and ("lir", 1) in stages and len(calls) == 1

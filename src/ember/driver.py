@@ -28,6 +28,7 @@ from ember.passes import PassContext, PassManager, debug_mode
 from ember.runtime import CompiledModel, TensorSpec
 from ember.support.errors import EmberError, UnsupportedError
 from ember.support.gc_pause import gc_paused
+from ember.support.heap import release_freed_memory
 
 Observer = Callable[[str, Any], None]
 STAGES = ("graph", "optimized", "lowered", "lir", "memory")
@@ -158,6 +159,7 @@ def prepare_program(graph: Graph, target: Backend, observer: Observer | None = N
     run_lir_pipeline(program, target.lir_pipeline(), verify=None, context=PassContext(backend=target))
     verify_program(program)
     plan = plan_memory(program)
+    release_freed_memory()  # the packing temporaries' pages (support/heap.py)
     notify("lir", program)
     notify("memory", plan)
     return program, plan, ops

