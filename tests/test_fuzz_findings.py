@@ -644,3 +644,16 @@ def test_mel_weight_matrix_edges_outside_the_spectrum():
              _const("lo", -1.25, np.float32), _const("hi", 4096.0, np.float32)]
     model = _model([node], [], [_info("y", None)], inits, opset=17)
     _refused(model, r"\(MelWeightMatrix\): the filters' edges fall on bins -1 to 6, outside the 9 bins")
+
+
+def test_float8_to_integer_cast_saturates_on_every_backend():
+    """float8e5m2fnuz -> uint8: the interpreter converted with ml_dtypes (NaN gave 255), the cpu
+    through float32 with Ember's saturating rule (NaN gives 0)."""
+    import ml_dtypes
+
+    model = _unary(helper.make_node("Cast", ["x"], ["y"], to=TensorProto.UINT8))
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT8E5M2FNUZ
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.UINT8
+    x = np.array([np.nan, 300.0], np.float32).astype(ml_dtypes.float8_e5m2fnuz)
+    for backend in ("interpreter", "cpu"):
+        assert ember.compile(model, backend=backend).run({"x": x})["y"].tolist() == [0, 255], backend

@@ -247,6 +247,9 @@ class CastAttrs:
 def _cast_reference(attrs: CastAttrs, arrays):
     (x,) = arrays
     target = attrs.to.numpy
+    if DType.from_numpy(x.dtype).is_narrow_float and not attrs.to.is_narrow and target.kind in "iu":
+        # A float8/float4 to a byte-or-wider integer: through float32, saturating like any float
+        return (saturating_float_to_int(x.astype(np.float32), target),)
     if attrs.to.is_narrow or DType.from_numpy(x.dtype).is_narrow:
         # ml_dtypes converts with round-to-nearest-even, as ONNX specifies.
         if attrs.to.is_narrow_float and attrs.saturate and attrs.to is not DType.FLOAT4E2M1:
