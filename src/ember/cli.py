@@ -37,6 +37,7 @@ from ember.tools.common import (
     check_reference_names,
     compile_for_command,
     load_feeds,
+    parse_shapes,
     positive_int,
     read_reference,
 )
@@ -199,17 +200,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-def _shapes(items: list[str]) -> dict[str, tuple[int, ...]] | None:
-    shapes = {}
-    for item in items:
-        name, _, dims = item.partition("=")
-        try:
-            shapes[name] = tuple(int(d) for d in dims.split(",") if d)
-        except ValueError:
-            raise EmberError(f"--shape {item!r} is not NAME=D0,D1,...") from None
-    return shapes or None
-
-
 def _run(args: argparse.Namespace) -> int:
     compiled = compile_for_command(args)
     model = compiled.model
@@ -311,7 +301,7 @@ def _dump(args: argparse.Namespace) -> int:
         hooks.append(PrintAfterAll(sys.stdout.write))
     with instrumented(*hooks):
         # Everything up to the memory plan: dumping needs no build of native code.
-        program, _, _ = prepare_program(load_model(args.model, _shapes(args.shape)), backend, observe)
+        program, _, _ = prepare_program(load_model(args.model, parse_shapes(args.shape)), backend, observe)
     if args.stage == "c":
         captured["c"] = backend.generate(program).source  # type: ignore[attr-defined]
     sys.stdout.write(captured[args.stage])
@@ -330,7 +320,7 @@ def _dump_mappings(args: argparse.Namespace) -> int:
     if args.format == "dot":
         raise EmberError("the mappings stage has no dot form; use --format text")
     target = load_target(args.target)
-    graph = load_model(args.model, _shapes(args.shape))
+    graph = load_model(args.model, parse_shapes(args.shape))
     optimize_graph(graph, get_backend(args.backend))
     sys.stdout.write(format_mappings(graph, target))
     return 0
@@ -343,7 +333,7 @@ def _dump_partition(args: argparse.Namespace) -> int:
 
     spec = backend_spec(args.backend)
     backends, strategy, skipped = resolve_backends([spec] if isinstance(spec, str) and spec != "auto" else spec)
-    partition = plan_partition(load_model(args.model, _shapes(args.shape)), backends, strategy)
+    partition = plan_partition(load_model(args.model, parse_shapes(args.shape)), backends, strategy)
     sys.stdout.write(partition.to_dot() if args.format == "dot" else partition.to_text())
     for reason in skipped:
         sys.stderr.write(f"left out: {reason}\n")
@@ -523,7 +513,7 @@ def _bundle(args: argparse.Namespace) -> int:
     import ember
 
     result = ember.bundle(args.model, target=args.target, output_dir=args.output, prefix=args.prefix,
-                          input_shapes=_shapes(args.shape), quantize=args.quantize, num_threads=args.threads,
+                          input_shapes=parse_shapes(args.shape), quantize=args.quantize, num_threads=args.threads,
                           flash_bytes=args.flash, ram_bytes=args.ram)
     print(result.summary())
     print(f"files: {', '.join(result.files)}")
@@ -535,7 +525,7 @@ def _quantize(args: argparse.Namespace) -> int:
     from ember.driver import compile_model, load_model
     from ember.quant import accuracy_report, check_calibration, load_calibration, profile_graph, split_held_out
 
-    shapes = _shapes(args.shape)
+    shapes = parse_shapes(args.shape)
     graph = load_model(args.model, shapes)
     inputs = {p.name: p.type for p in graph.inputs}
     samples = load_calibration(args.calibration, inputs)
