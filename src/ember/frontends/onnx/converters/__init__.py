@@ -4,6 +4,7 @@ ember.frontends.onnx.registry.CONVERTERS."""
 from ember.frontends.onnx.converters import (  # noqa: F401  # noqa: F401  # noqa: F401
     attention,
     contrib,
+    contrib_quant,
     control,
     conv,
     elementwise,
