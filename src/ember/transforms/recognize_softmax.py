@@ -55,9 +55,10 @@ def recognize_softmax(rw: Rewriter, node: Node) -> Value | None:
 class RecognizeSoftmax(RewritePass):
     """Preconditions: the exponentials are read only by the sum and the division, the sum
     reduces one axis with keepdims, and only the Exp reads the subtraction.
-    Rule: Div(Exp(s), ReduceSum(Exp(s), axis=a, keepdims=1)) with s = Sub(x, ReduceMax(x,
-    axis=a, keepdims=1)) -> Softmax(x, axis=a). Exp(x) / ReduceSum(Exp(x)) stays: it
-    overflows where Softmax does not (see the module docstring)."""
+    Rules:
+    1. Div(Exp(s), ReduceSum(Exp(s), axis=a, keepdims=1)) with s = Sub(x, ReduceMax(x, axis=a,
+       keepdims=1)) -> Softmax(x, axis=a). Exp(x) / ReduceSum(Exp(x)) stays: it overflows
+       where Softmax does not (see the module docstring)."""
 
     name = "recognize-softmax"
     patterns = (recognize_softmax,)
