@@ -22,16 +22,10 @@ import numpy as np
 from ember.backends.cpu.features import has_avx512_bf16
 from ember.bench import _HANDOFF_SECONDS
 from ember.bench import _Worker as Worker  # one engine per process, timed in blocks on request
+from ember.support.host import cpu_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare import GFLOP, SHARED, gemm_model  # noqa: E402  (the shared models and the GEMM)
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def agreement(path: Path, threads: int) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ember.bench import compare, peak_rss
+from ember.support.host import cpu_name
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 DEFAULT_MODELS = "mlp,resnet18,mobilenetv2,bert_synthetic,gru,gemm1024"
@@ -89,12 +90,6 @@ def available_peers(spec: str) -> list[str]:
     return sorted(peers, key=lambda e: e != "onnxruntime")  # first: compare()'s "ratio" is to ONNX Runtime
 
 
-def cpu_name() -> str:
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "unknown CPU"
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
 
 
 def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], args: argparse.Namespace) -> None:

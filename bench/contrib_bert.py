@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the tests package (the model builders)
 
 from ember.bench import compare  # noqa: E402
+from ember.support.host import cpu_name  # noqa: E402
 from tests.contrib_models import (  # noqa: E402
     bert_feeds,
     classic_bert,
@@ -39,14 +40,6 @@ MODELS = ("bert_synthetic", "bert_synthetic+transformers", "bert_synthetic+ort",
           "classic_bert", "classic_bert+transformers")
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def build(name: str, folder: Path) -> Path:

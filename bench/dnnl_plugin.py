@@ -29,17 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ember.support.host import cpu_name
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"unknown CPU, {os.cpu_count()} cores"
 
 
 def mixed_model(folder: Path) -> Path:

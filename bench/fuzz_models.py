@@ -69,6 +69,8 @@ from typing import Any
 
 import numpy as np
 
+from ember.support.host import cpu_name
+
 try:  # run as a script (bench/ on sys.path) or imported as bench.fuzz_models
     from fuzz_compare import Outcome, run_case, write_case_files
     from fuzz_mutations import Case, load_seeds, make_case
@@ -401,12 +403,6 @@ def summary(records: list[Record], backend: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def cpu_name() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def main() -> int:

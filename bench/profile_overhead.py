@@ -10,7 +10,6 @@ issue's "per-op times sum to within 10% of the measured latency" asks) and profi
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -18,18 +17,11 @@ from pathlib import Path
 import numpy as np
 
 import ember
+from ember.support.host import cpu_name as _cpu_name
 
 MODELS = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _feeds(model):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -27,18 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ember.support.host import cpu_name
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 ENGINES = ("ember_fp32", "ember_int8", "ort_fp32", "ort_int8")
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def reference_feeds(model: Path) -> dict[str, np.ndarray]:

@@ -3,21 +3,13 @@ share: the CPU's name for their headers, and Ember and ONNX Runtime timed in alt
 rounds, so that load on a shared machine hits both alike."""
 from __future__ import annotations
 
-import platform
 import statistics
 import time
 from collections.abc import Callable
 
+from ember.support.host import cpu_name
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown cpu"
+__all__ = ["cpu_name", "interleaved", "measure"]
 
 
 def measure(run: Callable[[], object], repeats: int) -> float:

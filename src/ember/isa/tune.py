@@ -12,7 +12,6 @@ import ctypes
 import hashlib
 import json
 import os
-import platform
 import subprocess
 import tempfile
 import time
@@ -24,6 +23,7 @@ import numpy as np
 from ember.isa.emit_c import GemmCode, emit_gemm
 from ember.isa.schedule import Schedule, register_tiles
 from ember.support.errors import EmberError, UnsupportedError
+from ember.support.host import cpu_name as cpu_model
 from ember.support.paths import cache_dir
 
 CACHE_FILE = "isa-tuning.json"
@@ -39,15 +39,6 @@ class Tuned:
     from_cache: bool
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def _compiler() -> str:
