@@ -263,12 +263,19 @@ def _gemm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 def emit_conv_gemm(em: Emitter, instr: Instr) -> str:
     s = ConvShape(instr)
     direct = param(instr, "b") == "direct"
-    epilogue = s.epilogue(bias=f"bias ? bias + gi * {s.mg} : NULL", bias_per_row=True,
-                          residual="res ? res + base : NULL", ld_residual=s.pixels)
     call = gemm_call(m=s.mg, n=s.pixels, k=s.k, a=f"{em.pointer(s.w, const=True)} + gi * {s.mg * s.k}",
                      a_layout=(s.k, 1, MR * s.k), c="y + base", scratch=em.scratch(instr),
                      threads=int(param(instr, "threads", 1)), b_direct="xg" if direct else "NULL",
                      packer="NULL" if direct else "ember_pack_im2col", pack_ctx="NULL" if direct else "&pk")
+    return grouped_gemm_loops(em, s, direct, call)
+
+
+def grouped_gemm_loops(em: Emitter, s: ConvShape, direct: bool, call: str) -> str:
+    """Per image and group, the GEMM `call` over that group's input (`xg`, read in place when
+    `direct`, else through the im2col packer's geometry `pk`) into `y + base`, with the bias,
+    residual and activation epilogue: the convolution-as-GEMM loops every GEMM variant shares."""
+    epilogue = s.epilogue(bias=f"bias ? bias + gi * {s.mg} : NULL", bias_per_row=True,
+                          residual="res ? res + base : NULL", ld_residual=s.pixels)
     w = s.writer(em)
     w.line(f"for (long nb = 0; nb < {s.n_batch}; nb++)")
     with w.block(f"for (long gi = 0; gi < {s.groups}; gi++)"):

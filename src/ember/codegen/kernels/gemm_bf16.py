@@ -31,7 +31,7 @@ import numpy as np
 from ember.codegen.c_constants import GEMM_CHUNK_BYTES, MR, NR
 from ember.codegen.c_writer import call
 from ember.codegen.emitter import Emitter, param, stored_weights
-from ember.codegen.kernels.conv import CONV_OPS, ConvShape, accepts_conv
+from ember.codegen.kernels.conv import CONV_OPS, ConvShape, accepts_conv, grouped_gemm_loops
 from ember.codegen.kernels.gemm import Epilogue
 from ember.codegen.kernels.layouts import WinogradLayout, threads_for
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
@@ -176,21 +176,11 @@ def emit_conv_bf16(em: Emitter, instr: Instr) -> str:
     s = ConvShape(instr)
     direct = param(instr, "b") == "direct"
     group_words = math.ceil(s.mg / MR) * ((s.k + 1) // 2) * MR
-    epilogue = s.epilogue(bias=f"bias ? bias + gi * {s.mg} : NULL", bias_per_row=True,
-                          residual="res ? res + base : NULL", ld_residual=s.pixels)
     gemm = _gemm_bf16_call(m=s.mg, n=s.pixels, k=s.k, ap=f"{_packed_words(em, instr)} + gi * {group_words}",
                            pack="NULL" if direct else "ember_pack_im2col", pack_ctx="NULL" if direct else "&pk",
                            b="xg" if direct else "NULL", ldb=s.pixels if direct else 0, c="y + base", ldc=s.pixels,
                            threads=int(param(instr, "threads", 1)), scratch=em.scratch(instr))
-    w = s.writer(em)
-    w.line(f"for (long nb = 0; nb < {s.n_batch}; nb++)")
-    with w.block(f"for (long gi = 0; gi < {s.groups}; gi++)"):
-        w.line(f"const float *xg = x + nb * {s.channels * s.height * s.width} + gi * {s.cg * s.height * s.width};",
-               f"long base = nb * {s.out_channels * s.pixels} + gi * {s.mg * s.pixels};")
-        if not direct:
-            w.line(s.geometry("pk", "xg"))
-        w.line(epilogue.c_init(), gemm)
-    return w.text()
+    return grouped_gemm_loops(em, s, direct, gemm)
 
 
 # conv_winograd_bf16 ------------------------------------------------------------------------
