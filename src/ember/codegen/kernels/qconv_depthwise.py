@@ -17,7 +17,7 @@ import numpy as np
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.layouts import threads_for
-from ember.codegen.kernels.qconv_direct import _dims, _roles, _tables
+from ember.codegen.kernels.qconv_direct import _dims, _Operands, _roles, _tables
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
@@ -74,10 +74,8 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 def emit_qconv_depthwise(em: Emitter, instr: Instr) -> str:
     d = _layout(instr)
-    ops, _ = _roles(instr)
-    out, x, zx, zy = ops[0], ops[1], ops[3], ops[8]
-    flip = 128 if x.type.dtype is DType.INT8 else 0
-    lo, hi = (-128.0, 127.0) if out.type.dtype is DType.INT8 else (0.0, 255.0)
+    q = _Operands.of(instr)
+    out, flip, lo, hi = q.out, q.flip, q.lo, q.hi
     if out.type.size == 0:
         return "/* empty result */"
     threads = int(param(instr, "threads", 1))
@@ -86,14 +84,7 @@ def emit_qconv_depthwise(em: Emitter, instr: Instr) -> str:
     per_thread = _per_thread(d)
     grid = oh * wph
     w = CWriter().line(
-        f"const uint8_t *x = {em.address(x)};",
-        f"uint8_t *y = {em.address(out)};",
-        f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(zx, const=True)}[0] ^ {flip});",
-        f"const double zy = (double){em.pointer(zy, const=True)}[0];",
-        f"const int32_t *taps = (const int32_t *){em.packed(instr, 0)};",
-        f"const int32_t *corr = {em.table(instr, 0)};",
-        f"const double *bias = {em.table(instr, 1)};",
-        f"const double *mult = {em.table(instr, 2)};",
+        *q.declarations(em, instr, "const int32_t *taps"),
         f"uint8_t *scratch = (uint8_t *){em.scratch(instr)};")
     if threads > 1:
         w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")

@@ -19,6 +19,8 @@ rounded half to even, plus the output zero point, saturated. int8 inputs are fli
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -426,25 +428,48 @@ def _plane_fill(d: dict, flip: int) -> str:
     return w.text()
 
 
+@dataclass(frozen=True)
+class _Operands:
+    """What every int8 convolution emitter reads off the instruction: the 8-bit input and
+    output, the input zero point XOR'd into unsigned form (`flip`) and the output's clamp."""
+
+    out: Any
+    x: Any
+    x_zero: Any
+    y_zero: Any
+    flip: int
+    lo: float
+    hi: float
+
+    @staticmethod
+    def of(instr: Instr) -> _Operands:
+        ops, _ = _roles(instr)
+        out, x = ops[0], ops[1]
+        lo, hi = (-128.0, 127.0) if out.type.dtype is DType.INT8 else (0.0, 255.0)
+        return _Operands(out, x, ops[3], ops[8], 128 if x.type.dtype is DType.INT8 else 0, lo, hi)
+
+    def declarations(self, em: Emitter, instr: Instr, weights: str) -> list[str]:
+        """The C locals they all start with: x, y, zero points, the packed weights as
+        `weights` (a declaration's type and name) and the per-channel tables."""
+        return [f"const uint8_t *x = {em.address(self.x)};",
+                f"uint8_t *y = {em.address(self.out)};",
+                f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(self.x_zero, const=True)}[0] ^ {self.flip});",
+                f"const double zy = (double){em.pointer(self.y_zero, const=True)}[0];",
+                f"{weights} = ({weights.split(' *')[0]} *){em.packed(instr, 0)};",
+                f"const int32_t *corr = {em.table(instr, 0)};",
+                f"const double *bias = {em.table(instr, 1)};",
+                f"const double *mult = {em.table(instr, 2)};"]
+
+
 def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
     d = _layout(instr)
-    ops, _ = _roles(instr)
-    out, x, zx, zy = ops[0], ops[1], ops[3], ops[8]
-    flip = 128 if x.type.dtype is DType.INT8 else 0
-    signed_out = out.type.dtype is DType.INT8
-    lo, hi = (-128.0, 127.0) if signed_out else (0.0, 255.0)
+    q = _Operands.of(instr)
+    out, flip, lo, hi = q.out, q.flip, q.lo, q.hi
     if out.type.size == 0:
         return "/* empty result */"
     threads = int(param(instr, "threads", 1))
     w = CWriter().line(
-        f"const uint8_t *x = {em.address(x)};",
-        f"uint8_t *y = {em.address(out)};",
-        f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(zx, const=True)}[0] ^ {flip});",
-        f"const double zy = (double){em.pointer(zy, const=True)}[0];",
-        f"const int8_t *wp = (const int8_t *){em.packed(instr, 0)};",
-        f"const int32_t *corr = {em.table(instr, 0)};",
-        f"const double *bias = {em.table(instr, 1)};",
-        f"const double *mult = {em.table(instr, 2)};",
+        *q.declarations(em, instr, "const int8_t *wp"),
         f"const int64_t *koff = {em.table(instr, 3)};",
         f"uint8_t *planes = (uint8_t *){em.scratch(instr)};",
         f"/* {c_type(out.type.dtype)} output through its bytes */")
@@ -530,24 +555,15 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
     groups broadcast from the planes (ember_qdc_rowtile), requantized per channel and stored
     transposed into NCHW (ember_qdc_colstore)."""
     d = _layout(instr)
-    ops, _ = _roles(instr)
-    out, x, zx, zy = ops[0], ops[1], ops[3], ops[8]
-    flip = 128 if x.type.dtype is DType.INT8 else 0
-    lo, hi = (-128.0, 127.0) if out.type.dtype is DType.INT8 else (0.0, 255.0)
+    q = _Operands.of(instr)
+    out, flip, lo, hi = q.out, q.flip, q.lo, q.hi
     if out.type.size == 0:
         return "/* empty result */"
     pixels, m, groups = d["oh"] * d["ow"], d["m"], d["groups"]
     blocks, panels = -(-pixels // QMR), -(-m // QNR)
     threads = int(param(instr, "threads", 1))
     w = CWriter().line(
-        f"const uint8_t *x = {em.address(x)};",
-        f"uint8_t *y = {em.address(out)};",
-        f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(zx, const=True)}[0] ^ {flip});",
-        f"const double zy = (double){em.pointer(zy, const=True)}[0];",
-        f"const int8_t *bp = (const int8_t *){em.packed(instr, 0)};",
-        f"const int32_t *corr = {em.table(instr, 0)};",
-        f"const double *bias = {em.table(instr, 1)};",
-        f"const double *mult = {em.table(instr, 2)};",
+        *q.declarations(em, instr, "const int8_t *bp"),
         f"const int64_t *koff = {em.table(instr, 3)};",
         f"uint8_t *planes = (uint8_t *){em.scratch(instr)};")
     with w.block(f"for (long nb = 0; nb < {d['n']}; nb++)"):
