@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import inspect
 import sys
-from pathlib import Path
 from typing import Any
+
+from ember.tools.common import write_generated_doc
 
 HEADER = """# Python API
 
@@ -80,11 +81,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    target = Path(args[0]) if args else Path(__file__).resolve().parents[3] / "docs" / "api.md"
-    target.write_text(render())
-    print(f"wrote {target}")
-    return 0
+    return write_generated_doc(render, "api.md", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

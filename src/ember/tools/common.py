@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -254,3 +255,12 @@ def check_outputs(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.
                   f"atol {atol:g} + rtol {rtol:g} x |reference|")
         checks.append(Check(name, count == 0, detail, worst))
     return checks
+
+
+def write_generated_doc(render: Callable[[], str], name: str, argv: Sequence[str]) -> int:
+    """Writes a generated page (docs/<name>, or the path given first in argv), for the doc
+    generators' `python -m` entry points."""
+    target = Path(argv[0]) if argv else Path(__file__).resolve().parents[3] / "docs" / name
+    target.write_text(render())
+    print(f"wrote {target}")
+    return 0

@@ -5,7 +5,8 @@ rewrites the file; tests/test_docs.py checks that the committed one is up to dat
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from ember.tools.common import write_generated_doc
 
 HEADER = """# Supported operators
 
@@ -62,11 +63,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    target = Path(args[0]) if args else Path(__file__).resolve().parents[3] / "docs" / "supported-ops.md"
-    target.write_text(render())
-    print(f"wrote {target}")
-    return 0
+    return write_generated_doc(render, "supported-ops.md", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
