@@ -89,12 +89,11 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
 def _default_backend() -> str:
     """cpu where a C compiler exists (native code, 20-40x the interpreter's speed), else the
     interpreter, said once per call."""
-    from ember.backends.cpu.build import find_compiler
+    from ember.backends.cpu.build import missing_compiler
 
-    try:
-        find_compiler()
-    except EmberError as err:
-        warnings.warn(f"{err}; compiling for the interpreter backend instead", EmberWarning, stacklevel=3)
+    reason = missing_compiler()
+    if reason:
+        warnings.warn(f"{reason}; compiling for the interpreter backend instead", EmberWarning, stacklevel=3)
         return "interpreter"
     return "cpu"
 

@@ -86,11 +86,9 @@ def default_backend(requested: str | None) -> str:
     """The backend asked for, or cpu where a C compiler exists (else the interpreter, said)."""
     if requested:
         return requested
-    from ember.backends.cpu.build import find_compiler
+    from ember.backends.cpu.build import missing_compiler
 
-    try:
-        find_compiler()
-    except EmberError:
+    if missing_compiler():
         notice("no C compiler found (install gcc or clang, or set CC): using the interpreter backend")
         return "interpreter"
     return "cpu"

@@ -35,6 +35,16 @@ def find_compiler() -> str:
                      f"(tried {', '.join(candidates)})")
 
 
+def missing_compiler() -> str | None:
+    """Why the cpu backend cannot build here (no C compiler found), or None when it can: what
+    picks the default backend (ember.compile, the CLI)."""
+    try:
+        find_compiler()
+    except EmberError as err:
+        return str(err)
+    return None
+
+
 @cache
 def compiler_identity(compiler: str) -> str:
     result = subprocess.run([*compiler.split(), "--version"], capture_output=True, text=True, check=False)
