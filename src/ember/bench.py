@@ -9,7 +9,11 @@ ratios (with its quartiles), not a ratio of medians taken at different times.
 ONNX Runtime and OpenVINO are only yardsticks here: they never compute anything for Ember.
 
 `load` starts that many competing busy processes (normal priority) for the measurement, to
-see how latency degrades when the cores are shared; p50 and p99 are reported per engine.
+see how latency degrades when the cores are shared. Per engine: min, median, p90, p99,
+throughput and the first run's time (after compiling or loading: what a cold request sees).
+
+All engines run the same inputs: `feeds` (by input name, e.g. from `--input` files), else the
+model's `.ref.npz` next to it (its in_<name> arrays), else seeded random data.
 `peak_rss` measures one engine's process peak resident memory in a fresh process."""
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +39,11 @@ _HANDOFF_SECONDS = 0.05
 ENGINES = ("ember", "onnxruntime", "openvino")
 
 
-def _inputs_for(session_inputs: Sequence[tuple[str, tuple[int, ...], npt.DTypeLike]], reference: Path | None) -> dict:
+def _inputs_for(session_inputs: Sequence[tuple[str, tuple[int, ...], npt.DTypeLike]], reference: Path | None,
+                feeds_path: str | None = None) -> dict:
+    if feeds_path:
+        with np.load(feeds_path, allow_pickle=False) as given:
+            return dict(given)
     data = dict(np.load(reference)) if reference and reference.exists() else {}
     rng = np.random.default_rng(0)
     feeds = {}
@@ -49,6 +57,15 @@ def _inputs_for(session_inputs: Sequence[tuple[str, tuple[int, ...], npt.DTypeLi
     return feeds
 
 
+def latency_summary(times: Sequence[float]) -> dict[str, float]:
+    """Milliseconds: min, median, p90, p99 (linear interpolation) and mean of run times, the
+    run count, and throughput (runs per second of timed run time: one request at a time)."""
+    ms = np.asarray(times) * 1e3
+    return {"min": float(ms.min()), "median": float(np.median(ms)), "p90": float(np.percentile(ms, 90)),
+            "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()), "runs": len(times),
+            "throughput": float(1e3 * len(ms) / ms.sum())}
+
+
 def _time_block(fn: Callable[[], Any], seconds: float, min_runs: int) -> list[float]:
     times: list[float] = []
     start = time.perf_counter()
@@ -59,24 +76,30 @@ def _time_block(fn: Callable[[], Any], seconds: float, min_runs: int) -> list[fl
     return times
 
 
-def _load(engine: str, model: str, threads: int, backend: str,
-          precision: str = "fp32") -> tuple[Callable[[], Any], dict[str, Any]]:
+def _load(engine: str, model: str, threads: int, backend: str, precision: str = "fp32",
+          shapes: dict[str, list[int]] | None = None,
+          feeds_path: str | None = None) -> tuple[Callable[[], Any], dict[str, Any]]:
     reference = Path(model).with_suffix(".ref.npz")
     if engine == "ember":
         import ember
 
         t0 = time.perf_counter()
-        compiled = ember.compile(model, backend=backend, num_threads=threads, precision=precision)
+        compiled = ember.compile(model, backend=backend, num_threads=threads, precision=precision,
+                                 input_shapes=shapes or None)
         info: dict[str, Any] = {"compile_seconds": time.perf_counter() - t0}
         if backend == "cpu":
             from ember.backends.cpu.threads import wait_policy
 
             info["openmp_wait"] = wait_policy()
         if not isinstance(compiled, ember.CompiledModel):
-            raise EmberError(f"{model} has symbolic input dimensions: benchmark a model of static shapes")
-        specs: list[tuple[str, tuple[int, ...], npt.DTypeLike]] = [
-            (s.name, s.type.shape, s.type.dtype.numpy) for s in compiled.inputs]
-        feeds = _inputs_for(specs, reference)
+            if not feeds_path:
+                raise EmberError(f"{model} has symbolic input dimensions: bind them (--shape NAME=D0,D1,...) "
+                                 "or give inputs (--input NAME=FILE.npy)")
+            # A DynamicModel: the first run compiles for the given inputs' shapes.
+            specs: list[tuple[str, tuple[int, ...], npt.DTypeLike]] = []
+        else:
+            specs = [(s.name, s.type.shape, s.type.dtype.numpy) for s in compiled.inputs]
+        feeds = _inputs_for(specs, reference, feeds_path)
         return (lambda: compiled.run(feeds)), info
     if engine == "onnxruntime":
         import onnxruntime as ort
@@ -88,14 +111,15 @@ def _load(engine: str, model: str, threads: int, backend: str,
         type_map = {"tensor(float)": np.float32, "tensor(int64)": np.int64, "tensor(int32)": np.int32,
                     "tensor(bool)": np.bool_, "tensor(double)": np.float64}
         specs = [(i.name, tuple(i.shape), type_map[i.type]) for i in session.get_inputs()]
-        feeds = _inputs_for(specs, reference)
+        feeds = _inputs_for(specs, reference, feeds_path)
         return (lambda: session.run(None, feeds)), {}
     if engine == "openvino":
-        return _load_openvino(model, threads, reference)
+        return _load_openvino(model, threads, reference, feeds_path)
     raise EmberError(f"unknown engine '{engine}' (one of {', '.join(ENGINES)})")
 
 
-def _load_openvino(model: str, threads: int, reference: Path) -> tuple[Callable[[], Any], dict[str, Any]]:
+def _load_openvino(model: str, threads: int, reference: Path,
+                   feeds_path: str | None = None) -> tuple[Callable[[], Any], dict[str, Any]]:
     """OpenVINO on the CPU as a latency-minded user would set it up: one stream of `threads`
     threads, and float32 inference (its default on a CPU with bf16 instructions is bf16)."""
     try:
@@ -106,11 +130,11 @@ def _load_openvino(model: str, threads: int, reference: Path) -> tuple[Callable[
               "INFERENCE_PRECISION_HINT": "f32"}
     compiled = openvino.Core().compile_model(model, "CPU", config)
     specs = []
-    for port in compiled.inputs:
+    for port in compiled.inputs if not feeds_path else ():
         if port.get_partial_shape().is_dynamic:
-            raise EmberError(f"{model}: openvino input {port.get_any_name()} has dynamic dimensions")
+            raise EmberError(f"{model}: openvino input {port.get_any_name()} has dynamic dimensions: give inputs")
         specs.append((port.get_any_name(), tuple(port.get_shape()), port.get_element_type().to_dtype()))
-    feeds = _inputs_for(specs, reference)
+    feeds = _inputs_for(specs, reference, feeds_path)
     request = compiled.create_infer_request()
     return (lambda: request.infer(feeds)), {}
 
@@ -137,8 +161,10 @@ def competing_load(processes: int) -> Iterator[list[subprocess.Popen]]:
             process.wait()
 
 
-def serve(engine: str, model: str, threads: int, backend: str, precision: str = "fp32") -> None:
-    """Runs inside a child process: loads one engine, then answers timing requests.
+def serve(engine: str, model: str, threads: int, backend: str, precision: str = "fp32", inputs: str = "{}") -> None:
+    """Runs inside a child process: loads one engine (`inputs`: JSON of _load's shapes and
+    feeds_path), then answers timing requests. (bench/ab_revisions.py calls this signature in
+    other revisions' trees: extend it compatibly.)
 
     The protocol is one JSON object per line on the original stdout (anything the engine
     prints goes to stderr): first {"ready": ..., info}, then for each request line
@@ -146,8 +172,11 @@ def serve(engine: str, model: str, threads: int, backend: str, precision: str = 
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     try:
-        run, info = _load(engine, model, threads, backend, precision)
-        for _ in range(3):
+        run, info = _load(engine, model, threads, backend, precision, **json.loads(inputs))
+        start = time.perf_counter()
+        run()
+        info["first_run_seconds"] = time.perf_counter() - start
+        for _ in range(2):
             run()
     except Exception as err:  # reported to the driver, which raises it as an EmberError
         protocol.write(json.dumps({"error": f"{type(err).__name__}: {err}"}) + "\n")
@@ -164,17 +193,20 @@ def serve(engine: str, model: str, threads: int, backend: str, precision: str = 
 
 class _Worker:
     def __init__(self, engine: str, model: str, threads: int, backend: str, cache_dir: str | None = None,
-                 precision: str = "fp32"):
+                 precision: str = "fp32", shapes: dict[str, list[int]] | None = None,
+                 feeds_path: str | None = None):
         self.engine = engine
         code = ("import sys; from ember.bench import serve; "
-                "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5])")
+                "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6])")
+        inputs = json.dumps({"shapes": shapes, "feeds_path": feeds_path})
         # NumPy's own BLAS pool would spin on the cores the engine under test uses (Ember folds
         # constants with NumPy at compile time): one BLAS thread, for both engines alike.
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
         if cache_dir:
             env["EMBER_CACHE_DIR"] = cache_dir
         self._stderr = tempfile.TemporaryFile("w+")
-        self._process = subprocess.Popen([sys.executable, "-c", code, engine, model, str(threads), backend, precision],
+        self._process = subprocess.Popen([sys.executable, "-c", code, engine, model, str(threads), backend, precision,
+                                          inputs],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                          text=True, env=env)
         assert self._process.stdin is not None and self._process.stdout is not None  # both PIPE
@@ -206,8 +238,9 @@ class _Worker:
         self._stderr.close()
 
 
-def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | None, precision: str = "fp32") -> float:
-    worker = _Worker("ember", model, threads, backend, cache_dir, precision)
+def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | None, precision: str = "fp32",
+                     shapes: dict[str, list[int]] | None = None, feeds_path: str | None = None) -> float:
+    worker = _Worker("ember", model, threads, backend, cache_dir, precision, shapes, feeds_path)
     worker.close()
     return worker.info["compile_seconds"]
 
@@ -222,12 +255,18 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
 
 def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, seconds: float = 0.3,
             engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5,
-            fresh_cache: bool = True, precision: str = "fp32", load: int = 0) -> dict[str, Any]:
+            fresh_cache: bool = True, precision: str = "fp32", load: int = 0,
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
     """Times each engine in `rounds` interleaved blocks of about `seconds` each, with `load`
-    competing busy processes running throughout the timed blocks.
+    competing busy processes running throughout the timed blocks. `input_shapes` binds Ember's
+    symbolic dimensions; `feeds` are the inputs every engine runs (default: see the module).
 
     Returns per engine the median latency (over all runs; also under "p50") and the 99th
-    percentile ("p99"); the median and quartiles of the per-round ratio Ember / the first
+    percentile ("p99"); "latency": per engine latency_summary (ms) of all its runs;
+    "first_run": per engine the seconds of its first run; "median_ratio": Ember's median over
+    the first other engine's (the two medians reported); the median and quartiles of the
+    per-round ratio Ember / the first
     other engine ("ratio", "ratio_q1", "ratio_q3") and Ember / the best (fastest in that
     round) of the other engines ("best_ratio", "best_ratio_q1", "best_ratio_q3", "best_peer":
     the peer fastest overall); and Ember's compile time in the first process ("compile_first":
@@ -239,15 +278,20 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
         raise EmberError(f"unknown engine(s) {', '.join(unknown)}: choose from {', '.join(ENGINES)}")
     if load < 0:
         raise EmberError(f"load must be a count of busy processes (0 or more), got {load}")
-    with tempfile.TemporaryDirectory(prefix="ember-bench-cache-") as fresh:
-        cache = fresh if fresh_cache else None
+    shapes = {name: [int(d) for d in dims] for name, dims in (input_shapes or {}).items()}
+    with tempfile.TemporaryDirectory(prefix="ember-bench-") as scratch:
+        cache = str(Path(scratch) / "cache") if fresh_cache else None
+        feeds_path = None
+        if feeds:
+            feeds_path = str(Path(scratch) / "feeds.npz")
+            np.savez(feeds_path, **dict(feeds))  # type: ignore[arg-type]  # numpy stubs: allow_pickle
         workers: list[_Worker] = []
         times: dict[str, list[float]] = {e: [] for e in engines}
         block_medians: dict[str, list[float]] = {e: [] for e in engines}
         try:
             for engine in engines:
                 workers.append(_Worker(engine, model, threads, backend, cache if engine == "ember" else None,
-                                       precision))
+                                       precision, shapes, feeds_path))
             with competing_load(load):
                 for round_ in range(rounds):
                     for worker in (workers if round_ % 2 == 0 else workers[::-1]):
@@ -262,18 +306,22 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
         summary["runs"] = {e: len(v) for e, v in times.items()}
         summary["p50"] = {e: statistics.median(v) for e, v in times.items()}
         summary["p99"] = {e: float(np.percentile(v, 99)) for e, v in times.items()}
+        summary["latency"] = {e: latency_summary(v) for e, v in times.items()}
+        summary["first_run"] = {w.engine: w.info["first_run_seconds"] for w in workers}
         summary["load"] = load
         if "ember" in engines:
             ember_info = workers[engines.index("ember")].info
             summary["compile_first"] = ember_info["compile_seconds"]
             if "openmp_wait" in ember_info:
                 summary["openmp_wait"] = ember_info["openmp_wait"]
-            summary["compile_cached"] = _compile_seconds(model, threads, backend, cache, precision)
+            summary["compile_cached"] = _compile_seconds(model, threads, backend, cache, precision, shapes,
+                                                         feeds_path)
         others = [e for e in engines if e != "ember"]
         if "ember" in engines and others:
             ember_blocks = block_medians["ember"]
             first = [a / b for a, b in zip(ember_blocks, block_medians[others[0]], strict=True)]
             summary["ratio_q1"], summary["ratio"], summary["ratio_q3"] = _quartiles(first)
+            summary["median_ratio"] = summary["ember"] / summary[others[0]]
             best = [a / min(block_medians[o][i] for o in others) for i, a in enumerate(ember_blocks)]
             summary["best_ratio_q1"], summary["best_ratio"], summary["best_ratio_q3"] = _quartiles(best)
             summary["best_peer"] = min(others, key=lambda o: summary[o])

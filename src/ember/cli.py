@@ -3,8 +3,8 @@
     ember run MODEL [--backend B] [--input NAME=FILE.npy ...] [--reference REF.npz] [--repeat N]
     ember dump MODEL --stage graph|optimized|lowered|lir|memory|partition|c|mappings [--format text|dot]
                      [--print-after-all] [--time-passes] [--target T]
-    ember bench MODEL [--backend B] [--threads N] [--compare onnxruntime,openvino] [--load N] [--rounds R] [--seconds S]
-                      [--cold]
+    ember bench MODEL [--backend B] [--threads N] [--shape ...] [--input ...] [--compare onnxruntime,openvino]
+                      [--load N] [--rounds R] [--seconds S] [--cold] [--json]
     ember bundle MODEL --target T -o DIR [--prefix NAME] [--quantize PROFILE]
     ember quantize MODEL --calibration DATA [--eval DATA] [--schema S] [--calibration-method M]
                    [--keep-float OP_OR_NAME ...] -o PROFILE
@@ -32,12 +32,17 @@ from ember.tools.common import (
     REFERENCE_HELP,
     CommandError,
     add_compile_options,
+    announce_library_build,
     byte_size,
+    check_model_file,
     check_outputs,
     check_reference_names,
     compile_for_command,
+    default_backend,
     load_feeds,
+    non_negative_int,
     parse_shapes,
+    positive_float,
     positive_int,
     read_reference,
 )
@@ -62,6 +67,16 @@ _RUN_EXAMPLES = """examples:
 """
 
 
+_BENCH_EXAMPLES = """examples:
+  ember bench model.onnx                                 all cores, like `ember run`
+  ember bench model.onnx --threads 1 --compare onnxruntime,openvino
+  ember bench model.onnx --shape input=8,3,224,224 --json
+  ember bench model.onnx --input input=x.npy --rounds 30 --seconds 0.5
+
+The engines take turns in short blocks (each in its own process), so a neighbour's load hits
+them alike; the ratio line gives the ratio of the medians printed and, for its spread, the
+ratios of adjacent blocks.
+"""
 _PRECISION_HELP = ("bf16: convolutions and GEMMs with weights on bf16 kernels (cpu, AVX512-BF16), float32 "
                    "elsewhere; int8 is `ember quantize` then compile(quantize=...)")
 
@@ -121,19 +136,22 @@ def main(argv: list[str] | None = None) -> int:
                      help="fill constants and weights printed without data with seeded random data")
     opt.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of standard output")
 
-    bench = commands.add_parser("bench", help="median latency, optionally side by side with ONNX Runtime")
-    bench.add_argument("model")
-    bench.add_argument("--backend", default="cpu")
-    bench.add_argument("--threads", type=int, default=1)
-    bench.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
+    bench = commands.add_parser(
+        "bench", help="latency (min/median/p90/p99), throughput, first-run and compile times, optionally side by "
+                      "side with ONNX Runtime or OpenVINO", epilog=_BENCH_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_compile_options(bench)
     bench.add_argument("--compare", type=_peer_engines, metavar="ENGINE[,ENGINE]",
-                       help="also time these engines (onnxruntime, openvino), each in its own process")
-    bench.add_argument("--load", type=int, default=0, metavar="N",
+                       help="also time these engines (onnxruntime, openvino), each in its own process, on the "
+                            "same inputs and thread count")
+    bench.add_argument("--load", type=non_negative_int, default=0, metavar="N",
                        help="run N competing busy processes during the measurement (default 0)")
-    bench.add_argument("--rounds", type=int, default=15, help="interleaved timing blocks per engine (default 15)")
-    bench.add_argument("--seconds", type=float, default=0.3, help="timing budget per block (default 0.3 s)")
+    bench.add_argument("--rounds", type=positive_int, default=15,
+                       help="interleaved timing blocks per engine (default 15)")
+    bench.add_argument("--seconds", type=positive_float, default=0.3, help="timing budget per block (default 0.3 s)")
     bench.add_argument("--cold", action="store_true",
                        help="time the first compile from an empty cache (kernel library included)")
+    bench.add_argument("--json", action="store_true", help="print the whole measurement as JSON")
 
     from ember.codegen.bundle import TARGETS
 
@@ -216,6 +234,8 @@ def _run(args: argparse.Namespace) -> int:
         model.run(inputs)
         times.append(time.perf_counter() - start)
     checks = check_outputs(outputs, reference, args.rtol, args.atol) if reference else []
+    from ember.bench import latency_summary
+
     latency = latency_summary(times)
     status = EXIT_ACCURACY if any(not check.ok for check in checks) else 0
     if args.save:
@@ -247,13 +267,6 @@ def _run(args: argparse.Namespace) -> int:
           f"p99 {latency['p99']:.3f} over {len(times)} runs; {1e3 / latency['median']:.1f} runs/s; "
           f"first run {first_run * 1e3:.3f} ms")
     return status
-
-
-def latency_summary(times: list[float]) -> dict[str, float]:
-    """Milliseconds: min, median, p90, p99 (linear interpolation) and mean of run times."""
-    ms = np.asarray(times) * 1e3
-    return {"min": float(ms.min()), "median": float(np.median(ms)), "p90": float(np.percentile(ms, 90)),
-            "p99": float(np.percentile(ms, 99)), "mean": float(ms.mean()), "runs": len(times)}
 
 
 def _statistics(value: np.ndarray) -> dict[str, Any]:
@@ -484,29 +497,67 @@ def _peer_engines(text: str) -> tuple[str, ...]:
 
 def _bench(args: argparse.Namespace) -> int:
     from ember.bench import compare
+    from ember.support.host import default_threads
 
+    check_model_file(args.model)
     peers = tuple(args.compare or ())
-    if args.load < 0:
-        raise EmberError(f"--load takes a count of busy processes (0 or more), got {args.load}")
-    result = compare(str(args.model), args.threads, backend=args.backend, rounds=args.rounds,
-                     seconds=args.seconds, engines=("ember", *peers), fresh_cache=args.cold,
-                     precision=args.precision, load=args.load)
-    print(f"model: {args.model} (backend {args.backend}, {args.precision}, {args.threads} thread(s), "
+    backend = default_backend(args.backend)
+    threads = args.threads or default_threads()
+    shapes = parse_shapes(args.shape)
+    feeds = bench_feeds(args.model, shapes, args.input)
+    if backend.split(",")[0] in ("cpu", "auto"):
+        announce_library_build()
+    try:
+        result = compare(str(args.model), threads, backend=backend, rounds=args.rounds, seconds=args.seconds,
+                         engines=("ember", *peers), fresh_cache=args.cold, precision=args.precision,
+                         load=args.load, input_shapes=shapes, feeds=feeds)
+    except EmberError as err:
+        raise CommandError(str(err), EXIT_COMPILE if str(err).startswith("ember failed") else EXIT_ERROR) from None
+    if args.json:
+        print(json.dumps({"model": args.model, "backend": backend, "precision": args.precision, "threads": threads,
+                          "rounds": args.rounds, **result}, indent=1))
+        return 0
+    print(f"model: {args.model} (backend {backend}, {args.precision}, {threads} thread(s), "
           f"{args.rounds} interleaved blocks per engine, {args.load} competing busy process(es))")
-    for engine in ("ember", *peers):
-        print(f"{engine}: {result[engine] * 1e3:.3f} ms median (p50), p99 {result['p99'][engine] * 1e3:.3f} ms "
-              f"({result['runs'][engine]} runs)")
+    print(format_latency_table(result, ("ember", *peers)))
     if peers:
-        print(f"ratio ember/{peers[0]}: {result['ratio']:.2f} "
-              f"(per-block quartiles {result['ratio_q1']:.2f}-{result['ratio_q3']:.2f})")
+        print(f"ember/{peers[0]}: {result['median_ratio']:.2f} (ratio of the medians above); per-block ratios: "
+              f"median {result['ratio']:.2f}, quartiles {result['ratio_q1']:.2f}-{result['ratio_q3']:.2f}")
     if len(peers) > 1:
-        print(f"ratio ember/best of {', '.join(peers)} (per block; fastest overall {result['best_peer']}): "
-              f"{result['best_ratio']:.2f} (quartiles {result['best_ratio_q1']:.2f}-{result['best_ratio_q3']:.2f})")
+        print(f"ember/best of {', '.join(peers)} per block (fastest overall {result['best_peer']}): median "
+              f"{result['best_ratio']:.2f}, quartiles {result['best_ratio_q1']:.2f}-{result['best_ratio_q3']:.2f}")
     first = "from an empty cache" if args.cold else "first"
     print(f"compile: {result['compile_first']:.2f} s {first}, {result['compile_cached']:.2f} s cached")
     if "openmp_wait" in result:
         print(f"ember's OpenMP threads wait: {result['openmp_wait']}")
     return 0
+
+
+def bench_feeds(model: str, shapes: dict[str, tuple[int, ...]] | None, items: list[str]) -> dict[str, np.ndarray]:
+    """The inputs every engine of `ember bench` runs: --input files, else the model's .ref.npz
+    (in_<name>), else seeded random data (said)."""
+    from ember.driver import load_model
+    from ember.specialize import dynamic_inputs
+
+    symbolic = dynamic_inputs(model, shapes)
+    specs: list[Any] = symbolic[1] if symbolic is not None else list(load_model(model, shapes).inputs)
+    reference_path = Path(model).with_suffix(".ref.npz")
+    reference = {k: v for k, v in read_reference(str(reference_path)).items() if k.startswith("in_")} \
+        if reference_path.is_file() else {}
+    return load_feeds(specs, items, reference, hint="pass --input NAME=FILE.npy for real data")
+
+
+def format_latency_table(result: dict[str, Any], engines: tuple[str, ...]) -> str:
+    """One row per engine: min, median, p90, p99 (ms), throughput and the first run's time."""
+    width = max(len(engine) for engine in engines)
+    rows = [f"{'':{width}}  {'min':>9} {'median':>9} {'p90':>9} {'p99':>9}  {'runs/s':>9}  {'first run':>9}  runs"]
+    for engine in engines:
+        stats = result["latency"][engine]
+        # Four significant digits: a 20 us model's ratio must be readable off the table.
+        rows.append(f"{engine:{width}}  {stats['min']:9.4g} {stats['median']:9.4g} {stats['p90']:9.4g} "
+                    f"{stats['p99']:9.4g}  {stats['throughput']:9.1f}  {result['first_run'][engine] * 1e3:9.4g}"
+                    f"  {stats['runs']}")
+    return "\n".join(rows) + "\n(latencies in ms)"
 
 
 def _bundle(args: argparse.Namespace) -> int:

@@ -1,8 +1,18 @@
 """What machine this is, for bench headers and per-CPU caches (the tuning cache's key)."""
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
+
+
+def default_threads() -> int:
+    """Threads a native backend uses when none are asked for: the cores this process may run
+    on (its CPU affinity, as `taskset` or a container's cpuset limit it), else all cores."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def cpu_name() -> str:

@@ -26,11 +26,12 @@ from ember.graph import Graph, Node
 from ember.lir.ir import Program
 from ember.lir.passes import DEFAULT_LIR_PIPELINE
 from ember.partition.cost import analytic_seconds
+from ember.support.errors import EmberError, UnsupportedError
+from ember.support.host import default_threads
 
 if TYPE_CHECKING:
     from ember.codegen.bundle import Bundle
     from ember.memory import MemoryPlan
-from ember.support.errors import EmberError, UnsupportedError
 
 
 class CpuBackend(Backend):
@@ -54,7 +55,7 @@ class CpuBackend(Backend):
             raise EmberError(f"march {march!r} is not an ISA name")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
             raise EmberError(f"num_threads must be a positive integer, got {num_threads!r}")
-        self.num_threads = num_threads or os.cpu_count() or 1
+        self.num_threads = num_threads or default_threads()
         self.march = march
         self.winograd = winograd
         self.precision = check_precision(precision)
