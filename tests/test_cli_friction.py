@@ -125,18 +125,6 @@ def test_unusable_cache_folder_is_one_line(tmp_path, monkeypatch, capsys):
     assert err.startswith("ember: error: cannot use the cache folder") and "EMBER_CACHE_DIR" in err
 
 
-def test_first_compile_notice_only_on_a_terminal(monkeypatch, capsys):
-    import ember.backends.cpu.build as build
-    from ember.tools.common import announce_library_build
-
-    monkeypatch.setattr(build, "library_is_built", lambda march=None: False)
-    announce_library_build()  # captured standard error is no terminal: quiet
-    assert capsys.readouterr().err == ""
-    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
-    announce_library_build()
-    assert "building the kernel library" in capsys.readouterr().err
-
-
 def test_dump_takes_threads_like_every_compiling_command(capsys):
     from tests.conftest import require_shared_models
 

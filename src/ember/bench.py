@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ember.support.errors import EmberError
+from ember.support.progress import step
 
 # Threads of the engine that just finished may spin for a moment before sleeping.
 _HANDOFF_SECONDS = 0.05
@@ -290,10 +291,12 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
         block_medians: dict[str, list[float]] = {e: [] for e in engines}
         try:
             for engine in engines:
+                step(f"compiling or loading the model on {engine} (in its own process)")
                 workers.append(_Worker(engine, model, threads, backend, cache if engine == "ember" else None,
                                        precision, shapes, feeds_path))
             with competing_load(load):
                 for round_ in range(rounds):
+                    step(f"timing: round {round_ + 1} of {rounds}")
                     for worker in (workers if round_ % 2 == 0 else workers[::-1]):
                         block = worker.block(seconds, min_runs)
                         times[worker.engine] += block
@@ -314,6 +317,7 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
             summary["compile_first"] = ember_info["compile_seconds"]
             if "openmp_wait" in ember_info:
                 summary["openmp_wait"] = ember_info["openmp_wait"]
+            step("timing a compile from the filled cache")
             summary["compile_cached"] = _compile_seconds(model, threads, backend, cache, precision, shapes,
                                                          feeds_path)
         others = [e for e in engines if e != "ember"]

@@ -32,7 +32,6 @@ from ember.tools.common import (
     REFERENCE_HELP,
     CommandError,
     add_compile_options,
-    announce_library_build,
     byte_size,
     check_model_file,
     check_outputs,
@@ -193,20 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(commands)
 
     args = parser.parse_args(argv)
+    from ember.tools.progress_display import terminal_progress
+
     try:
-        if hasattr(args, "handler"):
-            return int(args.handler(args))
-        if args.command == "quantize":
-            return _quantize(args)
-        if args.command == "run":
-            return _run(args)
-        if args.command == "bundle":
-            return _bundle(args)
-        if args.command == "bench":
-            return _bench(args)
-        if args.command == "opt":
-            return _opt(args)
-        return _dump(args)
+        with terminal_progress():
+            return _dispatch(args)
     except CommandError as err:
         print(f"ember: error: {err}", file=sys.stderr)
         return err.code
@@ -216,6 +206,22 @@ def main(argv: list[str] | None = None) -> int:
     except EmberError as err:
         print(f"ember: error: {err}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if hasattr(args, "handler"):
+        return int(args.handler(args))
+    if args.command == "quantize":
+        return _quantize(args)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "bundle":
+        return _bundle(args)
+    if args.command == "bench":
+        return _bench(args)
+    if args.command == "opt":
+        return _opt(args)
+    return _dump(args)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -505,8 +511,6 @@ def _bench(args: argparse.Namespace) -> int:
     threads = args.threads or default_threads()
     shapes = parse_shapes(args.shape)
     feeds = bench_feeds(args.model, shapes, args.input)
-    if backend.split(",")[0] in ("cpu", "auto"):
-        announce_library_build()
     try:
         result = compare(str(args.model), threads, backend=backend, rounds=args.rounds, seconds=args.seconds,
                          engines=("ember", *peers), fresh_cache=args.cold, precision=args.precision,

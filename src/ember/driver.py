@@ -29,6 +29,7 @@ from ember.runtime import CompiledModel, TensorSpec
 from ember.support.errors import EmberError, UnsupportedError
 from ember.support.gc_pause import gc_paused
 from ember.support.heap import release_freed_memory
+from ember.support.progress import step
 
 Observer = Callable[[str, Any], None]
 STAGES = ("graph", "optimized", "lowered", "lir", "memory")
@@ -38,6 +39,7 @@ def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = No
 
     if not isinstance(model, str | os.PathLike) and type(model).__name__ != "ModelProto":
         raise EmberError(f"compile() takes a path to an ONNX file or an onnx.ModelProto, got {type(model).__name__}")
+    step("importing the model")
     graph = load_onnx(model, input_shapes=input_shapes)
     verify_graph(graph)
     return graph
@@ -116,6 +118,7 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
     outputs = [TensorSpec(o.name, o.value.type) for o in graph.outputs]
     with gc_paused():
         program, plan, ops = prepare_program(graph, target, observer)
+        step(f"compiling for {target.name}")
         executable = target.compile(program)
     stats = _program_stats(program, plan)
     stats["ops"] = ops
@@ -140,10 +143,12 @@ def prepare_program(graph: Graph, target: Backend, observer: Observer | None = N
     ops = {"imported": graph.op_counts()}
     notify("graph", graph)
 
+    step(f"optimizing the graph ({len(graph.nodes)} nodes)")
     optimize_graph(graph, target)
     ops["optimized"] = graph.op_counts()
     notify("optimized", graph)
 
+    step(f"lowering for {target.name}")
     lower_for_backend(graph, target)
     # Constants that folding replaced sit in reference cycles, and the collector is paused while
     # compiling (support/gc_pause.py): free them before packing allocates the weights' copies
@@ -152,12 +157,14 @@ def prepare_program(graph: Graph, target: Backend, observer: Observer | None = N
     ops["lowered"] = graph.op_counts()
     notify("lowered", graph)
 
+    step("scheduling and generating the instruction IR")
     schedule_graph(graph)
     program = generate_program(graph)
     if debug_mode():
         verify_program(program)
     run_lir_pipeline(program, target.lir_pipeline(), verify=None, context=PassContext(backend=target))
     verify_program(program)
+    step("planning memory")
     plan = plan_memory(program)
     release_freed_memory()  # the packing temporaries' pages (support/heap.py)
     notify("lir", program)

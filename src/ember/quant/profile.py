@@ -23,6 +23,7 @@ import numpy as np
 
 from ember.graph import Graph, print_graph
 from ember.support.errors import EmberError
+from ember.support.progress import step
 
 FORMAT = "ember-quant-profile"
 VERSION = 2
@@ -193,7 +194,8 @@ def profile_graph(graph: Graph, inputs: Iterable[Mapping[str, np.ndarray]]) -> P
     """Evaluates `graph` on every calibration feed and records each float value's range."""
     feeds = check_calibration(graph, inputs)
     stats: dict[str, TensorStats] = {}
-    for feed in feeds:
+    for index, feed in enumerate(feeds):
+        step(f"calibrating: sample {index + 1} of {len(feeds)}")
         env: dict[Any, np.ndarray] = {p: feed[p.name] for p in graph.inputs}
         env.update({c: c.data for c in graph.constants.values()})
         for p in graph.inputs:

@@ -136,14 +136,13 @@ class Compiled:
 
 def compile_for_command(args: argparse.Namespace, **options: Any) -> Compiled:
     """ember.compile with the command's options; a refusal or failure to compile exits 3.
-    Says on standard error that the first compile on a machine builds the kernel library."""
+    (Its long steps, the kernel library's first build included, show through
+    tools/progress_display.py.)"""
     import ember
     from ember.heterogeneous import backend_spec
 
     check_model_file(args.model)
     backend = default_backend(args.backend)
-    if backend.split(",")[0] in ("cpu", "auto"):
-        announce_library_build()
     precision = getattr(args, "precision", "fp32")
     start = time.perf_counter()
     try:
@@ -163,22 +162,6 @@ def check_model_file(path: str) -> None:
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         raise CommandError(f"cannot read the model file {path}: "
                            f"{'no such file' if not os.path.exists(path) else 'not a readable file'}", EXIT_ERROR)
-
-
-def announce_library_build() -> None:
-    """The kernel library is compiled once per machine (about 10 s): say so when it is about
-    to happen and standard error is a terminal (quiet in scripts and pipes)."""
-    if not sys.stderr.isatty():
-        return
-    from ember.backends.cpu.build import library_is_built
-
-    try:
-        built = library_is_built()
-    except EmberError:
-        return  # no compiler or no cache folder: the compile says so itself
-    if not built:
-        notice("building the kernel library for this machine (once, about 10 s; cached in "
-               "EMBER_CACHE_DIR or ~/.cache/ember)...")
 
 
 def read_reference(path: str | None) -> dict[str, np.ndarray]:

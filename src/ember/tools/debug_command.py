@@ -15,7 +15,6 @@ from ember.tools.common import (
     REFERENCE_HELP,
     CommandError,
     add_compile_options,
-    announce_library_build,
     check_model_file,
     check_reference_names,
     default_backend,
@@ -53,8 +52,6 @@ def run_command(args: argparse.Namespace) -> int:
     backend = default_backend(args.backend)
     if "," in backend or backend == "auto":
         raise CommandError(f"--backend {backend}: debug one backend at a time", EXIT_USAGE)
-    if backend == "cpu":
-        announce_library_build()
     options: dict[str, Any] = {"num_threads": args.threads} if args.threads else {}
     if args.precision != "fp32":
         options["precision"] = args.precision

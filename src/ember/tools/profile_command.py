@@ -21,7 +21,6 @@ from ember.tools.common import (
     EXIT_COMPILE,
     CommandError,
     add_compile_options,
-    announce_library_build,
     check_model_file,
     default_backend,
     load_feeds,
@@ -60,8 +59,6 @@ def profile_model(args: argparse.Namespace, observer: Callable[[str, Any], None]
     check_model_file(args.model)
     backend = default_backend(args.backend)
     partitioned = "," in backend or backend == "auto"
-    if backend.split(",")[0] in ("cpu", "auto"):
-        announce_library_build()
     options: dict[str, Any] = {}
     if args.threads:
         options["num_threads"] = args.threads

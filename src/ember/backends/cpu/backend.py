@@ -28,6 +28,7 @@ from ember.lir.passes import DEFAULT_LIR_PIPELINE
 from ember.partition.cost import analytic_seconds
 from ember.support.errors import EmberError, UnsupportedError
 from ember.support.host import default_threads
+from ember.support.progress import step
 
 if TYPE_CHECKING:
     from ember.codegen.bundle import Bundle
@@ -124,6 +125,7 @@ class CpuBackend(Backend):
         return NativeProgram.from_artifact(library, dict(meta), files["weights.bin"])
 
     def compile(self, program: Program) -> NativeProgram:
+        step("generating C")
         cprogram = self.generate(program)
         return InstrumentedNativeProgram(self._build(cprogram.source), cprogram, program, self._build)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from ember.backends.cpu.cache import build_folder, cache_folder, commit, intact
 from ember.codegen import RUNTIME_SOURCES, runtime_source
 from ember.support.errors import EmberError
+from ember.support.progress import step
 
 _SOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.c")
 BASE_FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
@@ -102,6 +103,7 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
     folder = obj.parent
     if intact(obj):
         return obj
+    step(f"building the kernel library (once per machine, about 10 s; cache {folder.parent})")
     with build_folder(folder) as work:
         _write_runtime(Path(work))
         # One translation unit including every library source keeps this a single object.
@@ -135,6 +137,7 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     library = folder / f"{_key(*key_parts)}.so"
     if intact(library):
         return library
+    step(f"compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}")
     with build_folder(folder) as work:
         _write_runtime(Path(work))
         src = Path(work) / "model.c"
