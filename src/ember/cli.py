@@ -29,6 +29,7 @@ from ember.tools.common import (
     EXIT_ACCURACY,
     EXIT_COMPILE,
     EXIT_ERROR,
+    MODEL_HELP,
     REFERENCE_HELP,
     CommandError,
     add_compile_options,
@@ -66,6 +67,18 @@ _RUN_EXAMPLES = """examples:
 """
 
 
+_DUMP_EXAMPLES = """examples:
+  ember dump model.onnx                              the imported graph
+  ember dump model.onnx --stage lir --threads 1      the cpu program: kernels chosen, fused groups
+  ember dump model.onnx --stage c > model.c          the generated C
+  ember dump model.onnx --stage optimized --format dot | dot -Tsvg > graph.svg
+  ember dump model.onnx --stage partition --backend auto
+"""
+_BUNDLE_EXAMPLES = """examples:
+  ember bundle model.onnx --target cortex-m4 -o out --flash 1M --ram 256K
+  ember bundle model.onnx --target aarch64-linux -o out --threads 4
+  ember bundle model.onnx --target cortex-m4 -o out --quantize profile.json   (int8)
+"""
 _BENCH_EXAMPLES = """examples:
   ember bench model.onnx                                 all cores, like `ember run`
   ember bench model.onnx --threads 1 --compare onnxruntime,openvino
@@ -101,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--save", metavar="DIR", help="save outputs as DIR/output_<i>.npy")
     run.add_argument("--json", action="store_true", help="print outputs' statistics, checks and timings as JSON")
 
-    dump = commands.add_parser("dump", help="print one compilation stage")
-    dump.add_argument("model")
+    dump = commands.add_parser("dump", help="print one compilation stage", epilog=_DUMP_EXAMPLES,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    dump.add_argument("model", help=MODEL_HELP)
     dump.add_argument("--stage", choices=[*STAGES, "partition", "c", "mappings"], default="graph",
                       help="c prints the cpu backend's generated source (implies --backend cpu); partition "
                            "shows the segments of --backend A,B,... (priority order) or auto; mappings shows "
@@ -154,8 +168,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from ember.codegen.bundle import TARGETS
 
-    bundle = commands.add_parser("bundle", help="compile ahead of time into C, a header and weights (AOT bundle)")
-    bundle.add_argument("model")
+    bundle = commands.add_parser("bundle", help="compile ahead of time into C, a header and weights (AOT bundle)",
+                                 epilog=_BUNDLE_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bundle.add_argument("model", help=MODEL_HELP)
     bundle.add_argument("--target", default="host", help=f"one of {', '.join(TARGETS)} (default host)")
     bundle.add_argument("-o", "--output", required=True, metavar="DIR", help="folder for the bundle's files")
     bundle.add_argument("--prefix", default="model", help="symbol and file prefix (default model)")
@@ -174,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 
     quantize = commands.add_parser("quantize", help="profile a model on calibration data, write the profile and "
                                                     "report the int8 model's accuracy against float")
-    quantize.add_argument("model")
+    quantize.add_argument("model", help=MODEL_HELP)
     quantize.add_argument("--calibration", required=True, metavar="DATA",
                           help="a folder of .npz (inputs by name) or .npy files, or an .npz of batches")
     quantize.add_argument("--eval", metavar="DATA", help="held-out inputs for the report (default: the last "
@@ -186,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     quantize.add_argument("--keep-float", nargs="+", action="extend", default=[], metavar="OP_OR_NAME",
                           help="op types or node names to leave in float")
     quantize.add_argument("--backend", default="cpu", help="the backend the report compiles for (default cpu)")
+    quantize.add_argument("--threads", type=positive_int, metavar="N",
+                          help="threads of the report's compiled models (native backends; default: all cores)")
     quantize.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     quantize.add_argument("-o", "--output", required=True, metavar="PROFILE", help="the profile file (JSON)")
 
@@ -593,8 +610,10 @@ def _quantize(args: argparse.Namespace) -> int:
                "keep_float": args.keep_float}
     profile.options = dict(options)  # compile(quantize=PROFILE) and bundles quantize as reported here
     profile.save(args.output)
-    floating = compile_model(args.model, args.backend, shapes)
-    quantized = compile_model(args.model, args.backend, shapes, quantize=profile, quantize_options=options)
+    threads = {"num_threads": args.threads} if args.threads else None
+    floating = compile_model(args.model, args.backend, shapes, backend_options=threads)
+    quantized = compile_model(args.model, args.backend, shapes, quantize=profile, quantize_options=options,
+                              backend_options=threads)
     integer = {op: n for op, n in sorted(quantized.stats["ops"]["optimized"].items())
                if op in ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger")}
     print(f"profile of {len(calibration)} calibration sample(s) written to {args.output} (with these options)")
