@@ -126,6 +126,20 @@ def test_other_forms_keep_the_im2col_kernel():
     assert check("QLinearConv", grouped, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 2), CONST)[0] == "qconv_im2col"
 
 
+def test_a_bias_past_int32_headroom_keeps_the_float64_kernel():
+    """The plane kernels add the bias to the int32 sum; a bias that could overflow it with
+    some input (|bias| + 255 sum |w| >= 2^31) goes to qconv_im2col, which adds it in float64."""
+    xs, ws = (1, 8, 9, 9), (6, 8, 3, 3)
+    arrays = _qconv(xs, ws, U8, U8, True, True, 6, y_scale=1e6)
+    arrays[8] = np.array([2 ** 31 - 1, -2 ** 31, 5, 2 ** 31 - 40000, 0, -7], I32)
+    assert check("QLinearConv", arrays, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), CONST)[0] == "qconv_im2col"
+    depthwise = _qconv(xs, (8, 1, 3, 3), U8, U8, True, True, 6, y_scale=1e6)
+    depthwise[8] = np.full(8, 2 ** 31 - 100, I32)
+    assert check("QLinearConv", depthwise, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 8), CONST)[0] == "qconv_im2col"
+    arrays[8] = np.array([2 ** 31 - 10 ** 7, -2 ** 31 + 10 ** 7, 5, 0, 0, -7], I32)  # room left: folded, exact
+    assert check("QLinearConv", arrays, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), CONST)[0] == "qconv_direct"
+
+
 def test_weight_layouts():
     w = np.arange(7 * 5 * 2 * 3).reshape(7, 5, 2, 3).astype(I8)
     packed = pack_qdc_weights(w).reshape(2, 2, 3, 2, QDC_MR, 4)  # [M/6][kh][kw][C/4][6][4]

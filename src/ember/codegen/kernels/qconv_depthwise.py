@@ -7,7 +7,7 @@ padding (as qconv_direct does for all channels); on a grid of as many columns as
 (the output's and a few more, dropped as rows are stored), each tap is then one contiguous
 loop over the whole output, acc[q] += plane[shift + q] * w, which the compiler vectorizes.
 Then exactly the interpreter's requantization (qconv_direct's tables: the zero-point
-correction in int32, bias and x_scale * w_scale / y_scale in float64, rounding
+correction and the bias in int32, x_scale * w_scale / y_scale in float64, rounding
 half to even) and a contiguous store of the row. Channels split across threads, each with its
 own planes."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.layouts import threads_for
-from ember.codegen.kernels.qconv_direct import _dims, _Operands, _roles, _tables
+from ember.codegen.kernels.qconv_direct import _dims, _Operands, _roles, bias_fits_int32, channel_tables
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
@@ -46,7 +46,7 @@ def _accepts(view: OpView) -> str | None:
 
 def _applies(instr: Instr, options: KernelOptions) -> bool:
     w_zero = instr.operand(6)
-    return is_whole_weight(w_zero) and not np.any(w_zero.constant())
+    return is_whole_weight(w_zero) and not np.any(w_zero.constant()) and bias_fits_int32(instr)
 
 
 def _layout(instr: Instr) -> dict:
@@ -68,14 +68,14 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     taps = w.constant().astype(np.int32).reshape(d["m"], d["kh"] * d["kw"])
     plan = KernelPlan({"threads": threads}, scratch_bytes=threads * _per_thread(d))
     plan.packed = [(w, "qdw_taps_i32", np.ascontiguousarray(taps))]
-    plan.tables = _tables(instr, d)[:3]  # corr, bias, mult
+    plan.tables = channel_tables(instr, d)
     return plan
 
 
 def emit_qconv_depthwise(em: Emitter, instr: Instr) -> str:
     d = _layout(instr)
     q = _Operands.of(instr)
-    out, flip, lo, hi = q.out, q.flip, q.lo, q.hi
+    out, flip = q.out, q.flip
     if out.type.size == 0:
         return "/* empty result */"
     threads = int(param(instr, "threads", 1))
@@ -84,7 +84,7 @@ def emit_qconv_depthwise(em: Emitter, instr: Instr) -> str:
     per_thread = _per_thread(d)
     grid = oh * wph
     w = CWriter().line(
-        *q.declarations(em, instr, "const int32_t *taps"),
+        *q.declarations(em, instr, "const int32_t *taps"), *q.folded(em, instr),
         f"uint8_t *scratch = (uint8_t *){em.scratch(instr)};")
     if threads > 1:
         w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
@@ -112,15 +112,15 @@ def emit_qconv_depthwise(em: Emitter, instr: Instr) -> str:
                        f"const uint8_t *src = xc + ih * {wd} + iw0;",
                        f"for (long j = 0; j < n; j++) dst[j] = (uint8_t)(src[j * {sw}] ^ {flip});")
         # the whole output on the grid of wph columns per row: each tap one contiguous loop
-        w.line("const int32_t cc = corr[c]; const double bc = bias[c], mc = mult[c];",
+        w.line("const int32_t cc = corr[c]; const double mc = mult[c];",
                f"for (long q = 0; q < {grid}; q++) acc[q] = cc;")
         for u in range(kh):
             for v in range(kw):
                 at = ((u % sh) * sw + v % sw) * hph * wph + (u // sh) * wph + v // sw
                 w.line(f"{{ const uint8_t *s = plane + {at}; const int32_t t = wc[{u * kw + v}]; "
                        f"for (long q = 0; q < {grid}; q++) acc[q] += (int32_t)s[q] * t; }}")
-        w.line(f"for (long q = 0; q < {grid}; q++) {{ double r = nearbyint(((double)acc[q] + bc) * mc) + zy; "
-               f"r = r > {lo} ? r : {lo}; r = r < {hi} ? r : {hi}; bytes[q] = (uint8_t)(int32_t)r; }}",
+        w.line(f"for (long q = 0; q < {grid}; q++) {{ double r = (double)acc[q] * mc; "
+               "r = r > lo ? r : lo; r = r < hi ? r : hi; bytes[q] = (uint8_t)((int32_t)nearbyint(r) + zy); }",
                f"for (long oy = 0; oy < {oh}; oy++) memcpy(yc + oy * {ow}, bytes + oy * {wph}, {ow});")
     return w.text()
 

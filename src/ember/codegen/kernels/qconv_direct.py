@@ -11,11 +11,12 @@ multiplies them by 6 output channels' broadcast weights (vpdpbusd, u8 x s8 -> s3
 6 output channels x 64 grid positions, so each output row is stored contiguously in NCHW (the
 grid's extra columns are dropped).
 
-Exactly the interpreter's QLinearConv: acc = sum (x - zx) w, in int32 as
-sum x w - zx sum w (the correction a table computed at compile time), then
-(double)acc + bias, times x_scale * w_scale / y_scale (float64, as the interpreter divides),
-rounded half to even, plus the output zero point, saturated. int8 inputs are flipped to uint8
-(x + 128, the zero point with them) as the planes are built."""
+Exactly the interpreter's QLinearConv: acc + bias = sum (x - zx) w + bias, in int32 as
+sum x w + (bias - zx sum w) (one correction per channel, computed at compile time; a bias
+that could overflow int32 leaves the convolution to qconv_im2col), times
+x_scale * w_scale / y_scale (float64, as the interpreter divides), clamped to the output's
+range less its zero point, rounded half to even, plus the zero point. int8 inputs are flipped
+to uint8 (x + 128, the zero point with them) as the planes are built."""
 from __future__ import annotations
 
 import hashlib
@@ -94,47 +95,48 @@ static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups,
 #endif
 }
 
-/* One EMBER_QDC_ROWS x 64 tile of a convolution read in place through phase planes of 4-channel
- * words (qconv_rows): row r (an output pixel) takes its k group q from
- * rows[r] + koff[q], rows[r] being the pixel's place in the planes. No im2col: the row's
- * words are broadcast straight from the planes. */
-static void ember_qdc_rowtile(const uint8_t *const *rows, const int64_t *koff, long groups, const int8_t *bp,
-                             int32_t *tile)
+/* The first mr (a constant where inlined) rows of an EMBER_QDC_ROWS x 64 tile of a
+ * convolution read in place through phase planes of 4-channel words (qconv_rows): row r (an
+ * output pixel) takes its k group q from rows[r] + koff[q], rows[r] being the pixel's place in
+ * the planes. No im2col: the row's words are broadcast straight from the planes. */
+static inline __attribute__((always_inline)) void ember_qdc_rowtile_n(const uint8_t *const *rows, const int64_t *koff,
+                                                                     long groups, const int8_t *bp, int32_t *tile,
+                                                                     const int mr)
 {
 #if defined(__AVX512VNNI__) && defined(__GNUC__)
 #define EMBER_DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
 #define EMBER_QACC(r) __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
     EMBER_QACC(0); EMBER_QACC(1); EMBER_QACC(2); EMBER_QACC(3); EMBER_QACC(4); EMBER_QACC(5);
-    const uint8_t *row0 = rows[0], *row1 = rows[1], *row2 = rows[2], *row3 = rows[3], *row4 = rows[4];
-    const uint8_t *row5 = rows[5];
+    const uint8_t *row0 = rows[0], *row1 = rows[mr > 1], *row2 = rows[mr > 2 ? 2 : 0], *row3 = rows[mr > 3 ? 3 : 0];
+    const uint8_t *row4 = rows[mr > 4 ? 4 : 0], *row5 = rows[mr > 5 ? 5 : 0];
 #define EMBER_QROW(r)                                                                         \
-    do {                                                                                      \
+    if (mr > (r)) {                                                                           \
         int32_t w_; memcpy(&w_, row##r + k, 4);                                               \
         __m512i av = _mm512_set1_epi32(w_);                                                   \
         EMBER_DPBUSD(c##r##0, av, b0); EMBER_DPBUSD(c##r##1, av, b1);                         \
         EMBER_DPBUSD(c##r##2, av, b2); EMBER_DPBUSD(c##r##3, av, b3);                         \
-    } while (0)
+    }
     for (long q = 0; q < groups; q++) {
         const int8_t *b = bp + q * 4 * EMBER_QDC_NR;
         long k = (long)koff[q];
         __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
         __m512i b2 = _mm512_loadu_si512(b + 128), b3 = _mm512_loadu_si512(b + 192);
-        EMBER_QROW(0); EMBER_QROW(1); EMBER_QROW(2); EMBER_QROW(3); EMBER_QROW(4); EMBER_QROW(5);
+        EMBER_QROW(0) EMBER_QROW(1) EMBER_QROW(2) EMBER_QROW(3) EMBER_QROW(4) EMBER_QROW(5)
     }
 #define EMBER_QPUT(r)                                                                         \
-    do {                                                                                      \
+    if (mr > (r)) {                                                                           \
         _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR, c##r##0);                                 \
         _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR + 16, c##r##1);                            \
         _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR + 32, c##r##2);                            \
         _mm512_storeu_si512(tile + (r) * EMBER_QDC_NR + 48, c##r##3);                            \
-    } while (0)
-    EMBER_QPUT(0); EMBER_QPUT(1); EMBER_QPUT(2); EMBER_QPUT(3); EMBER_QPUT(4); EMBER_QPUT(5);
+    }
+    EMBER_QPUT(0) EMBER_QPUT(1) EMBER_QPUT(2) EMBER_QPUT(3) EMBER_QPUT(4) EMBER_QPUT(5)
 #undef EMBER_QACC
 #undef EMBER_DPBUSD
 #undef EMBER_QROW
 #undef EMBER_QPUT
 #else
-    for (int r = 0; r < EMBER_QDC_ROWS; r++) {
+    for (int r = 0; r < mr; r++) {
         int32_t *t = tile + r * EMBER_QDC_NR;
         for (int c = 0; c < EMBER_QDC_NR; c++) t[c] = 0;
         for (long q = 0; q < groups; q++) {
@@ -148,41 +150,71 @@ static void ember_qdc_rowtile(const uint8_t *const *rows, const int64_t *koff, l
 #endif
 }
 
+/* The first mr rows of a qconv_rows tile (the rest are not written): a last block of a few
+ * pixels (7x7 maps: 49 = 8 x 6 + 1) costs its own rows, not 6. */
+static void ember_qdc_rowtile(const uint8_t *const *rows, const int64_t *koff, long groups, const int8_t *bp,
+                              int32_t *tile, long mr)
+{
+    switch (mr) {
+    case 1: ember_qdc_rowtile_n(rows, koff, groups, bp, tile, 1); break;
+    case 2: ember_qdc_rowtile_n(rows, koff, groups, bp, tile, 2); break;
+    case 3: ember_qdc_rowtile_n(rows, koff, groups, bp, tile, 3); break;
+    case 4: ember_qdc_rowtile_n(rows, koff, groups, bp, tile, 4); break;
+    case 5: ember_qdc_rowtile_n(rows, koff, groups, bp, tile, 5); break;
+    default: ember_qdc_rowtile_n(rows, koff, groups, bp, tile, EMBER_QDC_ROWS); break;
+    }
+}
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
+/* 16 sums (bias and zero-point correction included) requantized to 16 bytes, exactly the
+ * interpreter's clamp(nearbyint(acc * mult) + zy, LO, HI): the clamp is taken before
+ * rounding, at lo = LO - zy and hi = HI - zy (integers, so it commutes with rounding half to
+ * even), and the zero point is added as an integer; m0, m1 multiply lanes 0-7 and 8-15. */
+static inline __attribute__((always_inline)) __m128i ember_qdc_rq16(__m512i acc, __m512d m0, __m512d m1, __m512d lo,
+                                                                   __m512d hi, __m512i zy)
+{
+    __m512d d0 = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)), m0);
+    __m512d d1 = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1)), m1);
+    d0 = _mm512_min_pd(_mm512_max_pd(d0, lo), hi);
+    d1 = _mm512_min_pd(_mm512_max_pd(d1, lo), hi);
+    __m256i i0 = _mm512_cvt_roundpd_epi32(d0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i i1 = _mm512_cvt_roundpd_epi32(d1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1), zy));
+}
+#endif
+
+/* One sum requantized as ember_qdc_rq16 does (the wrapping int32 sum of tile and correction
+ * is exact: the true value fits). */
+static inline uint8_t ember_qdc_rq1(int32_t t, int32_t corr, double mult, int32_t zy, double lo, double hi)
+{
+    double q = ((double)(int32_t)((uint32_t)t + (uint32_t)corr)) * mult;
+    q = q > lo ? q : lo;
+    q = q < hi ? q : hi;
+    return (uint8_t)((int32_t)nearbyint(q) + zy);
+}
+
 /* A qconv_rows tile (EMBER_QDC_ROWS pixels x 64 output channels, nr of them real) requantized
- * per channel as ember_qdc_requant does, then stored into NCHW: channel j's pixels are P
- * bytes apart from the next channel's. */
-static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int32_t *corr, const double *bias,
-                               const double *mult, double zy, double lo, double hi, uint8_t *y, long P)
+ * per channel, then stored into NCHW: channel j's pixels are P bytes apart from the next
+ * channel's. corr holds each channel's zero-point correction plus its bias. */
+static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int32_t *corr, const double *mult,
+                               int32_t zy, double lo, double hi, uint8_t *y, long P)
 {
     uint8_t buf[EMBER_QDC_ROWS][64];
-    for (long r = 0; r < mr; r++) {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
-        const __m512d z = _mm512_set1_pd(zy), l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
-        for (int v = 0; v < 4; v++) {
-            __m512i acc = _mm512_add_epi32(_mm512_loadu_si512(tile + r * 64 + 16 * v),
-                                           _mm512_loadu_si512(corr + 16 * v));
-            __m256i part[2];
-            for (int half = 0; half < 2; half++) {
-                __m256i a8 = half ? _mm512_extracti64x4_epi64(acc, 1) : _mm512_castsi512_si256(acc);
-                long at = 16 * v + 8 * half;
-                __m512d d = _mm512_mul_pd(_mm512_add_pd(_mm512_cvtepi32_pd(a8), _mm512_loadu_pd(bias + at)),
-                                          _mm512_loadu_pd(mult + at));
-                d = _mm512_add_pd(_mm512_roundscale_pd(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
-                part[half] = _mm512_cvtpd_epi32(_mm512_min_pd(_mm512_max_pd(d, l), h));
-            }
-            __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1);
-            _mm_storeu_si128((__m128i *)(buf[r] + 16 * v), _mm512_cvtepi32_epi8(both));
-        }
-#else
-        for (int j = 0; j < 64; j++) {
-            int32_t a = (int32_t)((uint32_t)tile[r * 64 + j] + (uint32_t)corr[j]);
-            double q = nearbyint(((double)a + bias[j]) * mult[j]) + zy;
-            q = q > lo ? q : lo;
-            q = q < hi ? q : hi;
-            buf[r][j] = (uint8_t)(int32_t)q;
-        }
-#endif
+    const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
+    const __m512i z = _mm512_set1_epi32(zy);
+    for (int v = 0; v < 4; v++) {
+        const __m512i c = _mm512_loadu_si512(corr + 16 * v);
+        const __m512d m0 = _mm512_loadu_pd(mult + 16 * v), m1 = _mm512_loadu_pd(mult + 16 * v + 8);
+        for (long r = 0; r < mr; r++)
+            _mm_storeu_si128((__m128i *)(buf[r] + 16 * v),
+                             ember_qdc_rq16(_mm512_add_epi32(_mm512_loadu_si512(tile + r * 64 + 16 * v), c), m0, m1,
+                                            l, h, z));
     }
+#else
+    for (long r = 0; r < mr; r++)
+        for (int j = 0; j < 64; j++) buf[r][j] = ember_qdc_rq1(tile[r * 64 + j], corr[j], mult[j], zy, lo, hi);
+#endif
 #if defined(__AVX512BW__) && defined(__GNUC__)
     if (mr == 6) {
         /* a full tile: each channel's 6 bytes as one 4-byte and one 2-byte store, the words
@@ -215,40 +247,23 @@ static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int3
         for (long r = 0; r < mr; r++) y[j * P + r] = buf[r][j];
 }
 
-/* Row r of a tile requantized to 64 bytes: nearbyint(((double)(t + corr) + bias) * mult) + zy,
- * saturated to [lo, hi] (the wrapping int32 sum is exact: the true value fits). */
-static void ember_qdc_requant(const int32_t *t, int32_t corr, double bias, double mult, double zy, double lo,
-                              double hi, uint8_t *out)
+/* Row r of a tile requantized to 64 bytes, as ember_qdc_rq16 does (corr: the zero-point
+ * correction plus the bias of the row's channel). */
+static void ember_qdc_requant(const int32_t *t, int32_t corr, double mult, int32_t zy, double lo, double hi,
+                              uint8_t *out)
 {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
-    const __m512i c = _mm512_set1_epi32(corr);
-    const __m512d b = _mm512_set1_pd(bias), m = _mm512_set1_pd(mult), z = _mm512_set1_pd(zy);
-    const __m512d l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
+    const __m512i c = _mm512_set1_epi32(corr), z = _mm512_set1_epi32(zy);
+    const __m512d m = _mm512_set1_pd(mult), l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
     __m128i bytes[4];
-    for (int v = 0; v < 4; v++) {
-        __m512i acc = _mm512_add_epi32(_mm512_loadu_si512(t + 16 * v), c);
-        __m256i part[2];
-        for (int half = 0; half < 2; half++) {
-            __m256i a8 = half ? _mm512_extracti64x4_epi64(acc, 1) : _mm512_castsi512_si256(acc);
-            __m512d d = _mm512_mul_pd(_mm512_add_pd(_mm512_cvtepi32_pd(a8), b), m);
-            d = _mm512_add_pd(_mm512_roundscale_pd(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
-            d = _mm512_min_pd(_mm512_max_pd(d, l), h);
-            part[half] = _mm512_cvtpd_epi32(d);
-        }
-        bytes[v] = _mm512_cvtepi32_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(part[0]), part[1], 1));
-    }
+    for (int v = 0; v < 4; v++)
+        bytes[v] = ember_qdc_rq16(_mm512_add_epi32(_mm512_loadu_si512(t + 16 * v), c), m, m, l, h, z);
     /* one 64-byte store, so the copies that read the row back get it forwarded whole */
     __m512i row = _mm512_inserti32x4(_mm512_castsi128_si512(bytes[0]), bytes[1], 1);
     row = _mm512_inserti32x4(_mm512_inserti32x4(row, bytes[2], 2), bytes[3], 3);
     _mm512_storeu_si512(out, row);
 #else
-    for (int j = 0; j < 64; j++) {
-        int32_t a = (int32_t)((uint32_t)t[j] + (uint32_t)corr);
-        double q = nearbyint(((double)a + bias) * mult) + zy;
-        q = q > lo ? q : lo;
-        q = q < hi ? q : hi;
-        out[j] = (uint8_t)(int32_t)q;
-    }
+    for (int j = 0; j < 64; j++) out[j] = ember_qdc_rq1(t[j], corr, mult, zy, lo, hi);
 #endif
 }
 
@@ -334,7 +349,7 @@ def _accepts(view: OpView) -> str | None:
 
 def _applies(instr: Instr, options: KernelOptions) -> bool:
     w_zero = instr.operand(6)
-    return is_whole_weight(w_zero) and not np.any(w_zero.constant())
+    return is_whole_weight(w_zero) and not np.any(w_zero.constant()) and bias_fits_int32(instr)
 
 
 def _roles(instr: Instr) -> tuple[list[Buffer], Buffer | None]:
@@ -346,7 +361,10 @@ def _roles(instr: Instr) -> tuple[list[Buffer], Buffer | None]:
     return required, ops[9] if len(ops) > 9 else None
 
 
-def _tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
+def channel_terms(instr: Instr, d: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per output channel (zero-padded to either layout's channel count): the int32 zero-point
+    correction -zx sum w, the bias (float64) and x_scale * w_scale / y_scale (float64, as the
+    interpreter divides)."""
     ops, bias = _roles(instr)
     x, sx, zx, w, sw, _, sy, zy = ops[1:9]
     m, rows = d["m"], max(d["mblocks"] * QDC_MR, -(-d["m"] // QNR) * QNR)  # channels of either layout
@@ -359,17 +377,41 @@ def _tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
     if bias is not None:
         b[:m] = bias.constant().astype(np.float64).reshape(-1)
     mult = np.zeros(rows, np.float64)
-    # As the interpreter: x_scale * w_scale / y_scale in float64.
     mult[:m] = np.float64(sx.constant().reshape(-1)[0]) * np.broadcast_to(
         sw.constant().astype(np.float64).reshape(-1), (m,)) / np.float64(sy.constant().reshape(-1)[0])
+    return corr, b, mult
+
+
+def bias_fits_int32(instr: Instr) -> bool:
+    """Whether sum (x - zx) w + bias fits int32 for every input (|x - zx| <= 255), so the bias
+    joins the zero-point correction in the int32 sum, exactly."""
+    ops, bias = _roles(instr)
+    if bias is None:
+        return True
+    w = ops[4].constant().astype(np.int64)
+    reach = np.abs(w.reshape(w.shape[0], -1)).sum(axis=1) * 255 + np.abs(bias.constant().astype(np.int64).reshape(-1))
+    return bool(reach.max(initial=0) < 2 ** 31)
+
+
+def _named(tables: list[tuple[str, np.ndarray]]) -> list[tuple[str, str, np.ndarray]]:
+    return [(hashlib.sha256(data.tobytes()).hexdigest()[:16], f"qdc_{name}", data) for name, data in tables]
+
+
+def channel_tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
+    """corr (the zero-point correction plus the bias, in int32: bias_fits_int32) and mult."""
+    corr, b, mult = channel_terms(instr, d)
+    return _named([("corr_bias", corr + b.astype(np.int32)), ("mult", mult)])
+
+
+def _tables(instr: Instr, d: dict) -> list[tuple[str, str, np.ndarray]]:
+    """channel_tables and the k groups' offsets in the planes."""
     koff = []
     for u in range(d["kh"]):
         for v in range(d["kw"]):
             phase = (u % d["sh"]) * d["sw"] + v % d["sw"]
             shift = (u // d["sh"]) * d["wph"] + v // d["sw"]
             koff += [((phase * d["cq"] + q) * d["plane"] + shift) * 4 for q in range(d["cq"])]
-    tables = [("corr", corr), ("bias", b), ("mult", mult), ("koff", np.asarray(koff, np.int64))]
-    return [(hashlib.sha256(data.tobytes()).hexdigest()[:16], f"qdc_{name}", data) for name, data in tables]
+    return channel_tables(instr, d) + _named([("koff", np.asarray(koff, np.int64))])
 
 
 def pack_qdc_weights(w: np.ndarray) -> np.ndarray:
@@ -450,27 +492,31 @@ class _Operands:
 
     def declarations(self, em: Emitter, instr: Instr, weights: str) -> list[str]:
         """The C locals they all start with: x, y, zero points, the packed weights as
-        `weights` (a declaration's type and name) and the per-channel tables."""
+        `weights` (a declaration's type and name)."""
         return [f"const uint8_t *x = {em.address(self.x)};",
                 f"uint8_t *y = {em.address(self.out)};",
                 f"const uint8_t xz = (uint8_t)((uint8_t){em.pointer(self.x_zero, const=True)}[0] ^ {self.flip});",
-                f"const double zy = (double){em.pointer(self.y_zero, const=True)}[0];",
-                f"{weights} = ({weights.split(' *')[0]} *){em.packed(instr, 0)};",
-                f"const int32_t *corr = {em.table(instr, 0)};",
-                f"const double *bias = {em.table(instr, 1)};",
-                f"const double *mult = {em.table(instr, 2)};"]
+                f"const int32_t zy = (int32_t){em.pointer(self.y_zero, const=True)}[0];",
+                f"{weights} = ({weights.split(' *')[0]} *){em.packed(instr, 0)};"]
+
+    def folded(self, em: Emitter, instr: Instr) -> list[str]:
+        """qconv_direct's and qconv_rows' per-channel tables (corr with the bias in it) and
+        their clamp around the rounding, relative to the zero point."""
+        return [f"const int32_t *corr = {em.table(instr, 0)};",
+                f"const double *mult = {em.table(instr, 1)};",
+                f"const double lo = (double)({int(self.lo)} - zy), hi = (double)({int(self.hi)} - zy);"]
 
 
 def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
     d = _layout(instr)
     q = _Operands.of(instr)
-    out, flip, lo, hi = q.out, q.flip, q.lo, q.hi
+    out, flip = q.out, q.flip
     if out.type.size == 0:
         return "/* empty result */"
     threads = int(param(instr, "threads", 1))
     w = CWriter().line(
-        *q.declarations(em, instr, "const int8_t *wp"),
-        f"const int64_t *koff = {em.table(instr, 3)};",
+        *q.declarations(em, instr, "const int8_t *wp"), *q.folded(em, instr),
+        f"const int64_t *koff = {em.table(instr, 2)};",
         f"uint8_t *planes = (uint8_t *){em.scratch(instr)};",
         f"/* {c_type(out.type.dtype)} output through its bytes */")
     with w.block(f"for (long nb = 0; nb < {d['n']}; nb++)"):
@@ -487,7 +533,7 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
             with w.block(f"for (long r = 0; r < {QDC_MR}; r++)"):
                 w.line(f"long co = mb * {QDC_MR} + r;",
                        f"if (co >= {d['m']}) break;",
-                       f"ember_qdc_requant(tile + r * 64, corr[co], bias[co], mult[co], zy, {lo}, {hi}, row);",
+                       "ember_qdc_requant(tile + r * 64, corr[co], mult[co], zy, lo, hi, row);",
                        f"ember_qdc_store(row, q0, {d['grid']}, {d['wph']}, {d['ow']}, yn + co * {d['oh'] * d['ow']});")
     return w.text()
 
@@ -556,15 +602,15 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
     transposed into NCHW (ember_qdc_colstore)."""
     d = _layout(instr)
     q = _Operands.of(instr)
-    out, flip, lo, hi = q.out, q.flip, q.lo, q.hi
+    out, flip = q.out, q.flip
     if out.type.size == 0:
         return "/* empty result */"
     pixels, m, groups = d["oh"] * d["ow"], d["m"], d["groups"]
     blocks, panels = -(-pixels // QMR), -(-m // QNR)
     threads = int(param(instr, "threads", 1))
     w = CWriter().line(
-        *q.declarations(em, instr, "const int8_t *bp"),
-        f"const int64_t *koff = {em.table(instr, 3)};",
+        *q.declarations(em, instr, "const int8_t *bp"), *q.folded(em, instr),
+        f"const int64_t *koff = {em.table(instr, 2)};",
         f"uint8_t *planes = (uint8_t *){em.scratch(instr)};")
     with w.block(f"for (long nb = 0; nb < {d['n']}; nb++)"):
         w.line(f"const uint8_t *xn = x + nb * {d['c'] * d['h'] * d['w']};",
@@ -579,9 +625,9 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
                    f"const uint8_t *rows[{QMR}];",
                    f"for (long r = 0; r < {QMR}; r++) {{ long i = i0 + (r < mr ? r : 0); "
                    f"rows[r] = planes + 4 * (i / {d['ow']} * {d['wph']} + i % {d['ow']}); }}",
-                   f"ember_qdc_rowtile(rows, koff, {groups}, bp + p * {groups * 4 * QNR}, tile);",
-                   f"ember_qdc_colstore(tile, mr, nr < {QNR} ? nr : {QNR}, corr + p * {QNR}, bias + p * {QNR}, "
-                   f"mult + p * {QNR}, zy, {lo}, {hi}, yn + p * {QNR * pixels} + i0, {pixels});")
+                   f"ember_qdc_rowtile(rows, koff, {groups}, bp + p * {groups * 4 * QNR}, tile, mr);",
+                   f"ember_qdc_colstore(tile, mr, nr < {QNR} ? nr : {QNR}, corr + p * {QNR}, mult + p * {QNR}, zy, "
+                   f"lo, hi, yn + p * {QNR * pixels} + i0, {pixels});")
     return w.text()
 
 
