@@ -102,6 +102,28 @@ def _layer_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     return KernelPlan({"threads": threads_for(options.num_threads, x.type.size * 4)}, packed=packed)
 
 
+# Partial sums a row reduction keeps: one vector's lanes, so that the compiler (which may not
+# reorder a float sum) still vectorizes it instead of chaining one add per element.
+SUM_LANES = 16
+
+
+def _lane_sum(name: str, term: str, size: int) -> list[str]:
+    """Row-loop lines declaring `float name` = the sum of `term` over j < size: SUM_LANES
+    partial sums over whole blocks of lanes, the tail into the first, then added pairwise."""
+    whole = size // SUM_LANES * SUM_LANES
+    if whole == 0:
+        return [f"    float {name} = 0.0f;", f"    for (long j = 0; j < {size}; j++) {name} += {term};"]
+    lines = [f"    float {name}_lanes[{SUM_LANES}] = {{0.0f}};",
+             f"    for (long j0 = 0; j0 < {whole}; j0 += {SUM_LANES})",
+             f"        for (long j = j0; j < j0 + {SUM_LANES}; j++) {name}_lanes[j - j0] += {term};"]
+    if whole < size:
+        lines.append(f"    for (long j = {whole}; j < {size}; j++) {name}_lanes[0] += {term};")
+    lines += [f"    for (int w = {SUM_LANES // 2}; w > 0; w /= 2)",
+              f"        for (int l = 0; l < w; l++) {name}_lanes[l] += {name}_lanes[l + w];",
+              f"    float {name} = {name}_lanes[0];"]
+    return lines
+
+
 @C_KERNELS.kernel("layer_norm_rows", "LayerNormalization", accepts=accepts, plan=_layer_norm_plan)
 def emit_layer_norm(em: Emitter, instr: Instr) -> str:
     out, x = instr.operand(0), instr.operand(1)
@@ -127,10 +149,9 @@ def emit_layer_norm(em: Emitter, instr: Instr) -> str:
         f"for (long r = 0; r < {rows}; r++) {{",
         f"    const float *xr = x + r * {size};",
         f"    float *yr = y + r * {size};",
-        "    float sum = 0.0f;",
-        f"    for (long j = 0; j < {size}; j++) sum += xr[j];",
-        f"    float mean = sum / {size}.0f, var = 0.0f;",
-        f"    for (long j = 0; j < {size}; j++) {{ float d = xr[j] - mean; var += d * d; }}",
+        *_lane_sum("sum", "xr[j]", size),
+        f"    float mean = sum / {size}.0f;",
+        *_lane_sum("var", "(xr[j] - mean) * (xr[j] - mean)", size),
         f"    float rstd = 1.0f / sqrtf(var / {size}.0f + {eps});",
         f"    for (long j = 0; j < {size}; j++) yr[j] = (xr[j] - mean) * rstd * scale[j]"
         + (" + bias[j];" if bias_ptr else ";"),
