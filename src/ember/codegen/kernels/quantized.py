@@ -513,4 +513,4 @@ def emit_qconv(em: Emitter, instr: Instr) -> str:
 
 # The direct and depthwise int8 convolutions and the 8-bit MaxPool register themselves ahead of the
 # general kernels.
-from ember.codegen.kernels import qconv_depthwise, qconv_direct, qpool  # noqa: E402, F401  (registration)
+from ember.codegen.kernels import qconv_depthwise, qconv_direct, qpool, quantized_chain  # noqa: E402, F401  (registration)
