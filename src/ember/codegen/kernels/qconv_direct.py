@@ -47,8 +47,11 @@ QDC_C = r"""
 #define EMBER_QDC_NR 64
 #define EMBER_QDC_ROWS 6
 
-/* One EMBER_QDC_MR x 64 tile: tile[r][j] = sum_g sum_t act[koff[g] + 4 j + t] * w[g][r][t]. */
-static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups, const int8_t *w, int32_t *tile)
+/* The first mr (a constant where inlined) rows of an EMBER_QDC_MR x 64 tile:
+ * tile[r][j] = sum_g sum_t act[koff[g] + 4 j + t] * w[g][r][t]. */
+static inline __attribute__((always_inline)) void ember_qdc_tile_n(const uint8_t *act, const int64_t *koff,
+                                                                  long groups, const int8_t *w, int32_t *tile,
+                                                                  const int mr)
 {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
     /* Named accumulators stay in registers; vpdpbusd as inline asm (see qgemm_core.py). */
@@ -57,35 +60,35 @@ static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups,
     __m512i c##r##0 = _mm512_setzero_si512(), c##r##1 = c##r##0, c##r##2 = c##r##0, c##r##3 = c##r##0
     EMBER_QDC_ACC(0); EMBER_QDC_ACC(1); EMBER_QDC_ACC(2); EMBER_QDC_ACC(3); EMBER_QDC_ACC(4); EMBER_QDC_ACC(5);
 #define EMBER_QDC_ROW(r)                                                                      \
-    do {                                                                                      \
+    if (mr > (r)) {                                                                           \
         int32_t wv; memcpy(&wv, wg + 4 * (r), 4);                                             \
         __m512i wb = _mm512_set1_epi32(wv);                                                   \
         EMBER_QDC_DP(c##r##0, a0, wb); EMBER_QDC_DP(c##r##1, a1, wb);                         \
         EMBER_QDC_DP(c##r##2, a2, wb); EMBER_QDC_DP(c##r##3, a3, wb);                         \
-    } while (0)
+    }
     for (long g = 0; g < groups; g++) {
         const uint8_t *p = act + koff[g];
         const int8_t *wg = w + g * 4 * EMBER_QDC_MR;
         __m512i a0 = _mm512_loadu_si512(p), a1 = _mm512_loadu_si512(p + 64);
         __m512i a2 = _mm512_loadu_si512(p + 128), a3 = _mm512_loadu_si512(p + 192);
-        EMBER_QDC_ROW(0); EMBER_QDC_ROW(1); EMBER_QDC_ROW(2); EMBER_QDC_ROW(3); EMBER_QDC_ROW(4); EMBER_QDC_ROW(5);
+        EMBER_QDC_ROW(0) EMBER_QDC_ROW(1) EMBER_QDC_ROW(2) EMBER_QDC_ROW(3) EMBER_QDC_ROW(4) EMBER_QDC_ROW(5)
     }
 #define EMBER_QDC_PUT(r)                                                                      \
-    do {                                                                                      \
+    if (mr > (r)) {                                                                           \
         _mm512_storeu_si512(tile + (r) * 64, c##r##0); _mm512_storeu_si512(tile + (r) * 64 + 16, c##r##1); \
         _mm512_storeu_si512(tile + (r) * 64 + 32, c##r##2); _mm512_storeu_si512(tile + (r) * 64 + 48, c##r##3); \
-    } while (0)
-    EMBER_QDC_PUT(0); EMBER_QDC_PUT(1); EMBER_QDC_PUT(2); EMBER_QDC_PUT(3); EMBER_QDC_PUT(4); EMBER_QDC_PUT(5);
+    }
+    EMBER_QDC_PUT(0) EMBER_QDC_PUT(1) EMBER_QDC_PUT(2) EMBER_QDC_PUT(3) EMBER_QDC_PUT(4) EMBER_QDC_PUT(5)
 #undef EMBER_QDC_DP
 #undef EMBER_QDC_ACC
 #undef EMBER_QDC_ROW
 #undef EMBER_QDC_PUT
 #else
-    for (int x = 0; x < EMBER_QDC_MR * 64; x++) tile[x] = 0;
+    for (int x = 0; x < mr * 64; x++) tile[x] = 0;
     for (long g = 0; g < groups; g++) {
         const uint8_t *p = act + koff[g];
         const int8_t *wg = w + g * 4 * EMBER_QDC_MR;
-        for (int r = 0; r < EMBER_QDC_MR; r++) {
+        for (int r = 0; r < mr; r++) {
             int32_t w0 = wg[4 * r], w1 = wg[4 * r + 1], w2 = wg[4 * r + 2], w3 = wg[4 * r + 3];
             int32_t *t = tile + r * 64;
             for (int j = 0; j < 64; j++)
@@ -93,6 +96,21 @@ static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups,
         }
     }
 #endif
+}
+
+/* The first mr output channels of a tile (the rest are not written): a last block of fewer
+ * than 6 channels (64 = 10 x 6 + 4) costs its own rows, not 6. */
+static void ember_qdc_tile(const uint8_t *act, const int64_t *koff, long groups, const int8_t *w, int32_t *tile,
+                           long mr)
+{
+    switch (mr) {
+    case 1: ember_qdc_tile_n(act, koff, groups, w, tile, 1); break;
+    case 2: ember_qdc_tile_n(act, koff, groups, w, tile, 2); break;
+    case 3: ember_qdc_tile_n(act, koff, groups, w, tile, 3); break;
+    case 4: ember_qdc_tile_n(act, koff, groups, w, tile, 4); break;
+    case 5: ember_qdc_tile_n(act, koff, groups, w, tile, 5); break;
+    default: ember_qdc_tile_n(act, koff, groups, w, tile, EMBER_QDC_MR); break;
+    }
 }
 
 /* The first mr (a constant where inlined) rows of an EMBER_QDC_ROWS x 64 tile of a
@@ -529,10 +547,11 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
             w.line(f"long q0 = t / {d['mblocks']} * {QDC_NR}, mb = t % {d['mblocks']};",
                    f"int32_t tile[{QDC_MR * QDC_NR}] __attribute__((aligned(64)));",
                    "uint8_t row[64] __attribute__((aligned(64)));",
-                   f"ember_qdc_tile(planes + q0 * 4, koff, {d['groups']}, wp + mb * {d['groups'] * 4 * QDC_MR}, tile);")
-            with w.block(f"for (long r = 0; r < {QDC_MR}; r++)"):
+                   f"long mr = {d['m']} - mb * {QDC_MR} < {QDC_MR} ? {d['m']} - mb * {QDC_MR} : {QDC_MR};",
+                   f"ember_qdc_tile(planes + q0 * 4, koff, {d['groups']}, wp + mb * {d['groups'] * 4 * QDC_MR}, tile, "
+                   "mr);")
+            with w.block("for (long r = 0; r < mr; r++)"):
                 w.line(f"long co = mb * {QDC_MR} + r;",
-                       f"if (co >= {d['m']}) break;",
                        "ember_qdc_requant(tile + r * 64, corr[co], mult[co], zy, lo, hi, row);",
                        f"ember_qdc_store(row, q0, {d['grid']}, {d['wph']}, {d['ow']}, yn + co * {d['oh'] * d['ow']});")
     return w.text()
@@ -553,10 +572,11 @@ STORE_COST = {"direct": 32, "rows": 100}
 
 
 def executed_macs(d: dict) -> tuple[int, int]:
-    """Products computed, padding included, by (qconv_direct, qconv_rows) for one image."""
-    direct = d["mblocks"] * QDC_MR * d["blocks"] * QDC_NR
+    """Products computed, padding included, by (qconv_direct, qconv_rows) for one image: a
+    last tile of fewer output channels (direct) or pixels (rows) computes only those."""
+    direct = d["m"] * d["blocks"] * QDC_NR
     pixels = d["oh"] * d["ow"]
-    rows = -(-pixels // QMR) * QMR * -(-d["m"] // QNR) * QNR
+    rows = pixels * -(-d["m"] // QNR) * QNR
     return direct * d["groups"] * 4, rows * d["groups"] * 4
 
 
