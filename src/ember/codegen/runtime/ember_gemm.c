@@ -141,10 +141,12 @@ static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, in
     }
 }
 
-/* One mr x 32 tile over the full K; `mr` is a constant in each instantiation below. */
+/* One mr x 32 tile over the full K; `mr` is a constant in each instantiation below, and so
+ * is `halves`: 1 for a last panel of at most 16 columns (a classifier's N = 10, N % 32 <= 16),
+ * which then does half the multiply-adds, the second half staying zero. */
 static inline __attribute__((always_inline)) void tile(
-    int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks, const int32_t *koff,
-    float *c, long ldc, int ncols, const ember_epilogue *ep, long row0, long col0)
+    int mr, int halves, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
+    const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep, long row0, long col0)
 {
     ember_v16 acc[EMBER_MR][2];
     for (int i = 0; i < EMBER_MR; i++) { acc[i][0] = vsplat(0.0f); acc[i][1] = vsplat(0.0f); }
@@ -160,13 +162,13 @@ static inline __attribute__((always_inline)) void tile(
             #pragma GCC unroll 4
             for (int s = 0; s < 4; s++) {
                 const float *bk = koff ? bp + koff[k + s] : bp + (k + s) * b_ks;
-                ember_v16 b0 = vload(bk), b1 = vload(bk + 16);
+                ember_v16 b0 = vload(bk), b1 = halves == 2 ? vload(bk + 16) : vsplat(0.0f);
                 #pragma GCC unroll 2
                 for (int i = 0; i < 2; i++) {
                     if (i < mr) {
                         float ai = a[i * a_rs + (k + s) * a_ks];
                         part[i][0][s] += ai * b0;
-                        part[i][1][s] += ai * b1;
+                        if (halves == 2) part[i][1][s] += ai * b1;
                     }
                 }
             }
@@ -178,13 +180,13 @@ static inline __attribute__((always_inline)) void tile(
     for (; k < kc; k++) {
         const float *bk = koff ? bp + koff[k] : bp + k * b_ks;
         ember_v16 b0 = vload(bk);
-        ember_v16 b1 = vload(bk + 16);
+        ember_v16 b1 = halves == 2 ? vload(bk + 16) : vsplat(0.0f);
         #pragma GCC unroll 8
         for (int i = 0; i < EMBER_MR; i++) {
             if (i < mr) {
                 float ai = a[i * a_rs + k * a_ks];
                 acc[i][0] += ai * b0;
-                acc[i][1] += ai * b1;
+                if (halves == 2) acc[i][1] += ai * b1;
             }
         }
     }
@@ -216,17 +218,26 @@ static inline __attribute__((always_inline)) void tile(
     store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
 }
 
-#define EMBER_TILE_CASES(KOFF) \
+#define EMBER_TILE_CASES(HALVES, KOFF) \
     switch (mr) { \
-    case 8: tile(8, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 7: tile(7, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 6: tile(6, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 5: tile(5, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 4: tile(4, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 3: tile(3, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 2: tile(2, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    default: tile(1, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 8: tile(8, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 7: tile(7, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 6: tile(6, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 5: tile(5, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 4: tile(4, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 3: tile(3, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    case 2: tile(2, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
+    default: tile(1, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
     }
+
+/* The half-width tiles, out of line: inlined beside the full ones they cost those a register
+ * (gcc then spilled A's row offsets, 5% slower). */
+static __attribute__((noinline)) void tile_rows_half(int mr, long kc, const float *a, long a_rs, long a_ks,
+                                                     const float *bp, long b_ks, float *c, long ldc, int ncols,
+                                                     const ember_epilogue *ep, long row0, long col0)
+{
+    EMBER_TILE_CASES(1, (const int32_t *)0)
+}
 
 #endif
 
@@ -290,11 +301,15 @@ void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, cons
 #ifdef EMBER_PORTABLE_TILE
     tile_portable(mr, kc, a, a_rs, a_ks, bp, b_ks, koff, c, ldc, ncols, ep, row0, col0);
 #else
-    /* Two instantiations, so the common path carries no offset-table load. */
+    /* Separate instantiations, so the common path carries no offset-table load; the
+     * half-width tile only where B is read row by row (the offset-table path is the direct
+     * convolution's, whose narrow last panels are rare). */
     if (koff) {
-        EMBER_TILE_CASES(koff)
+        EMBER_TILE_CASES(2, koff)
+    } else if (ncols <= EMBER_NR / 2) {
+        tile_rows_half(mr, kc, a, a_rs, a_ks, bp, b_ks, c, ldc, ncols, ep, row0, col0);
     } else {
-        EMBER_TILE_CASES((const int32_t *)0)
+        EMBER_TILE_CASES(2, (const int32_t *)0)
     }
 #endif
 }

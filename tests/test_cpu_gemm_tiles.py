@@ -1,0 +1,91 @@
+"""The GEMM core's tiles at the edges of their shapes (runtime/ember_gemm.c): a last panel of at
+most 16 columns takes the half-width tile, others the full one; rows 1..8 per tile (1 and 2
+take the split-k path); every epilogue (bias, residual, activation on registers or through
+memory) on both. FullyConnected with packed weights, MatMul with B read in place (its tail
+panel packed at run time), and small convolutions whose pixel count leaves a narrow last
+panel, each against the interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ember  # noqa: F401
+from ember.backends.cpu import CpuBackend
+from ember.driver import compile_graph
+from ember.graph.ir import Graph
+from ember.ops.nn import ConvAttrs
+from ember.types import DType, TensorType
+from tests.helpers import relative_error
+
+
+def _run_both(build, feeds: dict[str, np.ndarray], threads: int = 1) -> tuple[dict, dict, str]:
+    expected = compile_graph(build(), "interpreter").run(feeds)
+    compiled = compile_graph(build(), CpuBackend(num_threads=threads))
+    return compiled.run(feeds), expected, compiled.executable.source
+
+
+def _fc_graph(m: int, k: int, n: int, activation: str | None, residual: bool):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    w, b = rng.standard_normal((k, n)).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+
+    def build() -> Graph:
+        g = Graph("fc")
+        x = g.add_input("x", TensorType(DType.FLOAT32, (m, k)))
+        y = g.add("Add", g.add("MatMul", x, g.add_constant(w, "w")), g.add_constant(b, "b"))
+        if residual:
+            y = g.add("Add", y, g.add_input("r", TensorType(DType.FLOAT32, (m, n))))
+        if activation:
+            y = g.add(activation, y)
+        g.set_outputs([("y", y)])
+        return g
+    return build
+
+
+# (M, K, N): N % 32 in 1..16 takes the half-width tile for its last panel, 0 or 17..31 not.
+SHAPES = [(1, 64, 10), (2, 33, 16), (3, 7, 1), (8, 64, 10), (9, 5, 42), (13, 40, 17), (16, 3, 48), (5, 70, 32)]
+
+
+@pytest.mark.parametrize("m,k,n", SHAPES)
+@pytest.mark.parametrize("activation,residual", [("Relu", False), ("Sigmoid", True), (None, True)])
+def test_fully_connected_edges_match_interpreter(m, k, n, activation, residual):
+    rng = np.random.default_rng(7)
+    feeds = {"x": rng.standard_normal((m, k)).astype(np.float32)}
+    if residual:
+        feeds["r"] = rng.standard_normal((m, n)).astype(np.float32)
+    actual, expected, source = _run_both(_fc_graph(m, k, n, activation, residual), feeds)
+    assert "FullyConnected [fully_connected_gemm]" in source
+    assert relative_error(actual["y"], expected["y"]) <= 1e-5
+
+
+@pytest.mark.parametrize("m,k,n", [(4, 9, 10), (8, 33, 45), (2, 16, 16)])
+def test_matmul_with_computed_right_operand_matches_interpreter(m, k, n):
+    def build() -> Graph:
+        g = Graph("mm")
+        a = g.add_input("a", TensorType(DType.FLOAT32, (m, k)))
+        b = g.add_input("b", TensorType(DType.FLOAT32, (k, n)))
+        g.set_outputs([("y", g.add("MatMul", a, b))])
+        return g
+    rng = np.random.default_rng(3)
+    feeds = {"a": rng.standard_normal((m, k)).astype(np.float32), "b": rng.standard_normal((k, n)).astype(np.float32)}
+    actual, expected, source = _run_both(build, feeds, threads=2)
+    assert "ember_gemm(" in source
+    assert relative_error(actual["y"], expected["y"]) <= 1e-5
+
+
+@pytest.mark.parametrize("size,kernel,stride", [(5, 3, 1), (7, 3, 2), (4, 1, 1), (6, 3, 1)])
+def test_small_convolutions_match_interpreter(size, kernel, stride):
+    """Output grids of 9, 16, 9 and 36 pixels: the last panel of pixels is narrow."""
+    rng = np.random.default_rng(size)
+    w = rng.standard_normal((12, 5, kernel, kernel)).astype(np.float32)
+    bias = rng.standard_normal(12).astype(np.float32)
+
+    def build() -> Graph:
+        g = Graph("conv")
+        x = g.add_input("x", TensorType(DType.FLOAT32, (1, 5, size, size)))
+        attrs = ConvAttrs(strides=(stride, stride), pads=(0, 0, 0, 0), dilations=(1, 1))
+        y = g.add("Conv", x, g.add_constant(w, "w"), g.add_constant(bias, "b"), attrs=attrs)
+        g.set_outputs([("y", g.add("Relu", y))])
+        return g
+    feeds = {"x": rng.standard_normal((1, 5, size, size)).astype(np.float32)}
+    actual, expected, _ = _run_both(build, feeds)
+    assert relative_error(actual["y"], expected["y"]) <= 1e-5
