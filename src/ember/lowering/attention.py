@@ -139,7 +139,7 @@ def _mask_scores(graph: Graph, node: Node, scores: Value, q_seq: int, total: int
 
 @lowering("Attention")
 def lower_attention(graph: Graph, node: Node) -> list[Value]:
-    """softmax(scale * Q K^T (softcapped) + bias) V. Query heads sharing a kv head (GQA) are
+    """softmax((sqrt(scale) Q)(sqrt(scale) K)^T (softcapped) + bias) V. Query heads sharing a kv head (GQA) are
     stacked along the query rows: [B, q_heads, S, d] is [B, kv_heads, (q_heads / kv_heads) S,
     d] without a copy, so K and V are never repeated. A row whose keys are all masked gives
     zeros, as in the reference (the softmax of an all -inf row is NaN, replaced by a Where)."""
@@ -162,16 +162,20 @@ def lower_attention(graph: Graph, node: Node) -> list[Value]:
     group = q_heads // kv_heads
     full = (batch, q_heads, q_seq, total)
 
+    # Q and K each scaled by sqrt(scale) before the product, as ONNX defines it: the scores
+    # overflow (a huge scale) where the reference's do (ops/attention.py, the oracle, agrees).
+    root = scalar(graph, math.sqrt(attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head)), work,
+                  "sqrt_scale")
     q4 = cast(graph, _heads_first(graph, q, q_heads, f"{name}.q"), work, f"{name}.q")
+    q4 = graph.add("Mul", q4, root, name=f"{name}.q_scaled")
     if k.type.rank == 3 and past_k is None:  # [B, S, kv_heads * d] to [B, kv_heads, d, S] in one copy
         split = reshape(graph, cast(graph, k, work, f"{name}.k"), (batch, k.type.shape[1], kv_heads, head), f"{name}.k")
         kt = transpose(graph, split, (0, 2, 3, 1), f"{name}.kt")
     else:
         kt = transpose(graph, cast(graph, k4, work, f"{name}.k"), (0, 1, 3, 2), f"{name}.kt")
+    kt = graph.add("Mul", kt, root, name=f"{name}.k_scaled")
     stacked_q = reshape(graph, q4, (batch, kv_heads, group * q_seq, head), f"{name}.q")
-    scores = reshape(graph, graph.add("MatMul", stacked_q, kt, name=f"{name}.qk"), full, f"{name}.qk")
-    scale = attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head)
-    qk = graph.add("Mul", scores, scalar(graph, scale, work, "scale"), name=f"{name}.scaled")
+    qk = reshape(graph, graph.add("MatMul", stacked_q, kt, name=f"{name}.qk"), full, f"{name}.qk")
     if attrs.softcap > 0:
         cap = scalar(graph, attrs.softcap, work, "softcap")
         capped = graph.add("Tanh", graph.add("Div", qk, cap, name=f"{name}.cap"), name=f"{name}.tanh")

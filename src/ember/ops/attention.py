@@ -15,6 +15,7 @@ NumPy references below are what the lowerings are checked against."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,9 @@ def _attention_infer(attrs: AttentionAttrs, types):
         raise OpError(f"Attention nonpad_kv_seqlen {nonpad} must be [{batch}] and cannot go with a past cache")
     if attrs.qk_matmul_output_mode not in (0, 1, 2, 3):
         raise OpError(f"Attention qk_matmul_output_mode {attrs.qk_matmul_output_mode} is not 0 to 3")
+    if attrs.scale is not None and not attrs.scale >= 0:
+        raise OpError(f"Attention scale {attrs.scale}: ONNX scales Q and K by sqrt(scale) each, so a negative or "
+                      "NaN scale makes every output NaN; give a scale >= 0")
     total = past + kv_seq
     if mask is not None:
         if mask.rank < 1 or mask.rank > 4 or mask.shape[-1] > total:
@@ -120,6 +124,13 @@ def frontier_bias(q_seq: int, kv_seq: int, offset, left: int, right: int, causal
         allowed &= j - pos <= right
     bias = np.where(allowed, 0.0, -np.inf)
     return bias.reshape(bias.shape[0], 1, q_seq, kv_seq) if per_batch else bias
+
+
+def _rounded_to(dtype: type) -> Callable[[np.ndarray], np.ndarray]:
+    """float64 values rounded through `dtype` (overflowing to inf where it does), as float64."""
+    if dtype == np.float64:
+        return lambda a: a
+    return lambda a: a.astype(dtype).astype(np.float64)
 
 
 def _softmax_rows(x: np.ndarray) -> np.ndarray:
@@ -160,11 +171,19 @@ def _attention(attrs: AttentionAttrs, arrays):
     if qh != kvh:  # grouped-query attention: each kv head serves qh / kvh query heads
         k4 = np.repeat(k4, qh // kvh, axis=1)
         v4 = np.repeat(v4, qh // kvh, axis=1)
-    scale = attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head)
-    qk = (q4 @ np.swapaxes(k4, -1, -2)) * scale
-    if attrs.softcap > 0:
-        qk = attrs.softcap * np.tanh(qk / attrs.softcap)
-    with_bias = qk + bias
+    # As ONNX defines it (and its reference computes it), Q and K are each scaled by
+    # sqrt(scale), in the element type, before the product. Sums run in float64, but the values
+    # a float32 computation stores (scaled Q and K, the scores) are rounded to float32 as the
+    # lowering stores them, so they overflow where it overflows (a huge scale: inf scores).
+    stored = _rounded_to(np.float64 if dtype == np.float64 else np.float32)
+    root = math.sqrt(attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head))
+    root = float(np.float64(root).astype(np.float32)) if dtype != np.float64 else root
+    with np.errstate(over="ignore", invalid="ignore"):
+        qk = stored(stored(q4 * root) @ np.swapaxes(stored(k4 * root), -1, -2))
+        if attrs.softcap > 0:
+            qk = stored(attrs.softcap * np.tanh(qk / attrs.softcap))
+    with np.errstate(over="ignore", invalid="ignore"):
+        with_bias = stored(qk + bias)
     probs = _softmax_rows(with_bias)
     masked_rows = np.isneginf(np.max(np.broadcast_to(bias, with_bias.shape), axis=-1, keepdims=True))
     probs = np.where(masked_rows, 0.0, probs)  # a row with no attendable key gives 0

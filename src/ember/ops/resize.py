@@ -64,10 +64,15 @@ def _nearest(ratio: np.ndarray, mode: str) -> np.ndarray:
 
 
 def _cubic_kernel(x: np.ndarray, a: float) -> np.ndarray:
-    x = np.abs(x)
-    near = ((a + 2) * x - (a + 3)) * x * x + 1
-    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
-    return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
+    """Keys' cubic weights at distances x, evaluated in float32 as ONNX's reference and ONNX
+    Runtime evaluate them (an absurd cubic_coeff_a overflows there, as in theirs), returned as
+    float64."""
+    x = np.abs(x).astype(np.float32)
+    a32 = np.float32(a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        near = ((a32 + 2) * x - (a32 + 3)) * x * x + 1
+        far = ((a32 * x - 5 * a32) * x + 8 * a32) * x - 4 * a32
+    return np.where(x <= 1, near, np.where(x < 2, far, 0.0)).astype(np.float64)
 
 
 def _coefficients(attrs: ResizeAttrs, ratio: np.ndarray, scale: float) -> np.ndarray:

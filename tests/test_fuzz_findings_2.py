@@ -1,0 +1,119 @@
+"""Regression tests for the mutation fuzzer's later findings (bench/fuzz_models.py; the first
+ones are in tests/test_fuzz_findings.py): results that differed from ONNX's reference and ONNX
+Runtime, or between Ember's own backends, where a float32 computation overflows; and the
+fuzzer's own judgement of cases ONNX leaves undefined."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ember
+from ember.support.errors import EmberError
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=18):
+    graph = helper.make_graph(nodes, "finding", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _info(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _reference(model, feeds):
+    from onnx.reference import ReferenceEvaluator
+
+    with np.errstate(all="ignore"):
+        return ReferenceEvaluator(model).run(None, feeds)
+
+
+def _attention(scale):
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], scale=scale)
+    return _model([node], [_info("q", [1, 2, 3, 8]), _info("k", [1, 2, 5, 8]), _info("v", [1, 2, 5, 8])],
+                  [_info("y", None)], opset=23)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_attention_with_a_huge_scale_overflows_where_float32_does(backend):
+    """Seed test_attention_4d_gqa_scaled, scale 1e38: the cpu lowering's float32 scores
+    overflowed to inf (softmax: NaN) where the interpreter's float64 ones did not. Both now
+    scale Q and K by sqrt(scale) as ONNX defines it, the interpreter rounding what float32
+    stores, and agree with ONNX's reference. (Q and K positive: a sum of positive terms
+    overflows in any order iff its total does; mixed signs make overflow depend on the
+    summation order, which the fuzzer calls undefined.)"""
+    rng = np.random.default_rng(0)
+    feeds = {name: np.abs(rng.standard_normal(shape)).astype(np.float32)
+             for name, shape in (("q", (1, 2, 3, 8)), ("k", (1, 2, 5, 8)), ("v", (1, 2, 5, 8)))}
+    feeds["q"][0, 0, 0] /= 100  # a row whose scores stay finite
+    model = _attention(1e38)
+    expected = _reference(model, feeds)[0]
+    got = ember.compile(model, backend=backend).run(feeds)["y"]
+    assert np.isnan(expected).any() and not np.isnan(expected).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)  # NaN where the reference has NaN
+    # An ordinary scale is unchanged in meaning: the reference to 1e-4.
+    ordinary = _attention(0.3)
+    np.testing.assert_allclose(ember.compile(ordinary, backend=backend).run(feeds)["y"],
+                               _reference(ordinary, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("scale", [-1e38, -0.5, float("nan")])
+def test_attention_with_a_negative_or_nan_scale_is_refused(scale):
+    """ONNX takes sqrt(scale): every output NaN. The cpu backend gave numbers, the interpreter
+    others; now the node is refused, saying why."""
+    with pytest.raises(EmberError, match=r"Attention scale .*: ONNX scales Q and K by sqrt\(scale\)") as caught:
+        ember.compile(_attention(scale), backend="interpreter")
+    assert "internal error" not in str(caught.value)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("a", [-1e38, -0.5])
+def test_resize_cubic_weights_are_float32_as_in_onnx(backend, a):
+    """Seed test_resize_downsample_scales_cubic_A_n0p5_exclude_outside, cubic_coeff_a -1e38:
+    Ember's float64 weights stayed finite (outputs near 1e28), ONNX Runtime's and the
+    reference's float32 ones overflow to NaN."""
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="cubic", cubic_coeff_a=a, exclude_outside=1)
+    scales = numpy_helper.from_array(np.array([1, 1, 0.8, 0.8], np.float32), "scales")
+    model = _model([node], [_info("x", [1, 1, 4, 4])], [_info("y", None)], [scales])
+    x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ember.compile(model, backend=backend).run({"x": x})["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, _reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    assert np.isnan(got).all() == (a == -1e38)
+
+
+def _case(tmp_path, nodes, inputs, outputs, initializers=(), opset=18):
+    import onnx
+
+    path = tmp_path / "model.onnx"
+    onnx.save(_model(nodes, inputs, outputs, initializers, opset), path)
+    return path
+
+
+def test_the_fuzzer_calls_nan_in_a_max_pool_window_undefined(tmp_path):
+    """ONNX says nothing of NaN in MaxPool; its reference skips NaN cells on its padded path and
+    propagates them on its unpadded one, and ONNX Runtime's result depends on where the NaN
+    sits: no answer to hold Ember (which propagates, as ReduceMax and PyTorch do) to."""
+    from bench.fuzz_compare import undefined_in_onnx_runtime
+
+    path = _case(tmp_path, [helper.make_node("Relu", ["x"], ["r"]),
+                            helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2])],
+                 [_info("x", [1, 1, 4, 4])], [_info("y", None)])
+    x = np.ones((1, 1, 4, 4), np.float32)
+    assert undefined_in_onnx_runtime(path, {"x": x}) is None
+    x[0, 0, 1, 1] = np.nan  # found in the MaxPool's operand, computed by the reference (Relu keeps NaN)
+    assert "pools an input holding NaN" in undefined_in_onnx_runtime(path, {"x": x})
+
+
+def test_the_fuzzer_calls_a_fourier_transform_of_infinities_undefined(tmp_path):
+    from bench.fuzz_compare import undefined_in_onnx_runtime
+
+    path = _case(tmp_path, [helper.make_node("DFT", ["x", ""], ["y"], axis=1)],
+                 [_info("x", [1, 8, 1])], [_info("y", None)], opset=19)
+    x = np.arange(8, dtype=np.float32).reshape(1, 8, 1)
+    assert undefined_in_onnx_runtime(path, {"x": x}) is None
+    x[0, 3, 0] = np.inf
+    assert "transforms a signal holding infinities" in undefined_in_onnx_runtime(path, {"x": x})
