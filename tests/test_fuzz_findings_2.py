@@ -78,7 +78,8 @@ def test_resize_cubic_weights_are_float32_as_in_onnx(backend, a):
     scales = numpy_helper.from_array(np.array([1, 1, 0.8, 0.8], np.float32), "scales")
     model = _model([node], [_info("x", [1, 1, 4, 4])], [_info("y", None)], [scales])
     x = np.random.default_rng(1).standard_normal((1, 1, 4, 4)).astype(np.float32)
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
     got = ember.compile(model, backend=backend).run({"x": x})["y"]
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got, _reference(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
@@ -117,3 +118,21 @@ def test_the_fuzzer_calls_a_fourier_transform_of_infinities_undefined(tmp_path):
     assert undefined_in_onnx_runtime(path, {"x": x}) is None
     x[0, 3, 0] = np.inf
     assert "transforms a signal holding infinities" in undefined_in_onnx_runtime(path, {"x": x})
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_rotary_position_ids_past_the_cache_are_an_ember_error(backend):
+    """Seed test_rotary_embedding_interleaved, position_ids holding 1000 for a 50-row cache:
+    the interpreter raised NumPy's IndexError."""
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], interleaved=1)
+    model = _model([node], [_info("x", [1, 2, 3, 8]), _info("cos", [50, 4]), _info("sin", [50, 4]),
+                            _info("pos", [1, 3], TensorProto.INT64)], [_info("y", None)], opset=23)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 2, 3, 8)).astype(np.float32),
+             "cos": rng.standard_normal((50, 4)).astype(np.float32),
+             "sin": rng.standard_normal((50, 4)).astype(np.float32), "pos": np.array([[0, 1, 1000]], np.int64)}
+    compiled = ember.compile(model, backend=backend)
+    with pytest.raises(EmberError, match="out of range"):
+        compiled.run(feeds)
+    feeds["pos"] = np.array([[0, 1, 49]], np.int64)
+    assert np.isfinite(compiled.run(feeds)["y"]).all()

@@ -240,6 +240,11 @@ def _rotary(attrs: RotaryAttrs, arrays):
         xs = xf.reshape(b, s, attrs.num_heads, hidden // attrs.num_heads)
     dim = attrs.rotary_embedding_dim or xs.shape[3]
     if positions is not None:
+        n = cos.shape[0]
+        if positions.size and (positions.min() < -n or positions.max() >= n):
+            # As the lowering's Gather of the cache rows: a run-time input error, not an IndexError.
+            raise OpError(f"RotaryEmbedding position_ids {int(positions.min())}..{int(positions.max())} are "
+                          f"out of range for a cos/sin cache of {n} positions")
         cos, sin = cos[positions], sin[positions]
     cos = np.expand_dims(cos.astype(np.float64), 2)
     sin = np.expand_dims(sin.astype(np.float64), 2)
