@@ -148,7 +148,12 @@ def run_ort(path: Path, inputs: dict[str, Any], refusal: list[str] | None = None
             if refusal is not None:
                 refusal.append(f"asks for inputs the model binds as constants: {missing[:3]}")
             return None
-        return list(session.run(None, {n: inputs[n] for n in names if n in inputs}))
+        # Copies: ONNX Runtime may write an output into an input's array in place (a training-mode
+        # BatchNormalization's running mean, twice when the node is duplicated), which would
+        # change the inputs the tie-breaks run on.
+        feeds = {n: np.array(inputs[n], copy=True) if isinstance(inputs[n], np.ndarray) else inputs[n]
+                 for n in names if n in inputs}
+        return list(session.run(None, feeds))
     except Exception as error:  # noqa: BLE001  (ONNX Runtime refuses: not ours to judge)
         if refusal is not None:
             refusal.append(str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__)
