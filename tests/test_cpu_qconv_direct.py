@@ -140,6 +140,30 @@ def test_a_bias_past_int32_headroom_keeps_the_float64_kernel():
     assert check("QLinearConv", arrays, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), CONST)[0] == "qconv_direct"
 
 
+@pytest.mark.parametrize("hw,c,m,y_t", [(12, 16, 20, U8), (7, 64, 64, I8)])
+def test_products_past_int32_clamp_before_rounding(hw, c, m, y_t):
+    """A tiny y_scale makes acc * x_scale * w_scale / y_scale pass 2^31: the kernels clamp in
+    float64 first (EMBER_QDC_WIDE) instead of leaving it to the pack's saturation."""
+    from ember.codegen.kernels.qconv_direct import requant_mode
+
+    arrays = _qconv((1, c, hw, hw), (m, c, 3, 3), U8, y_t, True, True, 9, y_scale=1e-9)
+    arrays[0][0, :, 2:5, 2:5] = arrays[2]  # some windows of zero point only: bias alone, small
+    arrays[8][:4] = 0
+    kernel, y = check("QLinearConv", arrays, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), CONST)
+    assert kernel == ("qconv_direct" if hw == 12 else "qconv_rows")
+    info = np.iinfo(y_t)
+    assert (y == info.min).any() and (y == info.max).any()
+    graph, _ = single_node_graph("QLinearConv", arrays, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), CONST)
+    program, _, _ = prepare_program(graph, _backend())
+    conv = next(i for i in program.instrs if i.name == "QLinearConv")
+    assert "EMBER_QDC_WIDE" in requant_mode(conv)
+    normal = _qconv((1, c, hw, hw), (m, c, 3, 3), U8, y_t, True, True, 9)
+    graph, _ = single_node_graph("QLinearConv", normal, ConvAttrs((1, 1), (1, 1, 1, 1), (1, 1), 1), CONST)
+    program, _, _ = prepare_program(graph, _backend())
+    conv = next(i for i in program.instrs if i.name == "QLinearConv")
+    assert requant_mode(conv) == ("EMBER_QDC_SIGNED" if y_t == I8 else "0")
+
+
 def test_weight_layouts():
     w = np.arange(7 * 5 * 2 * 3).reshape(7, 5, 2, 3).astype(I8)
     packed = pack_qdc_weights(w).reshape(2, 2, 3, 2, QDC_MR, 4)  # [M/6][kh][kw][C/4][6][4]

@@ -183,21 +183,33 @@ static void ember_qdc_rowtile(const uint8_t *const *rows, const int64_t *koff, l
     }
 }
 
+/* How a convolution requantizes (a constant per call): the output is int8 (else uint8); the
+ * products times the multiplier may pass 2^30 (else the clamp waits for the integers). */
+#define EMBER_QDC_SIGNED 1
+#define EMBER_QDC_WIDE 2
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
 /* 16 sums (bias and zero-point correction included) requantized to 16 bytes, exactly the
- * interpreter's clamp(nearbyint(acc * mult) + zy, LO, HI): the clamp is taken before
- * rounding, at lo = LO - zy and hi = HI - zy (integers, so it commutes with rounding half to
- * even), and the zero point is added as an integer; m0, m1 multiply lanes 0-7 and 8-15. */
+ * interpreter's clamp(nearbyint(acc * mult) + zy, LO, HI), rounding half to even in the
+ * float64 -> int32 conversion and adding the zero point as an integer. The clamp: the pack's
+ * saturation, or, where acc * mult may not fit int32 (EMBER_QDC_WIDE), first in float64 at
+ * lo = LO - zy and hi = HI - zy (integers, so it commutes with rounding). m0, m1 multiply
+ * lanes 0-7 and 8-15. */
 static inline __attribute__((always_inline)) __m128i ember_qdc_rq16(__m512i acc, __m512d m0, __m512d m1, __m512d lo,
-                                                                   __m512d hi, __m512i zy)
+                                                                   __m512d hi, __m512i zy, const int mode)
 {
     __m512d d0 = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(acc)), m0);
     __m512d d1 = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1)), m1);
-    d0 = _mm512_min_pd(_mm512_max_pd(d0, lo), hi);
-    d1 = _mm512_min_pd(_mm512_max_pd(d1, lo), hi);
+    if (mode & EMBER_QDC_WIDE) {
+        d0 = _mm512_min_pd(_mm512_max_pd(d0, lo), hi);
+        d1 = _mm512_min_pd(_mm512_max_pd(d1, lo), hi);
+    }
     __m256i i0 = _mm512_cvt_roundpd_epi32(d0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256i i1 = _mm512_cvt_roundpd_epi32(d1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1), zy));
+    __m512i q = _mm512_add_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(i0), i1, 1), zy);
+    if (mode & EMBER_QDC_SIGNED)
+        return _mm512_cvtsepi32_epi8(q);
+    return _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, _mm512_setzero_si512()));
 }
 #endif
 
@@ -214,8 +226,10 @@ static inline uint8_t ember_qdc_rq1(int32_t t, int32_t corr, double mult, int32_
 /* A qconv_rows tile (EMBER_QDC_ROWS pixels x 64 output channels, nr of them real) requantized
  * per channel, then stored into NCHW: channel j's pixels are P bytes apart from the next
  * channel's. corr holds each channel's zero-point correction plus its bias. */
-static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int32_t *corr, const double *mult,
-                               int32_t zy, double lo, double hi, uint8_t *y, long P)
+static inline __attribute__((always_inline)) void ember_qdc_colstore(const int32_t *tile, long mr, long nr,
+                                                                    const int32_t *corr, const double *mult,
+                                                                    int32_t zy, double lo, double hi, uint8_t *y,
+                                                                    long P, const int mode)
 {
     uint8_t buf[EMBER_QDC_ROWS][64];
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
@@ -227,9 +241,10 @@ static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int3
         for (long r = 0; r < mr; r++)
             _mm_storeu_si128((__m128i *)(buf[r] + 16 * v),
                              ember_qdc_rq16(_mm512_add_epi32(_mm512_loadu_si512(tile + r * 64 + 16 * v), c), m0, m1,
-                                            l, h, z));
+                                            l, h, z, mode));
     }
 #else
+    (void)mode;
     for (long r = 0; r < mr; r++)
         for (int j = 0; j < 64; j++) buf[r][j] = ember_qdc_rq1(tile[r * 64 + j], corr[j], mult[j], zy, lo, hi);
 #endif
@@ -267,20 +282,22 @@ static void ember_qdc_colstore(const int32_t *tile, long mr, long nr, const int3
 
 /* Row r of a tile requantized to 64 bytes, as ember_qdc_rq16 does (corr: the zero-point
  * correction plus the bias of the row's channel). */
-static void ember_qdc_requant(const int32_t *t, int32_t corr, double mult, int32_t zy, double lo, double hi,
-                              uint8_t *out)
+static inline __attribute__((always_inline)) void ember_qdc_requant(const int32_t *t, int32_t corr, double mult,
+                                                                   int32_t zy, double lo, double hi, uint8_t *out,
+                                                                   const int mode)
 {
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
     const __m512i c = _mm512_set1_epi32(corr), z = _mm512_set1_epi32(zy);
     const __m512d m = _mm512_set1_pd(mult), l = _mm512_set1_pd(lo), h = _mm512_set1_pd(hi);
     __m128i bytes[4];
     for (int v = 0; v < 4; v++)
-        bytes[v] = ember_qdc_rq16(_mm512_add_epi32(_mm512_loadu_si512(t + 16 * v), c), m, m, l, h, z);
+        bytes[v] = ember_qdc_rq16(_mm512_add_epi32(_mm512_loadu_si512(t + 16 * v), c), m, m, l, h, z, mode);
     /* one 64-byte store, so the copies that read the row back get it forwarded whole */
     __m512i row = _mm512_inserti32x4(_mm512_castsi128_si512(bytes[0]), bytes[1], 1);
     row = _mm512_inserti32x4(_mm512_inserti32x4(row, bytes[2], 2), bytes[3], 3);
     _mm512_storeu_si512(out, row);
 #else
+    (void)mode;
     for (int j = 0; j < 64; j++) out[j] = ember_qdc_rq1(t[j], corr, mult, zy, lo, hi);
 #endif
 }
@@ -409,6 +426,23 @@ def bias_fits_int32(instr: Instr) -> bool:
     w = ops[4].constant().astype(np.int64)
     reach = np.abs(w.reshape(w.shape[0], -1)).sum(axis=1) * 255 + np.abs(bias.constant().astype(np.int64).reshape(-1))
     return bool(reach.max(initial=0) < 2 ** 31)
+
+
+def requant_mode(instr: Instr) -> str:
+    """EMBER_QDC_SIGNED for an int8 output; EMBER_QDC_WIDE unless every |acc * mult| stays
+    below 2^30 (|acc| <= 255 sum |w| + |bias| per channel), so that the rounded products and
+    the zero point fit int32 and the pack's saturation is the clamp."""
+    ops, bias = _roles(instr)
+    w = ops[4].constant().astype(np.float64)
+    m = w.shape[0]
+    reach = np.abs(w.reshape(m, -1)).sum(axis=1) * 255
+    if bias is not None:
+        reach = reach + np.abs(bias.constant().astype(np.float64).reshape(-1))
+    _, _, mult = channel_terms(instr, _layout(instr))
+    with np.errstate(invalid="ignore", over="ignore"):
+        fits = bool(np.all(reach * np.abs(mult[:m]) < 2.0 ** 30))
+    flags = (["EMBER_QDC_SIGNED"] if ops[0].type.dtype is DType.INT8 else []) + ([] if fits else ["EMBER_QDC_WIDE"])
+    return " | ".join(flags) or "0"
 
 
 def _named(tables: list[tuple[str, np.ndarray]]) -> list[tuple[str, str, np.ndarray]]:
@@ -552,7 +586,7 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
                    "mr);")
             with w.block("for (long r = 0; r < mr; r++)"):
                 w.line(f"long co = mb * {QDC_MR} + r;",
-                       "ember_qdc_requant(tile + r * 64, corr[co], mult[co], zy, lo, hi, row);",
+                       f"ember_qdc_requant(tile + r * 64, corr[co], mult[co], zy, lo, hi, row, {requant_mode(instr)});",
                        f"ember_qdc_store(row, q0, {d['grid']}, {d['wph']}, {d['ow']}, yn + co * {d['oh'] * d['ow']});")
     return w.text()
 
@@ -647,7 +681,7 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
                    f"rows[r] = planes + 4 * (i / {d['ow']} * {d['wph']} + i % {d['ow']}); }}",
                    f"ember_qdc_rowtile(rows, koff, {groups}, bp + p * {groups * 4 * QNR}, tile, mr);",
                    f"ember_qdc_colstore(tile, mr, nr < {QNR} ? nr : {QNR}, corr + p * {QNR}, mult + p * {QNR}, zy, "
-                   f"lo, hi, yn + p * {QNR * pixels} + i0, {pixels});")
+                   f"lo, hi, yn + p * {QNR * pixels} + i0, {pixels}, {requant_mode(instr)});")
     return w.text()
 
 
