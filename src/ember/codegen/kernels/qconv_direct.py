@@ -225,11 +225,12 @@ static inline uint8_t ember_qdc_rq1(int32_t t, int32_t corr, double mult, int32_
 
 /* A qconv_rows tile (EMBER_QDC_ROWS pixels x 64 output channels, nr of them real) requantized
  * per channel, then stored into NCHW: channel j's pixels are P bytes apart from the next
- * channel's. corr holds each channel's zero-point correction plus its bias. */
+ * channel's. corr holds each channel's zero-point correction plus its bias. spill: the 2
+ * bytes after each channel's 6 may be overwritten (the same thread stores them next). */
 static inline __attribute__((always_inline)) void ember_qdc_colstore(const int32_t *tile, long mr, long nr,
                                                                     const int32_t *corr, const double *mult,
                                                                     int32_t zy, double lo, double hi, uint8_t *y,
-                                                                    long P, const int mode)
+                                                                    long P, const int mode, long spill)
 {
     uint8_t buf[EMBER_QDC_ROWS][64];
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__) && defined(__GNUC__)
@@ -249,6 +250,31 @@ static inline __attribute__((always_inline)) void ember_qdc_colstore(const int32
         for (int j = 0; j < 64; j++) buf[r][j] = ember_qdc_rq1(tile[r * 64 + j], corr[j], mult[j], zy, lo, hi);
 #endif
 #if defined(__AVX512BW__) && defined(__GNUC__)
+    if (mr == 6 && spill) {
+        /* a full tile whose thread stores the next 2 pixels later: each channel's 6 bytes and
+         * 2 zeros as one 8-byte store, the words interleaved in registers (in-lane unpacks:
+         * lane L of word vector k holds channels 16 L + 2 k and 16 L + 2 k + 1) */
+        __m512i r0 = _mm512_loadu_si512(buf[0]), r1 = _mm512_loadu_si512(buf[1]);
+        __m512i r2 = _mm512_loadu_si512(buf[2]), r3 = _mm512_loadu_si512(buf[3]);
+        __m512i r4 = _mm512_loadu_si512(buf[4]), r5 = _mm512_loadu_si512(buf[5]), z = _mm512_setzero_si512();
+        __m512i p01l = _mm512_unpacklo_epi8(r0, r1), p01h = _mm512_unpackhi_epi8(r0, r1);
+        __m512i p23l = _mm512_unpacklo_epi8(r2, r3), p23h = _mm512_unpackhi_epi8(r2, r3);
+        __m512i p45l = _mm512_unpacklo_epi8(r4, r5), p45h = _mm512_unpackhi_epi8(r4, r5);
+        __m512i q[4] = {_mm512_unpacklo_epi16(p01l, p23l), _mm512_unpackhi_epi16(p01l, p23l),
+                        _mm512_unpacklo_epi16(p01h, p23h), _mm512_unpackhi_epi16(p01h, p23h)};
+        __m512i h[4] = {_mm512_unpacklo_epi16(p45l, z), _mm512_unpackhi_epi16(p45l, z),
+                        _mm512_unpacklo_epi16(p45h, z), _mm512_unpackhi_epi16(p45h, z)};
+        uint64_t words[8][8];
+        for (int k = 0; k < 4; k++) {
+            _mm512_storeu_si512(words[2 * k], _mm512_unpacklo_epi32(q[k], h[k]));
+            _mm512_storeu_si512(words[2 * k + 1], _mm512_unpackhi_epi32(q[k], h[k]));
+        }
+        for (long j = 0; j < nr; j++) {
+            long lane = j / 16, within = j % 16;
+            memcpy(y + j * P, &words[within / 2][2 * lane + within % 2], 8);
+        }
+        return;
+    }
     if (mr == 6) {
         /* a full tile: each channel's 6 bytes as one 4-byte and one 2-byte store, the words
          * interleaved in registers (in-lane unpacks: lane L of quad k holds channels
@@ -662,6 +688,8 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
     pixels, m, groups = d["oh"] * d["ow"], d["m"], d["groups"]
     blocks, panels = -(-pixels // QMR), -(-m // QNR)
     threads = int(param(instr, "threads", 1))
+    # one thread stores a panel's blocks in order, so each tile may spill onto the next one's
+    spill = f"i0 + 8 <= {pixels}" if threads == 1 else "0"
     w = CWriter().line(
         *q.declarations(em, instr, "const int8_t *bp"), *q.folded(em, instr),
         f"const int64_t *koff = {em.table(instr, 2)};",
@@ -681,7 +709,7 @@ def emit_qconv_rows(em: Emitter, instr: Instr) -> str:
                    f"rows[r] = planes + 4 * (i / {d['ow']} * {d['wph']} + i % {d['ow']}); }}",
                    f"ember_qdc_rowtile(rows, koff, {groups}, bp + p * {groups * 4 * QNR}, tile, mr);",
                    f"ember_qdc_colstore(tile, mr, nr < {QNR} ? nr : {QNR}, corr + p * {QNR}, mult + p * {QNR}, zy, "
-                   f"lo, hi, yn + p * {QNR * pixels} + i0, {pixels}, {requant_mode(instr)});")
+                   f"lo, hi, yn + p * {QNR * pixels} + i0, {pixels}, {requant_mode(instr)}, {spill});")
     return w.text()
 
 
