@@ -243,7 +243,10 @@ def undefined_in_onnx_runtime(path: Path, inputs: dict[str, Any]) -> str | None:
       propagates them on its unpadded one; ONNX Runtime's vector max keeps one operand or the
       other by position; Ember propagates NaN, as ReduceMax, GlobalMaxPool and PyTorch do);
     - a DFT / STFT of a non-finite signal (inf - inf pairings follow the summation order, which
-      differs between a direct transform and an FFT)."""
+      differs between a direct transform and an FFT);
+    - a DynamicQuantizeLinear of an empty tensor (min and max of no values: ONNX's reference
+      fails, ONNX Runtime gives scale 1, Ember 1/255 as for an all-zero tensor, as the
+      reference does there)."""
     try:
         model = onnx.load(str(path))
     except Exception:  # noqa: BLE001
@@ -323,9 +326,17 @@ def _transform_of_nonfinite(node, values: dict[str, Any]) -> str | None:
     return None
 
 
+def _range_of_nothing(node, values: dict[str, Any]) -> str | None:
+    x = values.get(node.input[0])
+    if isinstance(x, np.ndarray) and x.size == 0:
+        return "quantizes an empty tensor (its scale comes from the min and max of no values)"
+    return None
+
+
 _UNDEFINED_ON: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "Cast": _cast_out_of_range, "CastLike": _cast_out_of_range, "GridSample": _grid_holds_nan,
     "MaxPool": _pool_of_nan, "DFT": _transform_of_nonfinite, "STFT": _transform_of_nonfinite,
+    "DynamicQuantizeLinear": _range_of_nothing,
 }
 
 

@@ -136,3 +136,13 @@ def test_rotary_position_ids_past_the_cache_are_an_ember_error(backend):
         compiled.run(feeds)
     feeds["pos"] = np.array([[0, 1, 49]], np.int64)
     assert np.isfinite(compiled.run(feeds)["y"]).all()
+
+
+def test_the_fuzzer_calls_dynamic_quantization_of_an_empty_tensor_undefined(tmp_path):
+    from bench.fuzz_compare import undefined_in_onnx_runtime
+
+    outputs = [_info("y", None, TensorProto.UINT8), _info("s", None), _info("z", None, TensorProto.UINT8)]
+    path = _case(tmp_path, [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+                 [_info("x", [None])], outputs)
+    assert undefined_in_onnx_runtime(path, {"x": np.zeros(3, np.float32)}) is None
+    assert "quantizes an empty tensor" in undefined_in_onnx_runtime(path, {"x": np.zeros(0, np.float32)})
