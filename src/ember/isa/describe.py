@@ -7,7 +7,9 @@ names the file and the field.
 The schema (every size in bytes, every bandwidth in bytes per cycle, latencies in cycles):
 
     target, summary, frequency_ghz
-    [[registers]]    name, count, bits
+    [[registers]]    name, count, bits, c.<type> (C templates: type, zero, load, store), asm.<type>
+                     (assembly templates of a length-agnostic file, emitted inside one asm
+                     statement per tile: zero, load, store, setvl, scalar)
     [[memory]]       innermost first: name, size (omitted: unbounded), line, bandwidth,
                      latency, usable (fraction a schedule may fill), scratchpad (software
                      managed), dma (the engine that fills it), holds (a scratchpad's
@@ -18,7 +20,9 @@ The schema (every size in bytes, every bandwidth in bytes per cycle, latencies i
                      latency, or cycles (an affine formula of the instruction's dimensions, per
                      issue), fixups ([{operand, from, how, lossy}]: kernel element types the
                      instruction takes after a rewrite), emit (C template, optional: {C} the
-                     accumulator, {B} a vector, {A} an lvalue of A's first element)
+                     accumulator, {B} a vector, {A} an lvalue of A's first element; an
+                     assembly one, {A} a scalar register, where B's register file has asm
+                     templates)
 
 Imports isa.expr, types and support/ only."""
 from __future__ import annotations
@@ -35,6 +39,7 @@ from ember.types import DType
 
 TARGETS_DIR = Path(__file__).resolve().parent / "targets"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
+ASM_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9_ ,.(){}-]*")  # placed inside a C string: no quotes, %, \ or newlines
 
 
 class DescriptionError(EmberError):
@@ -51,9 +56,16 @@ class RegisterFile:
     count: int
     bits: int
     c: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    asm: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
 
     def c_templates(self, dtype: DType) -> dict[str, str] | None:
         return next((dict(t) for name, t in self.c if name == dtype.value), None)
+
+    def asm_templates(self, dtype: DType) -> dict[str, str] | None:
+        """Assembly templates of vectors of `dtype` lanes ({v} a vector register, {p} an
+        address register, {vl} and {n} the granted and requested lengths, {s} a scalar
+        register), for a length-agnostic file whose code the compiler cannot express."""
+        return next((dict(t) for name, t in self.asm if name == dtype.value), None)
 
 
 @dataclass(frozen=True)
@@ -247,16 +259,25 @@ class _Loader:
             seen.add(name)
 
     def register(self, field: str, table: Any) -> RegisterFile:
-        t = self.fields(table, field, {"name", "count", "bits"}, {"c"})
-        by_type = self.fields(t.get("c", {}), f"{field}.c", set(), set(ELEMENT_TYPES))
-        templates = []
-        keys = {"type", "zero", "load", "store"}
-        for dtype, table_ in sorted(by_type.items()):
-            c = self.fields(table_, f"{field}.c.{dtype}", keys, set())
-            templates.append((dtype, tuple((k, self.text(v, f"{field}.c.{dtype}.{k}")) for k, v in sorted(c.items()))))
+        t = self.fields(table, field, {"name", "count", "bits"}, {"c", "asm"})
+        templates = self.templates(t.get("c", {}), f"{field}.c", {"type", "zero", "load", "store"})
+        assembly = self.templates(t.get("asm", {}), f"{field}.asm", {"zero", "load", "store", "setvl", "scalar"})
+        for dtype, table_ in assembly:
+            for key, text in table_:
+                if not ASM_TEXT.fullmatch(text):
+                    raise self.error(f"{field}.asm.{dtype}.{key}", f"{text!r} is not one assembly instruction "
+                                                                   "(letters, digits, spaces and , . ( ) { } - only)")
         return RegisterFile(self.name(t["name"], f"{field}.name"),
                             self.number(t["count"], f"{field}.count", integer=True),
-                            self.number(t["bits"], f"{field}.bits", integer=True), tuple(templates))
+                            self.number(t["bits"], f"{field}.bits", integer=True), templates, assembly)
+
+    def templates(self, table: Any, field: str, keys: set[str]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        by_type = self.fields(table, field, set(), set(ELEMENT_TYPES))
+        templates = []
+        for dtype, table_ in sorted(by_type.items()):
+            c = self.fields(table_, f"{field}.{dtype}", keys, set())
+            templates.append((dtype, tuple((k, self.text(v, f"{field}.{dtype}.{k}")) for k, v in sorted(c.items()))))
+        return tuple(templates)
 
     def dma(self, field: str, table: Any) -> DmaEngine:
         t = self.fields(table, field, {"name", "bandwidth", "latency"}, {"channels"})

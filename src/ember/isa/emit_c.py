@@ -12,7 +12,11 @@ KC x NR panel of B and the MR x KC slice of A stay within the second cache level
 share, rows in blocks of MC so that the MC x KC block of A takes half of it (see _blocking).
 Tails: the last rows run a shorter tile, the last panel's columns go through a local tile.
 
-Only this form is emitted; anything else is refused with the reason. Imports isa.* and
+A length-agnostic instruction (`C[j] += A[] * B[j] over j:<=8`, RISC-V V) whose register file
+has assembly templates gets emit_vla's tiles instead: strips of the vector length the hardware
+grants, so a partial last panel (of a packed or a run-time B) needs no copy.
+
+Only these forms are emitted; anything else is refused with the reason. Imports isa.* and
 support/."""
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ember.isa.describe import MemoryLevel
+from ember.isa.describe import ASM_TEXT, MemoryLevel
+from ember.isa.emit_vla import vla_prelude, vla_tile
 from ember.isa.expr import Affine
 from ember.isa.schedule import Schedule
 from ember.support.errors import UnsupportedError
@@ -57,6 +62,7 @@ class GemmCode:
     b_in_place: bool = False  # a run-time B ([K][N] rows), read in place; its last panel copied
     a_dtype: DType = DType.FLOAT32
     workspace_dtype: DType = DType.FLOAT32  # the instruction's A type: A is packed converted
+    length_agnostic: bool = False  # strips of the granted vector length: no padded copy of a last panel
 
     def summary(self) -> str:
         a = "packed per block" if self.packs_a else "read in place"
@@ -74,8 +80,8 @@ class GemmCode:
 
     @property
     def workspace_elements(self) -> int:
-        """A's packed block, and for a run-time B its last panel."""
-        return self.mc * self.kc + (self.kc * self.nr if self.b_in_place else 0)
+        """A's packed block, and for a run-time B its last panel (unless read in strips)."""
+        return self.mc * self.kc + (self.kc * self.nr if self.b_in_place and not self.length_agnostic else 0)
 
     def pack_b(self, b: np.ndarray) -> np.ndarray:
         """B (K x N, or N x K when the kernel reads it transposed) as [panels][K/group][NR]
@@ -122,8 +128,14 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
         raise _refuse(schedule, "only C[j] += A[] * B[j] or C[j] += A[k] * B[j, k] (a broadcast "
                                 "multiply-accumulate) is emitted")
     lane = lanes[0]
-    if not lane.fixed or lane.extent is None or any(not g.fixed for g in groups):
-        raise _refuse(schedule, "the instruction's width must be fixed (length-agnostic code is not emitted yet)")
+    registers = target.register_file(instruction.home(semantics.b.tensor))
+    agnostic = lane.upto and registers is not None and bool(registers.asm)
+    if lane.extent is None or any(not g.fixed for g in groups) or not (lane.fixed or agnostic):
+        raise _refuse(schedule, "the instruction's width must be fixed, or its register file must have asm "
+                                "templates (length-agnostic code)")
+    if agnostic and (groups or semantics.b.dtype.itemsize != semantics.output.dtype.itemsize):
+        raise _refuse(schedule, "length-agnostic code is emitted for C[j] += A[] * B[j] with B and C lanes of one "
+                                "width only")
     width, group = lane.extent, (groups[0].extent or 1) if groups else 1
     fixes = {f.operand: f for f in mapping.fixups}
     if any(not f.c for f in mapping.fixups) or semantics.output.tensor in fixes:
@@ -131,12 +143,16 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     out, a, b = expr.access(mapping.role("C")), expr.access(mapping.role("A")), expr.access(mapping.role("B"))
     if any(x.dtype not in _C_TYPES for x in (out, a, b, semantics.a, semantics.b)):
         raise _refuse(schedule, "element types other than f32, bf16, i32, u8 and i8 are not emitted")
-    registers = target.register_file(instruction.home(semantics.b.tensor))
-    templates = registers.c_templates(out.dtype) if registers is not None else None
-    b_templates = registers.c_templates(semantics.b.dtype) if registers is not None else None
+    kind = "asm" if agnostic else "C"
+    templates = b_templates = None
+    if registers is not None:
+        lookup = registers.asm_templates if agnostic else registers.c_templates
+        templates, b_templates = lookup(out.dtype), lookup(semantics.b.dtype)
     if templates is None or b_templates is None or not instruction.emit or not target.c_header:
-        raise _refuse(schedule, f"the description has no C templates for {out.dtype.value} and "
+        raise _refuse(schedule, f"the description has no {kind} templates for {out.dtype.value} and "
                                 f"{semantics.b.dtype.value} vectors of this instruction's register file")
+    if agnostic and not ASM_TEXT.fullmatch(instruction.emit):
+        raise _refuse(schedule, f"its emit template {instruction.emit!r} is not one assembly instruction")
     out_dims, a_dims, b_dims = [_plain(i) for i in out.indices], [_plain(i) for i in a.indices], \
         [_plain(i) for i in b.indices]
     lane_axis = next(x for x in mapping.axes if x.dim == lane.name)
@@ -169,10 +185,10 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     types = (_C_TYPES[a.dtype], _C_TYPES[semantics.a.dtype], _C_TYPES[semantics.b.dtype], _C_TYPES[out.dtype])
     source = _source(name, target.c_header, target.c_prelude, templates, b_templates, instruction.emit, semantics,
                      types, convert, m, n, math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc,
-                     str(mapping).splitlines()[0], target.name, b_in_place)
+                     str(mapping).splitlines()[0], target.name, b_in_place, agnostic)
     return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] != reduction[0], target.c_flags, group,
                     semantics.b.dtype, _packs_a(n, nr, k, group, bool(convert)), b_in_place, a.dtype,
-                    semantics.a.dtype)
+                    semantics.a.dtype, agnostic)
 
 
 def _packs_a(n: int, nr: int, k: int, group: int, converts: bool = False) -> bool:
@@ -199,24 +215,28 @@ def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, items
 
 
 def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n, k, k_true, mr, nr, width, group,
-            kc, mc, mapping_line, target, b_in_place) -> str:
-    """c, bc: the vector templates of the accumulators and of B; convert: the C rewrite of an
-    A element ({x}) while packing, or ""."""
+            kc, mc, mapping_line, target, b_in_place, agnostic=False) -> str:
+    """c, bc: the vector templates of the accumulators and of B (assembly ones when agnostic:
+    the tiles are emit_vla's, each taking its column count); convert: the C rewrite of an A
+    element ({x}) while packing, or ""."""
     ta_in, ta, tb, tc = types
     vectors = nr // width
-    vtype = c["type"]
     lines = [f"/* Generated by ember.isa.emit_c for {target}: {mapping_line}",
              f" * C[{m} x {n}] = A[{m} x {k_true}] * B; register tile {mr} x {nr} ({vectors} vectors of {width}"
              f"{f', reduction groups of {group}' if group > 1 else ''}), KC {kc}, MC {mc}. */",
              f"#include <{header}>", "#include <stdint.h>", "#include <string.h>", *prelude.strip("\n").split("\n"),
-             ""]
+             "", *(vla_prelude(c) if agnostic else [])]
 
     def fma(acc: str, scalar: str, vector: str) -> str:
         return (emit.replace(f"{{{semantics.output.tensor}}}", acc).replace(f"{{{semantics.a.tensor}}}", scalar)
                 .replace(f"{{{semantics.b.tensor}}}", vector))
 
     rows_variants = sorted({mr} | ({m % mr} if m % mr else set()), reverse=True)
-    for rows in rows_variants:
+    for rows in rows_variants if agnostic else ():
+        lines += vla_tile(name, rows, vectors, (ta, tb, tc), semantics.b.dtype.itemsize, c, bc, emit,
+                          (semantics.output.tensor, semantics.a.tensor, semantics.b.tensor))
+    for rows in rows_variants if not agnostic else ():
+        vtype = c["type"]
         lines.append(f"static void {name}_tile{rows}(long kc, const {ta} *a, long a_rs, long a_ks, const {tb} *bp, "
                      f"long b_ks, {tc} *c, long ldc, int first) {{")
         lines.append(f"    {vtype} {', '.join(f'c{r}_{v}' for r in range(rows) for v in range(vectors))};")
@@ -262,7 +282,8 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
         "    }",
         "}",
         "",
-        f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L{f' + {kc}L * {nr}L' if b_in_place else ''}; }}",
+        f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L"
+        f"{f' + {kc}L * {nr}L' if b_in_place and not agnostic else ''}; }}",
         "",
         f"void {name}(const {ta_in} *A, const {tb} *Bp, {tc} *C, {ta} *workspace) {{",
         f"    for (long pc = 0; pc < {k}; pc += {kc}) {{",
@@ -275,6 +296,7 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
         f"                long col = jp * {nr}, ncols = {n} - col < {nr} ? {n} - col : {nr};",
         *([f"                const {tb} *bp = Bp + pc * {n}L + col;",
            f"                long b_ks = {n};",
+           *([] if agnostic else [
            f"                if (ncols < {nr}) {{  /* the last panel, copied and zero-padded */",
            f"                    {tb} *tail = workspace + {mc}L * {kc}L;",
            "                    for (long kk = 0; kk < kc; kk++) {",
@@ -282,7 +304,7 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
            f"                        memset(tail + kk * {nr} + ncols, 0, ({nr} - ncols) * sizeof({tb}));",
            "                    }",
            f"                    bp = tail; b_ks = {nr};",
-           "                }"] if b_in_place else
+           "                }"])] if b_in_place else
           [f"                const {tb} *bp = Bp + (jp * {k}L + pc) * {nr};",
            f"                long b_ks = {nr * group};"]),
         f"                for (long ir = ic; ir < ic_end; ir += {mr}) {{",
@@ -291,6 +313,14 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
            f"                    long a_rs = {group}, a_ks = (long)rows * {group};"] if pack_a else
           [f"                    const {ta} *a = A + ir * {k_true}L + pc;",
            f"                    long a_rs = {k_true}L, a_ks = {group};"]),
+    ]
+    if agnostic:  # every panel, partial ones too, goes straight to the tile
+        call = f"(kc, a, a_rs, a_ks, bp, b_ks, C + ir * {n}L + col, {n}, first, ncols);"
+        lines += [f"                    if (rows == {mr}) {name}_tile{mr}{call}",
+                  *([f"                    else {name}_tile{tail}{call}"] if tail else []),
+                  "                }", "            }", "        }", "    }", "}", ""]
+        return "\n".join(lines)
+    lines += [
         f"                    if (ncols == {nr}) {{",
         f"                        if (rows == {mr})",
         f"                            {name}_tile{mr}(kc, a, a_rs, a_ks, bp, b_ks, C + ir * {n}L + col, {n}, first);",
