@@ -236,7 +236,8 @@ def undefined_in_onnx_runtime(path: Path, inputs: dict[str, Any]) -> str | None:
     """Why this case's result is left undefined by ONNX (so ONNX Runtime's answer is not one
     to hold Ember to), or None. Known, each found by running ONNX's reference implementation
     with the operands in question as extra outputs:
-    - a GridSample grid holding NaN (ONNX Runtime casts the NaN coordinate to an index);
+    - a GridSample grid holding NaN or an infinity (ONNX Runtime casts the coordinate to an
+      index);
     - a Cast / CastLike of a NaN or out-of-range float to an integer (Ember saturates, ONNX
       Runtime and NumPy give the host's convert result);
     - a MaxPool window holding NaN (ONNX's reference skips NaN cells on its padded path and
@@ -307,8 +308,9 @@ def _cast_out_of_range(node, values: dict[str, Any]) -> str | None:
 
 def _grid_holds_nan(node, values: dict[str, Any]) -> str | None:
     grid = values.get(node.input[1]) if len(node.input) > 1 else None
-    if _float_array(grid) and np.isnan(grid).any():
-        return "has a grid holding NaN, which ONNX Runtime casts to an integer index"
+    if _float_array(grid) and not np.isfinite(grid.astype(np.float64)).all():
+        return ("has a grid holding NaN or an infinity: no pixel lies there (ONNX Runtime casts the coordinate to an "
+                "integer index, or reflects an infinity to a pixel; Ember gives NaN)")
     return None
 
 

@@ -146,3 +146,14 @@ def test_the_fuzzer_calls_dynamic_quantization_of_an_empty_tensor_undefined(tmp_
                  [_info("x", [None])], outputs)
     assert undefined_in_onnx_runtime(path, {"x": np.zeros(3, np.float32)}) is None
     assert "quantizes an empty tensor" in undefined_in_onnx_runtime(path, {"x": np.zeros(0, np.float32)})
+
+
+@pytest.mark.parametrize("attr, value", [("strides", [0, 1]), ("dilations", [1, -2]), ("pads", [0, -1, 0, 0])])
+def test_col2im_window_attributes_are_checked(attr, value):
+    """Seed test_col2im_dilations, strides [0, 1]: a ZeroDivisionError reported as an internal error."""
+    shapes = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("image", [6, 6]), ("block", [2, 2]))]
+    node = helper.make_node("Col2Im", ["x", "image", "block"], ["y"], **{attr: value})
+    model = _model([node], [_info("x", [1, 8, 25])], [_info("y", None)], shapes)
+    with pytest.raises(EmberError, match="Col2Im needs positive strides, dilations") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)

@@ -241,6 +241,15 @@ class Col2ImAttrs:
 
 def _col2im_infer(attrs: Col2ImAttrs, types):
     (x,) = types
+    n = len(attrs.image_shape)
+    if len(attrs.block_shape) != n or len(attrs.strides) != n or len(attrs.dilations) != n or len(attrs.pads) != 2 * n:
+        raise OpError(f"Col2Im attributes do not match {n} spatial axes: {attrs}")
+    if min(attrs.strides + attrs.dilations + attrs.block_shape + attrs.image_shape, default=1) < 1 \
+            or min(attrs.pads, default=0) < 0:
+        raise OpError(f"Col2Im needs positive strides, dilations, block and image sizes and non-negative pads: "
+                      f"{attrs}")
+    if min(attrs.blocks(), default=1) < 1:
+        raise OpError(f"Col2Im blocks {list(attrs.block_shape)} do not fit the padded image {list(attrs.image_shape)}")
     block = int(np.prod(attrs.block_shape))
     if x.rank != 3 or x.shape[1] % block or x.shape[2] != int(np.prod(attrs.blocks())):
         raise OpError(f"Col2Im input {x} does not hold blocks {list(attrs.block_shape)} of image "
