@@ -86,6 +86,54 @@ def test_fuse_elementwise_keeps_integer_division_alone():
     assert [i.name for i in program.instrs if i.name not in MARKERS] == ["Div", "Neg"]
 
 
+# A quantized residual Add: its skip operand dequantized where it was quantized, a MatMul (a
+# convolution in a real model) between that and the Add, whose result is quantized again.
+SKIP = """\
+    program "p" {
+      input %q0: u8[4,8] "q0"
+      input %r: u8[4,8] "r"
+      input %s1: f32[1] "s1"
+      input %x: f32[4,8] "x"
+      input %k: f32[8,8] "k"
+      output %y: u8[4,8] "y"
+      output %z: f32[4,8] "z"
+      alloc %q: u8[4,8]
+      copy @out %q, @in %q0
+      alloc %s: f32[4,8]
+      ElementwiseChain @out %s, @in %q, @in %s1 {steps=["Cast(x0) {to=f32}", "Mul(v0, x1)"]}
+      MatMul @out %z, @in %x, @in %k
+      dealloc %q
+      alloc %u: f32[4,8]
+      Cast @out %u, @in %r {to=f32}
+      alloc %w: f32[4,8]
+      Add @out %w, @in %u, @in %s
+      dealloc %u
+      dealloc %s
+      Cast @out %y, @in %w {to=u8}
+      dealloc %w
+    }
+"""
+
+
+def test_fuse_elementwise_computes_a_single_use_producer_in_its_reader():
+    """Rule 5: the skip's dequantize, read only by the Add's chain, moves into it; its 8-bit
+    source is read there (its dealloc moves after it) and the float tensor is gone. With
+    another reader it stays."""
+    reference, program = _run(SKIP, ["fuse-elementwise"])
+    text = print_program(program)
+    assert 'ElementwiseChain @out %y, @in %q, @in %s1, @in %r {steps=["Cast(x0) {to=f32}", "Mul(v0, x1)", ' \
+           '"Cast(x2) {to=f32}", "Add(v2, v1)", "Cast(v3) {to=u8}"]}' in text
+    assert [(i.name, i.operand(0).name) for i in program.instrs] == [
+        ("alloc", "q"), ("copy", "q"), ("MatMul", "z"), ("ElementwiseChain", "y"), ("dealloc", "q")]
+    for seed in range(3):
+        inputs = random_inputs(reference, seed)
+        for got, want in zip(run_program(program, inputs), run_program(reference, inputs), strict=True):
+            np.testing.assert_array_equal(got, want)
+    _, kept = _run(SKIP.replace("MatMul @out %z, @in %x", "MatMul @out %z, @in %s"), ["fuse-elementwise"])
+    assert [list(i.attrs.steps) for i in kept.instrs if i.name == "ElementwiseChain"] == [
+        ["Cast(x0) {to=f32}", "Mul(v0, x1)"], ["Cast(x0) {to=f32}", "Add(v0, x1)", "Cast(v1) {to=u8}"]]
+
+
 SELECT = """\
     program "p" {
       weight @w: f32[16,40]

@@ -14,7 +14,7 @@ MAX_CHAIN_STEPS instructions. Imports lir/ and the elementwise kernels' vocabula
 from __future__ import annotations
 
 from ember.codegen.kernels.elementwise import EXPRESSIONS, traps
-from ember.lir.chain import ELEMENTWISE_CHAIN, ChainAttrs, Step
+from ember.lir.chain import ELEMENTWISE_CHAIN, ChainAttrs, Step, chain_steps
 from ember.lir.ir import ALLOC, DEALLOC, MARKERS, VIEW, Buffer, BufferKind, Instr, Program, footprint
 from ember.lir.passes.registry import LirPass, get_lir_pass, register_lir_pass
 
@@ -100,6 +100,117 @@ def build_chain(members: list[Instr]) -> Instr:
     return Instr(ELEMENTWISE_CHAIN, [members[-1].operand(0), *sources], ChainAttrs(tuple(steps)), source=source)
 
 
+def _as_chain(instr: Instr) -> tuple[list[Buffer], list[Step]]:
+    """An elementwise instruction or chain as (sources, steps)."""
+    if instr.name == ELEMENTWISE_CHAIN:
+        return instr.required()[1:], chain_steps(instr.attrs)
+    return build_chain([instr]).required()[1:], chain_steps(build_chain([instr]).attrs)
+
+
+def _overlaps(a: Buffer, b: Buffer) -> bool:
+    ra, s0, e0 = footprint(a)
+    rb, s1, e1 = footprint(b)
+    return ra is rb and s0 < e1 and s1 < e0
+
+
+def _inlinable(instrs: list[Instr], p: int, c: int) -> bool:
+    """Whether producer instrs[p] (elementwise) can be computed inside reader instrs[c] (a
+    chain or elementwise instruction): its result has the reader's shape, is read by nothing
+    else and by no view, is wider than the producer's sources together (so extending their
+    lifetimes to the reader does not add memory) and is not the reader's output; nothing
+    between them writes a source; the reader's output overlaps no source unless it is that
+    source element for element."""
+    producer, reader = instrs[p], instrs[c]
+    result, out = producer.operand(0), reader.operand(0)
+    sources, steps = _as_chain(producer)
+    if result.kind is not BufferKind.ACTIVATION or result.is_view or result.type.shape != out.type.shape \
+            or _overlaps(out, result):
+        return False
+    if len(steps) + len(_as_chain(reader)[1]) > MAX_CHAIN_STEPS:
+        return False
+    if sum(b.type.nbytes for b in sources if b.kind is BufferKind.ACTIVATION) >= result.type.nbytes:
+        return False
+    for k, instr in enumerate(instrs):
+        if k in (p, c) or instr.name == DEALLOC or (instr.name == ALLOC and instr.operand(0) is result):
+            continue
+        kinds = instr.kinds()
+        for buffer, kind in zip(instr.operands, kinds, strict=True):
+            if buffer is None:
+                continue
+            if _overlaps(buffer, result):
+                return False
+            if p < k < c and kind.writes and instr.name not in MARKERS and any(_overlaps(buffer, b) for b in sources):
+                return False
+    return all(not _overlaps(out, b) or (b is out) for b in sources)
+
+
+def inline_producers(program: Program) -> bool:
+    """Rule 5: a chain's (or elementwise instruction's) source that an earlier elementwise
+    instruction or chain computed for it alone is computed inside it instead (a quantized
+    residual Add's skip operand, dequantized where it was quantized, two convolutions
+    earlier): the producer's steps come first, the reader's take their value, the producer's
+    sources' deallocs between the two move after the reader."""
+    changed = False
+    instrs = program.instrs
+    position = {id(instr.operand(0)): k for k, instr in enumerate(instrs)
+                if instr.name not in MARKERS and _fusable_or_chain(instr)}
+    k = 0
+    while k < len(instrs):
+        reader = instrs[k]
+        if reader.name in MARKERS or not _fusable_or_chain(reader):
+            k += 1
+            continue
+        for source in reader.required()[1:]:
+            p = position.get(id(source))
+            if p is None or p >= k or instrs[p].operand(0) is not source or not _inlinable(instrs, p, k):
+                continue
+            read = _as_chain(instrs[p])[0]
+            moved = [j for j in range(p + 1, k) if instrs[j].name == DEALLOC
+                     and any(instrs[j].operand(0) is b for b in read)]
+            instrs[k] = _merge(instrs[p], reader)
+            instrs[:] = [m for j, m in enumerate(instrs[:k + 1]) if j != p and j not in moved] + \
+                [instrs[j] for j in moved] + instrs[k + 1:]
+            position = {id(instr.operand(0)): j for j, instr in enumerate(instrs)
+                        if instr.name not in MARKERS and _fusable_or_chain(instr)}
+            changed = True
+            k = -1  # positions moved: start over
+            break
+        k += 1
+    return changed
+
+
+def _fusable_or_chain(instr: Instr) -> bool:
+    return instr.name == ELEMENTWISE_CHAIN or _fusable(instr)
+
+
+def _merge(producer: Instr, reader: Instr) -> Instr:
+    """One chain: the producer's steps, then the reader's with its result as a value."""
+    p_sources, p_steps = _as_chain(producer)
+    r_sources, r_steps = _as_chain(reader)
+    result = producer.operand(0)
+    sources = list(p_sources)
+    shift = len(p_steps)
+
+    def source_arg(buffer: Buffer) -> str:
+        if buffer not in sources:
+            sources.append(buffer)
+        return f"x{sources.index(buffer)}"
+
+    texts = [s.text() for s in p_steps]
+    for step in r_steps:
+        args = []
+        for a in step.args:
+            if a[0] == "v":
+                args.append(f"v{int(a[1:]) + shift}")
+            elif r_sources[int(a[1:])] is result:
+                args.append(f"v{shift - 1}")
+            else:
+                args.append(source_arg(r_sources[int(a[1:])]))
+        texts.append(Step(step.op, tuple(args), step.attrs).text())
+    source = "+".join(m.source for m in (producer, reader) if m.source)
+    return Instr(ELEMENTWISE_CHAIN, [reader.operand(0), *sources], ChainAttrs(tuple(texts)), source=source)
+
+
 @register_lir_pass
 class FuseElementwise(LirPass):
     """Rules:
@@ -109,13 +220,18 @@ class FuseElementwise(LirPass):
        (v0, v1, ...);
     3. the markers between its members keep their order: allocs and views before the
        chain, deallocs after it;
-    4. the intermediate results' markers then go (delete-dead-allocs)."""
+    4. the intermediate results' markers then go (delete-dead-allocs);
+    5. a source that an earlier elementwise instruction or chain computed for one reader alone
+       is computed in the reader (inline_producers)."""
 
     name = "fuse-elementwise"
 
     def run(self, program: Program) -> bool:
         chains = fusable_chains(program.instrs)
         if not chains:
+            if inline_producers(program):
+                get_lir_pass("delete-dead-allocs").run(program)
+                return True
             return False
         instrs = program.instrs
         output: list[Instr] = []
@@ -130,5 +246,6 @@ class FuseElementwise(LirPass):
             cursor = last + 1
         output.extend(instrs[cursor:])
         program.instrs = output
+        inline_producers(program)
         get_lir_pass("delete-dead-allocs").run(program)
         return True
