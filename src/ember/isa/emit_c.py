@@ -262,7 +262,7 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
     pack_a = _packs_a(n, nr, k_true, group, bool(convert))
     element = convert.replace("{x}", f"A[(ir + r) * {k_true}L + pc + kk]") if convert else \
         f"A[(ir + r) * {k_true}L + pc + kk]"
-    lines += [
+    lines += [] if not pack_a else [
         "/* A's MC x KC block, packed as row panels [MR rows][KC/group][rows][group] so that each",
         " * reduction step broadcasts from one contiguous line; zero past K. */",
         f"static void {name}_pack_a({ta} *panel, const {ta_in} *A, long ic, long ic_end, long pc, long kc) {{",
@@ -282,6 +282,8 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
         "    }",
         "}",
         "",
+    ]
+    lines += [
         f"long {name}_workspace_floats(void) {{ return {mc}L * {kc}L"
         f"{f' + {kc}L * {nr}L' if b_in_place and not agnostic else ''}; }}",
         "",
