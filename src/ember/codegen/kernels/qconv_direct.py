@@ -626,9 +626,11 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
 # im2col), and tiles are requantized per channel and stored transposed into NCHW.
 
 
-# What storing one output costs beside the products, in products (measured on ResNet-18 at 1
-# thread, AMD EPYC with AVX-512 VNNI): qconv_rows stores transposed, a byte at a time.
-STORE_COST = {"direct": 32, "rows": 100}
+# What storing one output costs beside the products, in products (fitted to single ResNet-18
+# convolutions timed both ways at 1 thread, AMD EPYC with AVX-512 VNNI: 56x56x64 3x3 direct 1%
+# faster, 3x3/2 onto 28x28x128 rows 2% faster, 1x1/2 onto 14x14x256 rows 10% faster, onto
+# 28x28x128 direct 10% faster): qconv_rows stores transposed, a channel's 6 pixels at a time.
+STORE_COST = {"direct": 32, "rows": 58}
 
 
 def executed_macs(d: dict) -> tuple[int, int]:
