@@ -511,6 +511,6 @@ def emit_qconv(em: Emitter, instr: Instr) -> str:
     return w.text()
 
 
-# The direct and depthwise int8 convolutions and the 8-bit MaxPool register themselves ahead of the
-# general kernels.
+# The direct and depthwise int8 convolutions, the 8-bit MaxPool and the AVX-512 loop of the
+# expanded Q/DQ chains register themselves ahead of the general kernels.
 from ember.codegen.kernels import qconv_depthwise, qconv_direct, qpool, quantized_chain  # noqa: E402, F401  (registration)
