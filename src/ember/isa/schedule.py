@@ -9,8 +9,9 @@ width). Tiles are chosen inside out:
   blocks and one register per broadcast operand fill the register file, taking the tile with
   the fewest loaded bytes per issue (ties: more accumulators, to hide the latency);
 - each memory level (caches shared by all operands; scratchpads by the operands they hold):
-  starting from the tile inside it, double the dimension that saves the most traffic from the
-  level outside per byte of footprint, while the tiles fit the level's usable capacity.
+  starting from the tile inside it, double the dimension (or take it whole) that saves the
+  most traffic from the level outside per byte of footprint, while the tiles fit the level's
+  usable capacity.
 
 An operand's traffic into a level is its tile footprint times its fetches, the product of the
 trip counts of the tile loops outside and at the innermost loop that indexes it (so loops that
@@ -381,22 +382,28 @@ def _grow(mapping: Mapping, space: _Space, tile: dict[str, int], capacity: dict[
         base_traffic = _level_traffic(mapping, space, tile)[1]
         best: tuple[float, str, dict[str, int]] | None = None
         for dim in space.extents:
-            if tile[dim] >= space.extents[dim]:
-                continue
-            grown = dict(tile)
-            grown[dim] = min(space.extents[dim], tile[dim] * 2)
-            prints = _footprints(mapping, space, grown)
-            if not _fits(prints, capacity):
-                continue
-            saved = base_traffic - _level_traffic(mapping, space, grown)[1]
-            cost = max(sum(prints.values()) - sum(base_prints.values()), 1)
-            score = saved / cost
-            if best is None or score > best[0]:
-                best = (score, dim, grown)
+            for size in _growth(tile[dim], space.extents[dim]):
+                grown = dict(tile)
+                grown[dim] = size
+                prints = _footprints(mapping, space, grown)
+                if not _fits(prints, capacity):
+                    continue
+                saved = base_traffic - _level_traffic(mapping, space, grown)[1]
+                cost = max(sum(prints.values()) - sum(base_prints.values()), 1)
+                score = saved / cost
+                if best is None or score > best[0]:
+                    best = (score, dim, grown)
         if best is None or best[0] <= 0:
             break
         tile = best[2]
     return tile
+
+
+def _growth(size: int, extent: int) -> list[int]:
+    """A dimension's next sizes: doubled, or whole. Whole, because a loop's reuse often appears
+    only once it runs once: a reduction split in four re-reads A per column fold at half as
+    many splits as well, so no single doubling saves traffic and a greedy step would stop."""
+    return sorted({min(extent, size * 2), extent} - {size})
 
 
 def _compute_cycles(mapping: Mapping, space: _Space, tile: dict[str, int], chains: int) -> float:
