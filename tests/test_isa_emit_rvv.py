@@ -170,6 +170,8 @@ def test_other_rvv_forms_are_refused_with_the_reason():
     mapping = map_kernel(gemm(8, 16, 8), without.instruction("vfmacc.vf"))[0][0]
     with pytest.raises(UnsupportedError, match="must be fixed, or its register file must have asm templates"):
         emit_gemm(schedule(mapping, without))
+    with pytest.raises(UnsupportedError, match="a 20 x 1 tile does not fit the vector and scalar registers"):
+        emit_gemm(choose(gemm(40, 8, 8), RVV), register_tile={"i": 20, "j'": 8})  # type: ignore[arg-type]
 
 
 def test_assembly_templates_are_validated_naming_the_field():

@@ -183,9 +183,12 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     a_fix = fixes.get(semantics.a.tensor)
     convert = a_fix.c if a_fix else ""
     types = (_C_TYPES[a.dtype], _C_TYPES[semantics.a.dtype], _C_TYPES[semantics.b.dtype], _C_TYPES[out.dtype])
-    source = _source(name, target.c_header, target.c_prelude, templates, b_templates, instruction.emit, semantics,
-                     types, convert, m, n, math.ceil(k / group) * group, k, mr, nr, width, group, kc, mc,
-                     str(mapping).splitlines()[0], target.name, b_in_place, agnostic)
+    try:
+        source = _source(name, target.c_header, target.c_prelude, templates, b_templates, instruction.emit,
+                         semantics, types, convert, m, n, math.ceil(k / group) * group, k, mr, nr, width, group, kc,
+                         mc, str(mapping).splitlines()[0], target.name, b_in_place, agnostic)
+    except ValueError as err:  # emit_vla's limits (a register tile its asm cannot hold)
+        raise _refuse(schedule, str(err)) from None
     return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] != reduction[0], target.c_flags, group,
                     semantics.b.dtype, _packs_a(n, nr, k, group, bool(convert)), b_in_place, a.dtype,
                     semantics.a.dtype, agnostic)
