@@ -297,3 +297,37 @@ def test_neon_sdot_gemm_under_qemu(tmp_path):
     assert "vdotq_s32" in code.source and code.group == 4
     a, b, expected = _int8_inputs(code, np.int8, seed=2)
     np.testing.assert_array_equal(_run_qemu(tmp_path, code, a, b, np.int32), expected)
+
+
+@QEMU
+def test_neon_pointwise_convolution_under_qemu(tmp_path):
+    """The pointwise half of a separable block on NEON: a 1x1 convolution from the op table,
+    its input read in place as the run-time B (the last panel copied and padded)."""
+    from ember.graph import Graph
+    from ember.isa.kernels import kernels_of
+    from ember.ops.nn import ConvAttrs
+    from ember.types import TensorType
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 24, 14, 13)).astype(np.float32)
+    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
+    graph = Graph()
+    weights = graph.add_constant(w, "w")
+    graph.add("Conv", graph.add_input("x", TensorType.of(x)), weights, attrs=ConvAttrs((1, 1), (0,) * 4, (1, 1)))
+    (kernel,) = kernels_of(graph.nodes[-1])
+    best = choose(kernel, NEON)
+    assert best is not None and str(best.mapping).startswith("fmla.4s.lane [C=O A=W B=I] j<-oh·ow")
+    code = emit_gemm(best)
+    assert code.b_in_place and (code.m, code.n, code.k) == (40, 14 * 13, 24)
+    (tmp_path / "gemm.c").write_text(code.source)
+    (tmp_path / "main.c").write_text(HARNESS)
+    subprocess.run(["aarch64-linux-gnu-gcc", "-O2", "-static", *code.flags.split(), str(tmp_path / "gemm.c"),
+                    str(tmp_path / "main.c"), "-o", str(tmp_path / "gemm")], check=True)
+    a = np.ascontiguousarray(w.reshape(40, 24))
+    a.tofile(tmp_path / "a.bin")
+    x.tofile(tmp_path / "b.bin")
+    subprocess.run(["qemu-aarch64", str(tmp_path / "gemm"), str(a.nbytes), str(x.nbytes), str(40 * 14 * 13 * 4)],
+                   check=True, cwd=tmp_path, timeout=60)
+    out = np.fromfile(tmp_path / "c.bin", dtype=np.float32).reshape(1, 40, 14, 13)
+    expected = graph.nodes[-1].opdef.evaluate(graph.nodes[-1].attrs, [x, w, None])[0]
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
