@@ -157,3 +157,21 @@ def test_col2im_window_attributes_are_checked(attr, value):
     with pytest.raises(EmberError, match="Col2Im needs positive strides, dilations") as caught:
         ember.compile(model, backend="interpreter")
     assert "internal error" not in str(caught.value)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_ignored_loss_elements_count_zero_even_over_an_infinity(backend, reduction):
+    """Seed test_sce_mean_no_weight_ii_4d_log_prob_expanded with an inf score: the row's
+    log-probabilities are NaN, and Ember multiplied an ignored element's NaN by its weight 0."""
+    node = helper.make_node("SoftmaxCrossEntropyLoss", ["x", "y"], ["z"], reduction=reduction, ignore_index=2)
+    model = _model([node], [_info("x", [2, 3, 4]), _info("y", [2, 4], TensorProto.INT64)], [_info("z", None)],
+                   opset=13)
+    x = np.random.default_rng(0).random((2, 3, 4)).astype(np.float32)
+    x[0, 1, 1] = np.inf  # element (0, 1): every class's log-probability is NaN (or -inf)
+    y = np.array([[0, 2, 1, 0], [1, 1, 2, 0]], np.int64)  # ... and its target is ignored
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x, "y": y})[0]
+    got = ember.compile(model, backend=backend).run({"x": x, "y": y})["z"]
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

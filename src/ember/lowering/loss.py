@@ -55,6 +55,8 @@ def _lower_nll(graph: Graph, node: Node, log_prob: Value, target: Value, weight:
     loss = graph.add("Neg", picked, name=f"{name}.neg")
     if applied is not None:
         loss = graph.add("Mul", loss, applied, name=f"{name}.weighted")
+    if ignored is not None:  # 0, not 0 times what the ignored element's input holds (NaN, inf)
+        loss = graph.add("Where", ignored, scalar(graph, 0.0, dtype, f"{name}.zero"), loss, name=f"{name}.kept")
     if attrs.reduction == "none":
         return loss
     every_axis = ReduceAttrs(tuple(range(len(shape))), False)

@@ -4,7 +4,8 @@ NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss.
 input is [N, C, d1, ...] (log-probabilities, or scores for SoftmaxCrossEntropyLoss), target
 [N, d1, ...] holds class indices, weight (optional) [C]. The loss of one element is
 -input[n, target, d...] * weight[target]; elements whose target is ignore_index count 0 with
-weight 0. reduction: 'none' keeps target's shape, 'sum' sums, 'mean' divides the sum by the
+weight 0 (0 even where the input is NaN or infinite, as ONNX's reference and ONNX Runtime
+leave them out). reduction: 'none' keeps target's shape, 'sum' sums, 'mean' divides the sum by the
 summed weights."""
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def nll_loss(attrs: LossAttrs, log_prob: np.ndarray, target: np.ndarray, weight:
     picked = np.take_along_axis(log_prob.astype(np.float64), np.expand_dims(safe, 1), axis=1)[:, 0]
     w = np.ones(target.shape) if weight is None else weight.astype(np.float64)[safe]
     w = np.where(ignored, 0.0, w)
-    loss = -picked * w
+    # An ignored element's loss is 0 whatever the input holds there (not 0 times a NaN).
+    loss = np.where(ignored, 0.0, -picked * w)
     if attrs.reduction == "sum":
         loss = loss.sum()
     elif attrs.reduction == "mean":
