@@ -308,8 +308,12 @@ def prune_cache(cache: Path, older_than: float = 120.0) -> None:
     for entry in folder.iterdir():
         if entry.name.startswith("runtime-") or entry.name == ".lock":
             continue
+        # A build folder is in use until its build ends (a loaded machine's gcc may run minutes
+        # without touching the folder): only one left by a killed worker, long past any case's
+        # time limit, is removed.
+        limit = max(older_than, 600.0) if entry.name.startswith("build-") else older_than
         with contextlib.suppress(OSError):
-            if now - entry.lstat().st_mtime > older_than:
+            if now - entry.lstat().st_mtime > limit:
                 if entry.is_dir():
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
