@@ -1,9 +1,9 @@
 """The GEMM core's tiles at the edges of their shapes (runtime/ember_gemm.c): a last panel of at
 most 16 columns takes the half-width tile, others the full one; rows 1..8 per tile (1 and 2
 take the split-k path); every epilogue (bias, residual, activation on registers or through
-memory) on both. FullyConnected with packed weights, MatMul with B read in place (its tail
-panel packed at run time), and small convolutions whose pixel count leaves a narrow last
-panel, each against the interpreter."""
+memory, Gelu's vectorized one among them) on both. FullyConnected with packed weights,
+MatMul with B read in place (its tail panel packed at run time), and small convolutions
+whose pixel count leaves a narrow last panel, each against the interpreter."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +11,10 @@ import pytest
 
 import ember  # noqa: F401
 from ember.backends.cpu import CpuBackend
+from ember.backends.cpu.features import has_avx512_bf16
 from ember.driver import compile_graph
 from ember.graph.ir import Graph
+from ember.ops.activations import GeluAttrs
 from ember.ops.nn import ConvAttrs
 from ember.types import DType, TensorType
 from tests.helpers import relative_error
@@ -35,7 +37,7 @@ def _fc_graph(m: int, k: int, n: int, activation: str | None, residual: bool):
         if residual:
             y = g.add("Add", y, g.add_input("r", TensorType(DType.FLOAT32, (m, n))))
         if activation:
-            y = g.add(activation, y)
+            y = g.add(activation, y, attrs=GeluAttrs("none") if activation == "Gelu" else None)
         g.set_outputs([("y", y)])
         return g
     return build
@@ -46,7 +48,7 @@ SHAPES = [(1, 64, 10), (2, 33, 16), (3, 7, 1), (8, 64, 10), (9, 5, 42), (13, 40,
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES)
-@pytest.mark.parametrize("activation,residual", [("Relu", False), ("Sigmoid", True), (None, True)])
+@pytest.mark.parametrize("activation,residual", [("Relu", False), ("Sigmoid", True), ("Gelu", True), (None, True)])
 def test_fully_connected_edges_match_interpreter(m, k, n, activation, residual):
     rng = np.random.default_rng(7)
     feeds = {"x": rng.standard_normal((m, k)).astype(np.float32)}
@@ -54,6 +56,7 @@ def test_fully_connected_edges_match_interpreter(m, k, n, activation, residual):
         feeds["r"] = rng.standard_normal((m, n)).astype(np.float32)
     actual, expected, source = _run_both(_fc_graph(m, k, n, activation, residual), feeds)
     assert "FullyConnected [fully_connected_gemm]" in source
+    assert ("EMBER_ACT_GELU" in source) == (activation == "Gelu")  # fused, not a loop of its own
     assert relative_error(actual["y"], expected["y"]) <= 1e-5
 
 
@@ -89,3 +92,17 @@ def test_small_convolutions_match_interpreter(size, kernel, stride):
     feeds = {"x": rng.standard_normal((1, 5, size, size)).astype(np.float32)}
     actual, expected, _ = _run_both(build, feeds)
     assert relative_error(actual["y"], expected["y"]) <= 1e-5
+
+
+@pytest.mark.skipif(not has_avx512_bf16(), reason="the host has no AVX512-BF16")
+@pytest.mark.parametrize("m,k,n", [(13, 40, 45), (8, 64, 10), (16, 33, 64)])
+def test_bf16_fully_connected_with_gelu_matches_float32(m, k, n):
+    """The bf16 GEMM's Gelu epilogue (a vector loop after the tile): against the float32 cpu
+    model, whose own Gelu epilogue the tests above check, within bf16 rounding."""
+    rng = np.random.default_rng(11)
+    feeds = {"x": rng.standard_normal((m, k)).astype(np.float32), "r": rng.standard_normal((m, n)).astype(np.float32)}
+    build = _fc_graph(m, k, n, "Gelu", True)
+    bf16 = compile_graph(build(), CpuBackend(num_threads=1, precision="bf16"))
+    assert "EMBER_ACT_GELU" in bf16.executable.source and "ember_gemm_bf16(" in bf16.executable.source
+    expected = compile_graph(build(), CpuBackend(num_threads=1)).run(feeds)["y"]
+    assert relative_error(bf16.run(feeds)["y"], expected) <= 2e-2

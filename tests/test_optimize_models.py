@@ -43,7 +43,8 @@ def test_optimized_op_counts_show_the_fusions():
     # Every Relu and residual Add of ResNet-18 joins a convolution.
     assert "Relu" not in resnet and "Add" not in resnet and resnet["FusedConv"] == 17
     bert = ember.compile(str(folder / "bert_synthetic.onnx"), backend="interpreter").stats["ops"]["optimized"]
-    assert bert["Gelu"] == 4 and "Erf" not in bert and bert["FullyConnected"] == 24
+    # Each Gelu, recognized from its Erf form, joins the FullyConnected before it.
+    assert "Gelu" not in bert and "Erf" not in bert and bert["FullyConnected"] == 24
 
 
 def _bn_model() -> onnx.ModelProto:

@@ -91,6 +91,22 @@ def test_each_activation_kind_fuses_into_fully_connected():
         }}""", "fuse-activations", f"CHECK: %y: f32[2,3] = FullyConnected(%x, @w, none, none) {{{expected}}}")
 
 
+def test_gelu_fuses_in_its_erf_form_only():
+    source = """graph "g" {{
+      input %x: f32[2,5]
+      const @w: f32[5,40]
+      %m: f32[2,40] = MatMul(%x, @w) name="m"
+      %y: f32[2,40] = Gelu(%m) {{approximate="{form}"}} name="y"
+      output "y" = %y
+    }}"""
+    check_pass(source.format(form="none"), "fuse-activations",
+               'CHECK: %y: f32[2,40] = FullyConnected(%x, @w, none, none) {activation="gelu"}')
+    # The tanh form has no epilogue: the MatMul still becomes FullyConnected elsewhere, not here.
+    check_pass(source.format(form="tanh"), "fuse-activations", """
+      CHECK: %m: f32[2,40] = MatMul(%x, @w)
+      CHECK-NEXT: %y: f32[2,40] = Gelu(%m) {approximate="tanh"}""")
+
+
 def test_no_fusion_when_the_result_is_read_elsewhere_or_already_activated():
     check_pass(f"""graph "g" {{
       input %x: f32[1,4,6,6]

@@ -2,8 +2,8 @@
 
 Both compute `act(core + bias + residual)`: FusedConv's core is a Conv, FullyConnected's is
 x @ w with a 2-D weight [K, N] (x may have leading batch axes). The epilogue activation is an
-attribute: none, relu, clip (alpha=min, beta=max), leaky_relu (alpha), sigmoid, tanh or
-hard_sigmoid (alpha, beta). They are not primitives: a backend that does not run them natively
+attribute: none, relu, clip (alpha=min, beta=max), leaky_relu (alpha), sigmoid, tanh,
+hard_sigmoid (alpha, beta) or gelu (the erf form). They are not primitives: a backend that does not run them natively
 gets them lowered back into their parts (see lowering/fused.py).
 
 ACTIVATION_TABLE is the one definition of that vocabulary: each activation's attribute
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.ops.activations import GeluAttrs, gelu_reference
 from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs, _sigmoid
 from ember.ops.nn import ConvAttrs, _conv, _conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
@@ -89,6 +90,10 @@ ACTIVATION_TABLE: tuple[Activation, ...] = (
     Activation("hard_sigmoid", 6, "HardSigmoid", lambda y, alpha, beta: np.clip(y * alpha + beta, 0, 1),
                params=lambda attrs: (float(attrs.alpha), float(attrs.beta)),
                op_attrs=lambda alpha, beta: AlphaBetaAttrs(alpha, beta), non_negative=_always),
+    # The erf form only (approximate="none", BERT's); the tanh form stays a separate op.
+    Activation("gelu", 7, "Gelu", lambda y, alpha, beta: gelu_reference(y, "none").astype(y.dtype),
+               params=lambda attrs: (0.0, 0.0) if attrs.approximate == "none" else None,
+               op_attrs=lambda alpha, beta: GeluAttrs("none")),
 )
 ACTIVATION_BY_NAME: dict[str, Activation] = {a.name: a for a in ACTIVATION_TABLE}
 ACTIVATION_BY_OP: dict[str, Activation] = {a.op: a for a in ACTIVATION_TABLE if a.op is not None}

@@ -97,7 +97,7 @@ class FuseActivations(RewritePass):
     1. act(Conv | FusedConv(act=none)) -> FusedConv(act) and
        act(MatMul | Gemm | FullyConnected(act=none)) -> FullyConnected(act), for act an op of
        the activation table (ops/fused.py ACTIVATION_TABLE: Relu, Clip with both bounds or
-       min=0 alone as relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid).
+       min=0 alone as relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, Gelu with approximate=none).
     2. Add(core, r) or Add(r, core) for the same cores with no activation and no residual yet,
        r a non-constant value of exactly the result's type -> core with residual r (the
        epilogue computes act(core + bias + residual), so a later activation still fuses)."""

@@ -18,6 +18,7 @@ float ember_activate(float v, const ember_epilogue *ep)
     case EMBER_ACT_SIGMOID: return ember_sigmoidf(v);
     case EMBER_ACT_TANH: return ember_tanhf(v);
     case EMBER_ACT_HARD_SIGMOID: { float h = v * ep->alpha + ep->beta; return h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h); }
+    case EMBER_ACT_GELU: return ember_geluf(v);
     default: return v;
     }
 }
@@ -35,6 +36,7 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
             y[j] = v > ep->beta ? ep->beta : v;
         }
         break;
+    case EMBER_ACT_GELU: for (long j = 0; j < n; j++) y[j] = ember_geluf(y[j]); break;
     default: for (long j = 0; j < n; j++) y[j] = ember_activate(y[j], ep);
     }
 }
@@ -115,6 +117,15 @@ static inline __attribute__((always_inline)) ember_v16 finish(ember_v16 v, const
     }
 }
 
+/* Gelu on one vector, out of line (the tiles' register allocation stays as without it). */
+static __attribute__((noinline)) ember_v16 gelu_v16(ember_v16 v)
+{
+    float tmp[16];
+    vstore(tmp, v);
+    for (int j = 0; j < 16; j++) tmp[j] = ember_geluf(tmp[j]);
+    return vload(tmp);
+}
+
 /* The tile's rows onto the output grid: each run's kept columns are contiguous in C, so they
  * go out as masked vector stores, the residual coming in the same way. */
 static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
@@ -122,6 +133,8 @@ static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, in
 {
     ember_epilogue rest = *ep;
     rest.residual = NULL;
+    int gelu_after = rest.act == EMBER_ACT_GELU;  /* a vector loop below, not finish's per-value calls */
+    if (gelu_after) rest.act = EMBER_ACT_NONE;
     float *row_base = c - col0;  /* C's columns are output positions from here on */
     int kept;
     long at;
@@ -135,10 +148,37 @@ static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, in
             for (int i = 0; i < mr; i++) {
                 ember_v16 v = acc[i][h];
                 if (ep->residual) v += vn_load_masked(ep->residual + (row0 + i) * ep->ld_residual + lane0, mask);
-                vn_store_masked(row_base + i * ldc + lane0, mask, finish(v, &rest, row0 + i, lane0));
+                v = finish(v, &rest, row0 + i, lane0);
+                if (gelu_after) v = gelu_v16(v);
+                vn_store_masked(row_base + i * ldc + lane0, mask, v);
             }
         }
     }
+}
+
+/* The tile with Gelu's epilogue, through memory: bias and residual added, then Gelu as one
+ * vector loop over the whole tile (mr x 32 independent values), then stored. A case of its
+ * own in `finish` cost every other tile 10% (register allocation); per-value calls through
+ * ember_activate are 10x slower. */
+static __attribute__((noinline)) void store_gelu(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+                                                 const ember_epilogue *ep, long row0, long col0)
+{
+    float out[EMBER_MR][EMBER_NR];
+    for (int i = 0; i < mr; i++) {
+        vstore(out[i], acc[i][0]);
+        vstore(out[i] + 16, acc[i][1]);
+        if (ep->bias) {
+            if (ep->bias_per_row) for (int j = 0; j < EMBER_NR; j++) out[i][j] += ep->bias[row0 + i];
+            else for (int j = 0; j < ncols; j++) out[i][j] += ep->bias[col0 + j];
+        }
+        if (ep->residual) {
+            const float *r = ep->residual + (row0 + i) * ep->ld_residual + col0;
+            for (int j = 0; j < ncols; j++) out[i][j] += r[j];
+        }
+    }
+    float *flat = &out[0][0];
+    for (int t = 0; t < mr * EMBER_NR; t++) flat[t] = ember_geluf(flat[t]);
+    for (int i = 0; i < mr; i++) memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
 }
 
 /* One mr x 32 tile over the full K; `mr` is a constant in each instantiation below, and so
@@ -192,6 +232,10 @@ static inline __attribute__((always_inline)) void tile(
     }
     if (ep && ep->grid_w) {
         store_grid((const ember_v16 (*)[2])acc, mr, c, ldc, ncols, ep, row0, col0);
+        return;
+    }
+    if (ep && ep->act == EMBER_ACT_GELU && !ep->transposed) {
+        store_gelu((const ember_v16 (*)[2])acc, mr, c, ldc, ncols, ep, row0, col0);
         return;
     }
     if (ncols == EMBER_NR && !(ep && ep->transposed)) {

@@ -258,6 +258,20 @@ EMBER_BF16_TARGET static void bf16_tile_rows_native(int mr, long kp_count, const
                                                float *c, long ldc, int ncols, const ember_epilogue *ep, long row0,
                                                long col0)
 {
+    if (ep && ep->act == EMBER_ACT_GELU) {
+        /* Gelu as one vector loop over the whole tile, after the tile stored the rest of the
+         * epilogue in a buffer: in bf16_finish_native it would be a call per value, and a
+         * case of its own in the tile changes the tile's code for every other epilogue. */
+        float out[EMBER_MR][EMBER_NR];
+        if (ncols < EMBER_NR) memset(out, 0, sizeof out);  /* the columns the tile leaves */
+        ember_epilogue rest = *ep;
+        rest.act = EMBER_ACT_NONE;
+        bf16_tile_rows_native(mr, kp_count, ab, bp, &out[0][0], EMBER_NR, ncols, &rest, row0, col0);
+        float *flat = &out[0][0];
+        for (int t = 0; t < mr * EMBER_NR; t++) flat[t] = ember_geluf(flat[t]);
+        for (int i = 0; i < mr; i++) memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
+        return;
+    }
     switch (mr) {
     case 8: bf16_tile_native(8, kp_count, ab, bp, c, ldc, ncols, ep, row0, col0); break;
     case 7: bf16_tile_native(7, kp_count, ab, bp, c, ldc, ncols, ep, row0, col0); break;

@@ -60,6 +60,13 @@ static inline __attribute__((always_inline)) float ember_erff(float x)
     return x >= 0.0f ? 1.0f - erfc : erfc - 1.0f;
 }
 
+/* Gelu's erf form exactly as the elementwise kernel writes it (elementwise.py _gelu), so the
+ * GEMM epilogues' fused Gelu computes what the unfused one does. */
+static inline __attribute__((always_inline)) float ember_geluf(float x)
+{
+    return 0.5f * x * (1.0f + ember_erff(x * 0x1.6a09e6p-1f));
+}
+
 static inline __attribute__((always_inline)) float ember_tanhf(float x)
 {
     float z = x < 0.0f ? -x : x;
