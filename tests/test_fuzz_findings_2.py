@@ -175,3 +175,13 @@ def test_ignored_loss_elements_count_zero_even_over_an_infinity(backend, reducti
     got = ember.compile(model, backend=backend).run({"x": x, "y": y})["z"]
     assert np.isfinite(expected).all()
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_upsample_scales_of_the_wrong_length_are_refused():
+    """Seed test_upsample_nearest with 0-d scales: an IndexError called an internal error."""
+    scales = numpy_helper.from_array(np.array(2.0, np.float32), "scales")
+    model = _model([helper.make_node("Upsample", ["x", "scales"], ["y"])], [_info("x", [1, 1, 2, 2])],
+                   [_info("y", None)], [scales], opset=9)
+    with pytest.raises(EmberError, match=r"scales \[2.0\] must have one value per axis resized \(4") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)

@@ -26,6 +26,11 @@ def resolve_sizes(in_shape, axes, scales, sizes, policy: str) -> tuple[tuple[int
     """(output sizes, scales) over all axes from scales or sizes given for `axes`."""
     rank = len(in_shape)
     out_scales, out_sizes = [1.0] * rank, list(in_shape)
+    axes = list(axes)
+    for what, values in (("scales", scales), ("sizes", sizes)):
+        if values is not None and len(values) != len(axes):
+            raise ModelImportError(f"{what} {list(values)} must have one value per axis resized ({len(axes)}: "
+                                   f"axes {axes} of an input of rank {rank})")
     if sizes is not None and any(v < 0 for v in sizes):
         raise ModelImportError(f"sizes {list(sizes)} must not be negative")
     if sizes is None and scales is not None and not all(math.isfinite(v) and v > 0 for v in scales):
