@@ -629,8 +629,9 @@ def emit_qconv_direct(em: Emitter, instr: Instr) -> str:
 # What storing one output costs beside the products, in products (fitted to single ResNet-18
 # convolutions timed both ways at 1 thread, AMD EPYC with AVX-512 VNNI: 56x56x64 3x3 direct 1%
 # faster, 3x3/2 onto 28x28x128 rows 2% faster, 1x1/2 onto 14x14x256 rows 10% faster, onto
-# 28x28x128 direct 10% faster): qconv_rows stores transposed, a channel's 6 pixels at a time.
-STORE_COST = {"direct": 32, "rows": 58}
+# 28x28x128 direct 10% faster): qconv_rows stores transposed, a channel's 6 pixels at a time
+# (with threads in two pieces, as before that fit: "rows_threads").
+STORE_COST = {"direct": 32, "rows": 58, "rows_threads": 100}
 
 
 def executed_macs(d: dict) -> tuple[int, int]:
@@ -642,15 +643,23 @@ def executed_macs(d: dict) -> tuple[int, int]:
     return direct * d["groups"] * 4, rows * d["groups"] * 4
 
 
-def prefers_rows(d: dict) -> bool:
+def prefers_rows(d: dict, threads: int = 1) -> bool:
     """Whether qconv_rows costs less: its products and stores against qconv_direct's."""
     direct, rows = executed_macs(d)
     outputs = d["m"] * d["oh"] * d["ow"]
-    return rows + STORE_COST["rows"] * outputs < direct + STORE_COST["direct"] * outputs
+    store = STORE_COST["rows" if threads == 1 else "rows_threads"]
+    return rows + store * outputs < direct + STORE_COST["direct"] * outputs
+
+
+def _rows_threads(d: dict, options: KernelOptions) -> int:
+    return threads_for(options.num_threads, d["n"] * d["oh"] * d["ow"] * d["m"] * d["groups"] * 4)
 
 
 def _rows_apply(instr: Instr, options: KernelOptions) -> bool:
-    return _applies(instr, options) and prefers_rows(_layout(instr))
+    if not _applies(instr, options):
+        return False
+    d = _layout(instr)
+    return prefers_rows(d, _rows_threads(d, options))
 
 
 def _direct_apply(instr: Instr, options: KernelOptions) -> bool:
@@ -671,7 +680,7 @@ def pack_rows_weights(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     d = _layout(instr)
     w = _roles(instr)[0][4]
-    threads = threads_for(options.num_threads, d["n"] * d["oh"] * d["ow"] * d["m"] * d["groups"] * 4)
+    threads = _rows_threads(d, options)
     plan = KernelPlan({"threads": threads}, scratch_bytes=d["phases"] * d["cq"] * d["plane"] * 4)
     plan.packed = [(w, "qpanels64_taps", pack_rows_weights(w.constant())[0])]
     plan.tables = _tables(instr, d)
