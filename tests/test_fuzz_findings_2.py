@@ -10,17 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ember
 from ember.support.errors import EmberError
+from tests.test_fuzz_findings import _info, _model
 
 ort = pytest.importorskip("onnxruntime")
-
-
-def _model(nodes, inputs, outputs, initializers=(), opset=18):
-    graph = helper.make_graph(nodes, "finding", inputs, outputs, list(initializers))
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _info(name, shape, dtype=TensorProto.FLOAT):
-    return helper.make_tensor_value_info(name, dtype, shape)
 
 
 def _reference(model, feeds):

@@ -45,37 +45,31 @@ def notice(message: str) -> None:
     print(f"ember: {message}", file=sys.stderr)
 
 
+def _argument(text: str, convert: Callable[[str], Any], kind: str, valid: Callable[[Any], bool],
+              requirement: str) -> Any:
+    """`text` converted, or the argparse error saying it is not `kind` or breaks `requirement`."""
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    if not valid(value):
+        raise argparse.ArgumentTypeError(f"{requirement}, got {text.strip()}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (thread and run counts)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+    return int(_argument(text, int, "an integer", lambda v: v >= 1, "must be at least 1"))
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an integer >= 0 (counts that may be zero)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return int(_argument(text, int, "an integer", lambda v: v >= 0, "must be 0 or more"))
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (durations)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+    return float(_argument(text, float, "a number", lambda v: 0 < v < float("inf"), "must be a positive number"))
 
 
 def byte_size(text: str) -> int:
