@@ -134,6 +134,42 @@ def test_fuse_elementwise_computes_a_single_use_producer_in_its_reader():
         ["Cast(x0) {to=f32}", "Mul(v0, x1)"], ["Cast(x0) {to=f32}", "Add(v0, x1)", "Cast(v1) {to=u8}"]]
 
 
+def test_fuse_elementwise_inlines_producers_of_producers():
+    """A producer that took in its own producer moves on into its reader, with the deallocs
+    it carried."""
+    text = """\
+        program "p" {
+          input %q0: u8[4,8] "q0"
+          input %s1: f32[1] "s1"
+          input %x: f32[4,8] "x"
+          input %k: f32[8,8] "k"
+          output %y: f32[4,8] "y"
+          output %z1: f32[4,8] "z1"
+          output %z2: f32[4,8] "z2"
+          alloc %q: u8[4,8]
+          copy @out %q, @in %q0
+          alloc %s: f32[4,8]
+          Cast @out %s, @in %q {to=f32}
+          MatMul @out %z1, @in %x, @in %k
+          dealloc %q
+          alloc %t: f32[4,8]
+          Mul @out %t, @in %s, @in %s1
+          dealloc %s
+          MatMul @out %z2, @in %z1, @in %k
+          Add @out %y, @in %t, @in %x
+          dealloc %t
+        }
+    """
+    reference, program = _run(text, ["fuse-elementwise"])
+    assert [(i.name, i.operand(0).name) for i in program.instrs] == [
+        ("alloc", "q"), ("copy", "q"), ("MatMul", "z1"), ("MatMul", "z2"), ("ElementwiseChain", "y"), ("dealloc", "q")]
+    assert list(program.instrs[4].attrs.steps) == ["Cast(x0) {to=f32}", "Mul(v0, x1)", "Add(v1, x2)"]
+    for seed in range(2):
+        inputs = random_inputs(reference, seed)
+        for got, want in zip(run_program(program, inputs), run_program(reference, inputs), strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
 SELECT = """\
     program "p" {
       weight @w: f32[16,40]

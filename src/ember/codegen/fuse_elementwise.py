@@ -113,33 +113,34 @@ def _overlaps(a: Buffer, b: Buffer) -> bool:
     return ra is rb and s0 < e1 and s1 < e0
 
 
-def _inlinable(instrs: list[Instr], p: int, c: int) -> bool:
+def _inlinable(instrs: list[Instr | None], p: int, c: int, touching: dict[int, list[int]]) -> bool:
     """Whether producer instrs[p] (elementwise) can be computed inside reader instrs[c] (a
     chain or elementwise instruction): its result has the reader's shape, is read by nothing
-    else and by no view, is wider than the producer's sources together (so extending their
-    lifetimes to the reader does not add memory) and is not the reader's output; nothing
-    between them writes a source; the reader's output overlaps no source unless it is that
-    source element for element."""
+    else and by no view, is wider than the producer's activation sources together (so that
+    extending their lifetimes to the reader adds no memory) and is not the reader's output;
+    nothing between them writes a source; the reader's output overlaps no source unless it is
+    that source element for element. `touching`: per memory root, the instructions naming it."""
     producer, reader = instrs[p], instrs[c]
+    assert producer is not None and reader is not None
     result, out = producer.operand(0), reader.operand(0)
     sources, steps = _as_chain(producer)
     if result.kind is not BufferKind.ACTIVATION or result.is_view or result.type.shape != out.type.shape \
-            or _overlaps(out, result):
-        return False
-    if len(steps) + len(_as_chain(reader)[1]) > MAX_CHAIN_STEPS:
+            or _overlaps(out, result) or len(steps) + len(_as_chain(reader)[1]) > MAX_CHAIN_STEPS:
         return False
     if sum(b.type.nbytes for b in sources if b.kind is BufferKind.ACTIVATION) >= result.type.nbytes:
         return False
-    for k, instr in enumerate(instrs):
-        if k in (p, c) or instr.name == DEALLOC or (instr.name == ALLOC and instr.operand(0) is result):
+    for k in touching.get(id(footprint(result)[0]), ()):
+        other = instrs[k]
+        if k in (p, c) or other is None or (other.name in (ALLOC, DEALLOC) and other.operand(0) is result):
             continue
-        kinds = instr.kinds()
-        for buffer, kind in zip(instr.operands, kinds, strict=True):
-            if buffer is None:
+        return False  # another reader, or a view
+    for source in sources:
+        for k in touching.get(id(footprint(source)[0]), ()):
+            other = instrs[k]
+            if not p < k < c or other is None or other.name in MARKERS:
                 continue
-            if _overlaps(buffer, result):
-                return False
-            if p < k < c and kind.writes and instr.name not in MARKERS and any(_overlaps(buffer, b) for b in sources):
+            if any(kind.writes and b is not None and _overlaps(b, source)
+                   for b, kind in zip(other.operands, other.kinds(), strict=True)):
                 return False
     return all(not _overlaps(out, b) or (b is out) for b in sources)
 
@@ -149,34 +150,52 @@ def inline_producers(program: Program) -> bool:
     instruction or chain computed for it alone is computed inside it instead (a quantized
     residual Add's skip operand, dequantized where it was quantized, two convolutions
     earlier): the producer's steps come first, the reader's take their value, the producer's
-    sources' deallocs between the two move after the reader."""
-    changed = False
-    instrs = program.instrs
-    position = {id(instr.operand(0)): k for k, instr in enumerate(instrs)
-                if instr.name not in MARKERS and _fusable_or_chain(instr)}
-    k = 0
-    while k < len(instrs):
-        reader = instrs[k]
-        if reader.name in MARKERS or not _fusable_or_chain(reader):
-            k += 1
+    sources' deallocs between the two move after the reader. One pass in program order."""
+    instrs: list[Instr | None] = list(program.instrs)
+    touching: dict[int, list[int]] = {}
+    for k, instr in enumerate(instrs):
+        assert instr is not None
+        for b in instr.operands:
+            if b is not None:
+                touching.setdefault(id(footprint(b)[0]), []).append(k)
+    producers: dict[int, int] = {}
+    moved: dict[int, list[int]] = {}  # reader index -> deallocs to put after it
+    dropped: set[int] = set()
+    for k, reader in enumerate(instrs):
+        if reader is None or reader.name in MARKERS or not _fusable_or_chain(reader):
             continue
-        for source in reader.required()[1:]:
-            p = position.get(id(source))
-            if p is None or p >= k or instrs[p].operand(0) is not source or not _inlinable(instrs, p, k):
+        for source in list(reader.required()[1:]):
+            p = producers.get(id(source))
+            if p is None or not _inlinable(instrs, p, k, touching):
                 continue
-            read = _as_chain(instrs[p])[0]
-            moved = [j for j in range(p + 1, k) if instrs[j].name == DEALLOC
-                     and any(instrs[j].operand(0) is b for b in read)]
-            instrs[k] = _merge(instrs[p], reader)
-            instrs[:] = [m for j, m in enumerate(instrs[:k + 1]) if j != p and j not in moved] + \
-                [instrs[j] for j in moved] + instrs[k + 1:]
-            position = {id(instr.operand(0)): j for j, instr in enumerate(instrs)
-                        if instr.name not in MARKERS and _fusable_or_chain(instr)}
-            changed = True
-            k = -1  # positions moved: start over
-            break
-        k += 1
-    return changed
+            producer = instrs[p]
+            assert producer is not None and reader is not None
+            read = _as_chain(producer)[0]
+            deallocs = [j for j in range(p + 1, k) if j not in dropped and (m := instrs[j]) is not None
+                        and m.name == DEALLOC and any(m.operand(0) is b for b in read)]
+            reader = instrs[k] = _merge(producer, reader)
+            instrs[p] = None
+            for j in deallocs:
+                dropped.add(j)
+                for other in moved.values():
+                    if j in other:
+                        other.remove(j)
+            moved.setdefault(k, []).extend(moved.pop(p, []) + deallocs)
+            for b in read:
+                touching.setdefault(id(footprint(b)[0]), []).append(k)
+        producers[id(reader.operand(0))] = k
+    if not any(instr is None for instr in instrs):
+        return False
+    output: list[Instr] = []
+    for k, instr in enumerate(instrs):
+        if instr is not None and k not in dropped:
+            output.append(instr)
+        for j in moved.get(k, ()):
+            dealloc = instrs[j]
+            assert dealloc is not None
+            output.append(dealloc)
+    program.instrs = output
+    return True
 
 
 def _fusable_or_chain(instr: Instr) -> bool:
