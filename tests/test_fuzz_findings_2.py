@@ -177,3 +177,27 @@ def test_upsample_scales_of_the_wrong_length_are_refused():
     with pytest.raises(EmberError, match=r"scales \[2.0\] must have one value per axis resized \(4") as caught:
         ember.compile(model, backend="interpreter")
     assert "internal error" not in str(caught.value)
+
+
+def test_per_axis_dequantize_scale_of_a_scalar_input_is_refused():
+    """Seed test_dequantizelinear_e4m3fn_float16, x made 0-d: an IndexError called an internal error."""
+    scale = numpy_helper.from_array(np.ones(3, np.float16), "s")
+    model = _model([helper.make_node("DequantizeLinear", ["x", "s"], ["y"], axis=0)],
+                   [_info("x", [], TensorProto.UINT8)], [_info("y", None, TensorProto.FLOAT16)], [scale], opset=21)
+    with pytest.raises(EmberError, match=r"scale \[3\] is per-axis, but the input is a scalar") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)
+
+
+def test_linear_attention_scale_multiplies_the_product():
+    """Seed test_linear_attention_explicit_scale, scale -inf: the cpu lowering scaled q first, so
+    +inf and -inf terms met in q S (NaN) where the reference, ONNX Runtime and the interpreter
+    scale the finite product (+inf or -inf)."""
+    node = helper.make_node("LinearAttention", ["q", "k", "v"], ["y", "state"], q_num_heads=2, kv_num_heads=2,
+                            update_rule="linear", scale=float("-inf"))
+    model = _model([node], [_info(n, [1, 3, 8]) for n in "qkv"], [_info("y", None), _info("state", None)], opset=27)
+    rng = np.random.default_rng(0)
+    feeds = {n: rng.standard_normal((1, 3, 8)).astype(np.float32) for n in "qkv"}
+    oracle = ember.compile(model, backend="interpreter").run(feeds)["y"]
+    assert np.isinf(oracle).all()
+    np.testing.assert_array_equal(ember.compile(model, backend="cpu").run(feeds)["y"], oracle)

@@ -277,8 +277,10 @@ def lower_linear_attention(graph: Graph, node: Node) -> list[Value]:
     group = q_heads // kv_heads
     out_types: list[TensorType] = [o.type for o in node.outputs]
     work = compute_dtype(q.type.dtype)
-    scale = attrs.scale if attrs.scale else 1.0 / math.sqrt(d_k)
-    qs = graph.add("Mul", cast(graph, q, work, f"{name}.q"), scalar(graph, scale, work, "scale"), name=f"{name}.q")
+    # The scale multiplies each step's product q S, as the reference computes it (not q first:
+    # an infinite scale gives inf * 0 = NaN terms in the sum there).
+    scale = scalar(graph, attrs.scale if attrs.scale else 1.0 / math.sqrt(d_k), work, "scale")
+    qs = cast(graph, q, work, f"{name}.q")
     k, v = cast(graph, k, work, f"{name}.k"), cast(graph, v, work, f"{name}.v")
     if state is None:
         s: Value = graph.add_constant(np.zeros((b, kv_heads, d_k, d_v), work.numpy), f"{name}.state")
@@ -301,7 +303,8 @@ def lower_linear_attention(graph: Graph, node: Node) -> list[Value]:
         k_col = _step(graph, k, i, (b, kv_heads, d_k, 1), f"{step}.k")
         s = graph.add("Add", s, graph.add("Mul", k_col, v_t), name=f"{step}.state")
         q_t = _step(graph, qs, i, (b, kv_heads, group, d_k), f"{step}.q")
-        out = graph.add("MatMul", q_t, s, name=f"{step}.out")  # [B, kv_heads, group, d_v]
+        out = graph.add("MatMul", q_t, s, name=f"{step}.product")  # [B, kv_heads, group, d_v]
+        out = graph.add("Mul", out, scale, name=f"{step}.out")
         outputs.append(reshape(graph, out, (b, 1, q_heads * d_v), f"{step}.out"))
     y = _concat(graph, outputs, 1, f"{name}.y")
     return [cast(graph, y, out_types[0].dtype, f"{name}.y"), cast(graph, s, out_types[1].dtype, f"{name}.state")]

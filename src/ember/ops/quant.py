@@ -50,6 +50,8 @@ def broadcast_param(value: np.ndarray, shape: tuple[int, ...], axis: int, block_
 def _check_param(op: str, x: TensorType, t: TensorType | None, attrs: QuantizeAttrs, what: str) -> None:
     if t is None or t.rank == 0 or t.size == 1 and not attrs.block_size:
         return
+    if x.rank == 0:
+        raise OpError(f"{op} {what} {list(t.shape)} is per-axis, but the input is a scalar (it needs a scalar {what})")
     axis = normalize_axis(attrs.axis, x.rank)
     if attrs.block_size:
         expected = x.shape[:axis] + (-(-x.shape[axis] // attrs.block_size),) + x.shape[axis + 1:]
