@@ -4,9 +4,12 @@ kernel; clean models pass against the interpreter and ONNX Runtime; `ember debug
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from ember.cli import main
 from ember.codegen.emitter import WeightBlob, stored_weights
@@ -89,3 +92,33 @@ def test_ember_debug_against_onnxruntime(capsys):
     assert main(["debug", LENET, "--reference", "ort", "--inputs", str(EXAMPLES / "lenet.ref.npz")]) == 0
     out = capsys.readouterr().out
     assert "8 of 8 steps compared (cpu against ort" in out
+
+
+def test_infinities_on_both_sides_are_no_divergence():
+    from ember.tools.debugger import compare
+
+    same = np.array([np.inf, -np.inf, 1.0, np.nan])
+    assert compare(same, same.copy(), 1e-3, 1e-4).ok
+    assert compare(same, same.copy(), 1e-3, 1e-4).max_abs_error == 0.0
+    assert not compare(same, np.array([-np.inf, -np.inf, 1.0, np.nan]), 1e-3, 1e-4).ok
+
+
+def test_unnamed_onnx_nodes_are_compared_against_onnxruntime(tmp_path, capsys):
+    """Nodes without names (as many exporters write them) are matched by the names the importer
+    gives them; a report with nothing compared says so rather than 'within tolerance'."""
+    pytest.importorskip("onnxruntime")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Exp", ["r"], ["e"]),
+                               helper.make_node("Add", ["e", "x"], ["y"])], "unnamed",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    path = tmp_path / "unnamed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["debug", str(path), "--backend", "interpreter", "--reference", "ort"]) == 0
+    out = capsys.readouterr().out
+    compared, total = map(int, re.search(r"(\d+) of (\d+) steps compared", out).groups())
+    assert compared >= 1 and "within tolerance" in out
+
+    from ember.tools.debugger import DebugReport
+
+    empty = DebugReport("cpu", "ort", 1e-3, 1e-4, [])
+    assert "no step could be compared" in empty.format()

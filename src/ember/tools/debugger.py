@@ -72,9 +72,12 @@ def compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) 
     a = np.asarray(actual, np.float64)
     e = np.asarray(expected, np.float64)
     with np.errstate(invalid="ignore"):
-        error = np.abs(a - e)
+        # As numpy.testing.assert_allclose: equal values (an infinity on both sides included:
+        # inf - inf is NaN) have no error, NaN matches NaN, an infinity matches only itself.
+        error = np.where(a == e, 0.0, np.abs(a - e))
         both_nan = np.isnan(a) & np.isnan(e)
-        bad = ~((error <= atol + rtol * np.abs(e)) | both_nan)
+        close = (a == e) | both_nan | (np.isfinite(a) & np.isfinite(e) & (error <= atol + rtol * np.abs(e)))
+        bad = ~close
     error = np.where(both_nan, 0.0, np.where(np.isnan(error), np.inf, error))
     worst = np.unravel_index(int(np.argmax(error)), error.shape) if error.size else ()
     return Comparison(not bad.any(), float(error.max()) if error.size else 0.0, int(bad.sum()), int(a.size),
@@ -117,6 +120,10 @@ class DebugReport:
         lines = [f"{checked} of {len(self.checks)} steps compared ({self.backend} against {self.reference}, "
                  f"rtol {self.rtol:g}, atol {self.atol:g})"]
         bad = self.first_divergence
+        if bad is None and not checked:
+            lines.append(f"no step could be compared: none of the program's steps keeps a tensor that {self.reference} "
+                         "computes (names or shapes differ); try --reference interpreter")
+            return "\n".join(lines) + "\n"
         if bad is None:
             lines.append("every compared output is within tolerance")
             worst = max((c for check in self.checks for c in check.chained if c is not None),
