@@ -201,3 +201,16 @@ def test_linear_attention_scale_multiplies_the_product():
     oracle = ember.compile(model, backend="interpreter").run(feeds)["y"]
     assert np.isinf(oracle).all()
     np.testing.assert_array_equal(ember.compile(model, backend="cpu").run(feeds)["y"], oracle)
+
+
+@pytest.mark.parametrize("count", [-(2 ** 63), -1, 4])
+def test_scan_num_scan_inputs_out_of_range_is_refused(count):
+    """Seed test_linear_attention_linear_t1_no_past_expanded, num_scan_inputs = -2^63: an
+    OverflowError (a tuple of that many axes) called an internal error."""
+    body = helper.make_graph([helper.make_node("Add", ["s", "a"], ["s2"]), helper.make_node("Identity", ["a"], ["o"])],
+                             "body", [_info("s", [2]), _info("a", [2])], [_info("s2", [2]), _info("o", [2])])
+    node = helper.make_node("Scan", ["s0", "y"], ["sN", "ys"], body=body, num_scan_inputs=count)
+    model = _model([node], [_info("s0", [2]), _info("y", [3, 2])], [_info("sN", None), _info("ys", None)])
+    with pytest.raises(EmberError, match=f"num_scan_inputs = {count} are scanned") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)

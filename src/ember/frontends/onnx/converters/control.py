@@ -114,6 +114,9 @@ def scan(ctx: NodeContext) -> list[Value]:
     body = ctx.attr_graph("body")
     n_scan = ctx.attr_int("num_scan_inputs")
     inputs = [ctx.require(i) for i in range(ctx.num_inputs)]
+    if not 0 <= n_scan <= len(inputs) or len(body.input) != len(inputs):
+        raise ModelImportError(f"the body takes {len(body.input)} inputs, which does not fit the node's "
+                               f"{len(inputs)} inputs of which num_scan_inputs = {n_scan} are scanned")
     n_state = len(inputs) - n_scan
     states, sequences = inputs[:n_state], inputs[n_state:]
     in_axes = ctx.attr_ints("scan_input_axes", None) or (0,) * n_scan
@@ -121,9 +124,6 @@ def scan(ctx: NodeContext) -> list[Value]:
     n_out = len(body.output) - n_state
     out_axes = ctx.attr_ints("scan_output_axes", None) or (0,) * n_out
     out_dirs = ctx.attr_ints("scan_output_directions", None) or (0,) * n_out
-    if not 0 <= n_scan <= len(inputs) or len(body.input) != len(inputs):
-        raise ModelImportError(f"the body takes {len(body.input)} inputs, which does not fit the node's "
-                               f"{len(inputs)} inputs of which num_scan_inputs = {n_scan} are scanned")
     if n_out < 0:
         raise ModelImportError(f"the body returns {len(body.output)} values, fewer than the node's {n_state} "
                                f"carried states ({len(inputs)} inputs, num_scan_inputs = {n_scan})")
