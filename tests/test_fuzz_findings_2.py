@@ -214,3 +214,41 @@ def test_scan_num_scan_inputs_out_of_range_is_refused(count):
     with pytest.raises(EmberError, match=f"num_scan_inputs = {count} are scanned") as caught:
         ember.compile(model, backend="interpreter")
     assert "internal error" not in str(caught.value)
+
+
+def test_rotary_caches_without_position_ids_must_be_per_batch_and_step():
+    """Seed test_rotary_embedding_with_rotary_dim, position_ids dropped: the [50, 2] caches
+    reached NumPy's broadcasting (a ValueError escaped)."""
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"])
+    model = _model([node], [_info("x", [2, 2, 3, 4]), _info("cos", [50, 2]), _info("sin", [50, 2])],
+                   [_info("y", None)], opset=23)
+    with pytest.raises(EmberError, match=r"caches without position_ids must be \[batch, sequence, rotary dim / 2\]"):
+        ember.compile(model, backend="interpreter")
+
+
+def test_stft_window_must_be_one_dimensional():
+    """Seed test_stft_with_window, a 0-d window: an IndexError called an internal error."""
+    step = numpy_helper.from_array(np.array(8, np.int64), "step")
+    model = _model([helper.make_node("STFT", ["signal", "step", "window"], ["y"])],
+                   [_info("signal", [1, 64, 1]), _info("window", [])], [_info("y", None)], [step], opset=17)
+    with pytest.raises(EmberError, match=r"window f32\[\] must be 1-D") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)
+
+
+def test_grid_sample_of_an_image_without_pixels_is_refused():
+    """Seed test_gridsample_reflection_padding with an axis of size 0: NumPy's IndexError escaped."""
+    model = _model([helper.make_node("GridSample", ["x", "grid"], ["y"], padding_mode="reflection")],
+                   [_info("x", [1, 1, 3, 0]), _info("grid", [1, 2, 4, 2])], [_info("y", None)], opset=19)
+    with pytest.raises(EmberError, match="has an empty spatial axis: no pixel to sample"):
+        ember.compile(model, backend="interpreter")
+
+
+@pytest.mark.parametrize("attr", ["alpha", "beta", "bias"])
+def test_lrn_attributes_must_be_finite(attr):
+    """Seed test_lrn, alpha -inf: the base is -inf, where C's pow(-inf, 0.5) is +inf (cpu: 0)
+    and NumPy's -inf ** 0.5 NaN (the oracle, ONNX's reference); ONNX Runtime refuses alpha <= 0."""
+    node = helper.make_node("LRN", ["x"], ["y"], size=3, **{attr: float("-inf")})
+    model = _model([node], [_info("x", [1, 4, 2, 2])], [_info("y", None)], opset=13)
+    with pytest.raises(EmberError, match=r"LRN alpha .* must be finite"):
+        ember.compile(model, backend="interpreter")

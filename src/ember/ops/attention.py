@@ -227,6 +227,11 @@ def _rotary_infer(attrs: RotaryAttrs, types):
     batch, seq = x.shape[0], x.shape[2] if x.rank == 4 else x.shape[1]
     if positions is not None and positions.shape != (batch, seq):
         raise OpError(f"RotaryEmbedding position_ids must be [batch, sequence] = [{batch}, {seq}], got {positions}")
+    if positions is not None and cos.rank != 2:
+        raise OpError(f"RotaryEmbedding caches indexed by position_ids must be [positions, {dim // 2}], got {cos}")
+    if positions is None and cos.shape != (batch, seq, dim // 2):
+        raise OpError(f"RotaryEmbedding caches without position_ids must be [batch, sequence, rotary dim / 2] = "
+                      f"[{batch}, {seq}, {dim // 2}], got {cos}")
     return (x,)
 
 

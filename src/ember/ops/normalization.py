@@ -5,6 +5,7 @@ RMSNormalization and Hardmax. (BatchNormalization, folded into convolutions, is 
 Statistics are computed in float64 and the result rounded once to the input type."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,6 +97,10 @@ def _lrn_infer(attrs: LRNAttrs, types):
     require_float(x, "LRN")
     if x.rank < 3 or attrs.size < 1:
         raise OpError(f"LRN needs rank >= 3 and size >= 1, got {x} and size {attrs.size}")
+    if not all(math.isfinite(v) for v in (attrs.alpha, attrs.beta, attrs.bias)):
+        # An infinite alpha makes the base -inf or inf * 0: C's pow and NumPy's ** (the
+        # reference) disagree there (pow(-inf, 0.5) is +inf, NumPy's -inf ** 0.5 NaN).
+        raise OpError(f"LRN alpha {attrs.alpha}, beta {attrs.beta} and bias {attrs.bias} must be finite")
     return (x,)
 
 

@@ -31,7 +31,10 @@ def _grid_sample_infer(attrs: GridSampleAttrs, types):
         raise OpError(f"GridSample mode '{attrs.mode}' / padding '{attrs.padding_mode}' is not supported")
     if spatial < 1 or grid.rank != x.rank or grid.shape[0] != x.shape[0] or grid.shape[-1] != spatial:
         raise OpError(f"GridSample grid {grid} does not fit input {x} ([N, *out, {spatial}])")
-    return (x.with_shape(x.shape[:2] + grid.shape[1:-1]),)
+    out = x.with_shape(x.shape[:2] + grid.shape[1:-1])
+    if 0 in x.shape[2:] and out.size:
+        raise OpError(f"GridSample input {x} has an empty spatial axis: no pixel to sample for output {out}")
+    return (out,)
 
 
 def _reflect(v: np.ndarray, low: float, high: float) -> np.ndarray:

@@ -145,6 +145,8 @@ def dft(ctx: NodeContext) -> list[Value]:
 @converter("STFT", min_opset=17)
 def stft(ctx: NodeContext) -> list[Value]:
     signal, window = ctx.require(0, "signal"), ctx.input(2)
+    if window is not None and window.type.rank != 1:
+        raise ModelImportError(f"window {window.type} must be 1-D (one weight per sample of a frame)")
     step = ctx.constant_ints(1, "frame_step")
     if not step:
         raise ModelImportError("frame_step is required")
