@@ -171,8 +171,11 @@ def inline_producers(program: Program) -> bool:
             producer = instrs[p]
             assert producer is not None and reader is not None
             read = _as_chain(producer)[0]
+            # Every dealloc of a source's memory moves: the source's and, where it is a view, its
+            # base's (a base must outlive its views).
+            roots = {id(footprint(b)[0]) for b in read}
             deallocs = [j for j in range(p + 1, k) if j not in dropped and (m := instrs[j]) is not None
-                        and m.name == DEALLOC and any(m.operand(0) is b for b in read)]
+                        and m.name == DEALLOC and id(footprint(m.operand(0))[0]) in roots]
             reader = instrs[k] = _merge(producer, reader)
             instrs[p] = None
             for j in deallocs:
