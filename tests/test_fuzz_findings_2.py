@@ -252,3 +252,22 @@ def test_lrn_attributes_must_be_finite(attr):
     model = _model([node], [_info("x", [1, 4, 2, 2])], [_info("y", None)], opset=13)
     with pytest.raises(EmberError, match=r"LRN alpha .* must be finite"):
         ember.compile(model, backend="interpreter")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("dtype", [np.uint64, np.int64, np.int32])
+def test_integer_pow_wraps_exactly_on_every_backend(backend, dtype):
+    """Fuzz seed 101 (BitwiseXor made Pow, uint64): the cpu computed in double and converted
+    (UINT64_MAX), the interpreter wrapped modulo 2^64. Both now wrap exactly; a negative
+    exponent still truncates the double result."""
+    kind = {np.uint64: TensorProto.UINT64, np.int64: TensorProto.INT64, np.int32: TensorProto.INT32}[dtype]
+    model = _model([helper.make_node("Pow", ["x", "y"], ["z"])], [_info("x", [6], kind), _info("y", [6], kind)],
+                   [_info("z", None, kind)], opset=15)
+    x = np.array([3, 7, 2, 5, 1, 2], dtype)
+    y = np.array([50, 40, 63, 0, 99, 10], dtype)
+    if dtype != np.uint64:
+        y[5] = -1  # 2 ** -1 = 0.5: truncated to 0
+    got = ember.compile(model, backend=backend).run({"x": x, "y": y})["z"]
+    exact = [pow(int(a), int(b), 2 ** 64) if b >= 0 else int(float(a) ** float(b)) for a, b in zip(x, y, strict=True)]
+    expected = np.array([v % 2 ** 64 for v in exact], np.uint64).astype(dtype)
+    np.testing.assert_array_equal(got, expected)

@@ -174,12 +174,16 @@ def _pow_reference(attrs, arrays):
     base, exponent = arrays
     if base.dtype.kind == "f":
         return (np.power(base, exponent.astype(base.dtype)),)
-    if exponent.dtype.kind == "f" or (exponent < 0).any():
-        # An integer base to a fractional or negative power: computed in double and truncated
-        # to the base's type (2 ** -0.25 is 0), as the cpu backend and ONNX Runtime do.
-        with np.errstate(all="ignore"):
-            return (np.trunc(np.power(base.astype(np.float64), exponent.astype(np.float64))).astype(base.dtype),)
-    return (np.power(base.astype(np.int64), exponent.astype(np.int64)).astype(base.dtype),)
+    # An integer base: to an integral power >= 0 exactly, wrapping modulo 2^64 then to the
+    # base's type (as integer multiplication wraps); to a fractional or negative power in
+    # double, truncated (2 ** -0.25 is 0), as ONNX Runtime does. Decided per element.
+    e = np.broadcast_to(exponent.astype(np.float64), np.broadcast_shapes(base.shape, exponent.shape))
+    exact = (e >= 0) & (e == np.floor(e)) & (e < 2.0 ** 64)
+    with np.errstate(all="ignore"):
+        powers = np.where(exact, e, 0).astype(np.uint64)
+        wrapped = np.power(base.astype(np.int64).astype(np.uint64), powers)  # uint64 arithmetic wraps
+        inexact = np.trunc(np.power(base.astype(np.float64), np.where(exact, 0.0, e)))
+        return (np.where(exact, wrapped.astype(base.dtype), inexact.astype(base.dtype)),)
 
 
 define_op(OpDef("Pow", ("base", "exponent"), ("y",), _pow_infer, _pow_reference, traits=ELEMENTWISE))

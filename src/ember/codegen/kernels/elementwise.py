@@ -98,7 +98,10 @@ def _mod(a, t, attrs):
 def _pow(a, t, attrs):
     if t.is_float:
         return f"{libm('pow', t)}({a[0]}, ({c_type(t)}){a[1]})"
-    return f"(({c_type(t)})pow((double){a[0]}, (double){a[1]}))"
+    # An integral exponent >= 0: exact, wrapping (ember_ipow); else in double, truncated.
+    ct = c_type(t)
+    return (f"({{ double e_ = (double)({a[1]}); ({ct})(e_ >= 0.0 && e_ == floor(e_) && e_ < 0x1p64 ? "
+            f"({ct})ember_ipow((uint64_t)({a[0]}), (uint64_t)e_) : ({ct})pow((double)({a[0]}), e_)); }})")
 
 
 def _clip(a, t, attrs):

@@ -10,6 +10,19 @@
 #include <stdint.h>
 #include <string.h>
 
+/* An integer to a non-negative integer power, exactly, modulo 2^64 (two's complement bits: the
+   same low bits for a signed base): Pow of integers as ops/elementwise.py defines it. */
+static inline uint64_t ember_ipow(uint64_t base, uint64_t exponent)
+{
+    uint64_t result = 1;
+    while (exponent) {
+        if (exponent & 1) result *= base;
+        base *= base;
+        exponent >>= 1;
+    }
+    return result;
+}
+
 static inline __attribute__((always_inline)) float ember_expf(float x)
 {
     /* e^x = 2^n * e^r with r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split in two for accuracy.
