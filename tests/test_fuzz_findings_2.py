@@ -271,3 +271,23 @@ def test_integer_pow_wraps_exactly_on_every_backend(backend, dtype):
     exact = [pow(int(a), int(b), 2 ** 64) if b >= 0 else int(float(a) ** float(b)) for a, b in zip(x, y, strict=True)]
     expected = np.array([v % 2 ** 64 for v in exact], np.uint64).astype(dtype)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("kind", [TensorProto.INT4, TensorProto.INT8, TensorProto.UINT8])
+def test_quantize_of_nan_is_zero_on_every_backend(backend, kind):
+    """Fuzz seed 101 (test_quantizelinear_int4 with a NaN input): the cpu clamped NaN to the
+    lowest value (-8), the interpreter gave 0. A NaN quantizes to 0, as a saturating Cast does;
+    alone and inside a fused Q/DQ chain."""
+    zero = numpy_helper.from_array(np.zeros((), helper.tensor_dtype_to_np_dtype(kind)), "z")
+    if kind == TensorProto.INT4:
+        zero = helper.make_tensor("z", kind, [], [0])
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    model = _model(nodes, [_info("x", [2, 8])], [_info("q", None, kind), _info("y", None)], [scale, zero], opset=21)
+    x = np.linspace(-3, 3, 16, dtype=np.float32).reshape(2, 8)
+    x[0, ::3] = np.nan
+    got = ember.compile(model, backend=backend).run({"x": x})
+    assert (got["q"].astype(np.int32)[0, ::3] == 0).all() and (got["y"][0, ::3] == 0).all()
+    np.testing.assert_array_equal(got["y"][1], np.maximum(np.round(x[1] / 0.5) * 0.5, 0))

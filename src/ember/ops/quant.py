@@ -87,6 +87,7 @@ def quantize(x: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, attrs: Q
     if zero is not None:
         q = q + broadcast_param(zero, x.shape, attrs.axis, attrs.block_size).astype(np.float64)
     bounds = ml_dtypes.iinfo(target.numpy)
+    q = np.where(np.isnan(q), 0.0, q)  # a NaN quantizes to 0, as a saturating Cast of NaN (the C kernel agrees)
     return np.clip(q, int(bounds.min), int(bounds.max)).astype(target.numpy)
 
 

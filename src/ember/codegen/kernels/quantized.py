@@ -158,7 +158,7 @@ def emit_quantize(em: Emitter, instr: Instr) -> str:
     z = f" + ({t}){_load(to, 'zp[pz]')}" if zero is not None else ""
     store = f"(uint8_t)((int)q & {(1 << NARROW_INTS[to][0]) - 1})" if to in NARROW_INTS else f"({c_type(to)})q"
     body = (f"{t} q = {libm('nearbyint', ct)}(({t})x[e] / ({t})sp[p]){z}; "
-            f"q = q > {lo} ? q : {lo}; q = q < {hi} ? q : {hi}; y[e] = {store};")
+            f"q = q != q ? 0 : q; q = q > {lo} ? q : {lo}; q = q < {hi} ? q : {hi}; y[e] = {store};")
     return _linear_loops(em, instr, body)
 
 
