@@ -291,3 +291,20 @@ def test_quantize_of_nan_is_zero_on_every_backend(backend, kind):
     got = ember.compile(model, backend=backend).run({"x": x})
     assert (got["q"].astype(np.int32)[0, ::3] == 0).all() and (got["y"][0, ::3] == 0).all()
     np.testing.assert_array_equal(got["y"][1], np.maximum(np.round(x[1] / 0.5) * 0.5, 0))
+
+
+def test_center_crop_pad_to_a_negative_size_is_refused():
+    """Fuzz seed 111: shape [20, -2^63, 3] cropped axis 1 to nothing where ONNX Runtime kept it."""
+    shape = numpy_helper.from_array(np.array([20, -(2 ** 63), 3], np.int64), "shape")
+    model = _model([helper.make_node("CenterCropPad", ["x", "shape"], ["y"])], [_info("x", [10, 7, 3])],
+                   [_info("y", None)], [shape])
+    with pytest.raises(EmberError, match=r"shape \[20, -9223372036854775808, 3\] must not be negative"):
+        ember.compile(model, backend="interpreter")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_hardmax_of_an_empty_tensor(backend):
+    """Fuzz seed 111: an empty input was NumPy's 'argmax of an empty sequence', an internal error."""
+    model = _model([helper.make_node("Hardmax", ["x"], ["y"])], [_info("x", [3, 0])], [_info("y", None)], opset=13)
+    got = ember.compile(model, backend=backend).run({"x": np.zeros((3, 0), np.float32)})["y"]
+    assert got.shape == (3, 0)

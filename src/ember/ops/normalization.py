@@ -218,6 +218,8 @@ def _hardmax(attrs: HardmaxAttrs, arrays):
     """1 at the first maximum along the axis, 0 elsewhere."""
     (x,) = arrays
     axis = normalize_axis(attrs.axis, x.ndim)
+    if x.size == 0:  # nothing to mark (np.argmax refuses an empty axis)
+        return (np.zeros_like(x),)
     first = np.expand_dims(np.argmax(x, axis=axis), axis)
     positions = np.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - axis - 1))
     return ((positions == first).astype(x.dtype),)

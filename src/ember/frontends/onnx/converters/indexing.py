@@ -190,6 +190,8 @@ def center_crop_pad(ctx: NodeContext) -> Value:
     axes = tuple(range(rank)) if given_axes is None else normalize_axes(given_axes, rank)
     if len(shape) != len(axes):
         raise ModelImportError(f"shape {list(shape)} needs one value per axis {list(axes)}")
+    if any(size < 0 for size in shape):
+        raise ModelImportError(f"shape {list(shape)} must not be negative")
     y, pads = x, [0] * (2 * rank)
     for axis, size in zip(axes, shape, strict=True):
         dim = x.type.shape[axis]
