@@ -30,6 +30,7 @@ from ember.tools.common import (
     EXIT_COMPILE,
     EXIT_ERROR,
     MODEL_HELP,
+    PRECISION_HELP,
     REFERENCE_HELP,
     CommandError,
     add_compile_options,
@@ -89,8 +90,6 @@ The engines take turns in short blocks (each in its own process), so a neighbour
 them alike; the ratio line gives the ratio of the medians printed and, for its spread, the
 ratios of adjacent blocks.
 """
-_PRECISION_HELP = ("bf16: convolutions and GEMMs with weights on bf16 kernels (cpu, AVX512-BF16), float32 "
-                   "elsewhere; int8 is `ember quantize` then compile(quantize=...)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--shape", action="append", default=[], metavar="NAME=D0,D1,...")
     dump.add_argument("--threads", type=positive_int, metavar="N",
                       help="threads the kernels are planned for (native backends; default: all cores)")
-    dump.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=_PRECISION_HELP)
+    dump.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=PRECISION_HELP)
     dump.add_argument("--print-after-all", action="store_true",
                       help="print the IR after every graph and LIR pass ('// after <pass>' headers) before the stage")
     dump.add_argument("--time-passes", action="store_true",

@@ -102,9 +102,8 @@ def build_chain(members: list[Instr]) -> Instr:
 
 def _as_chain(instr: Instr) -> tuple[list[Buffer], list[Step]]:
     """An elementwise instruction or chain as (sources, steps)."""
-    if instr.name == ELEMENTWISE_CHAIN:
-        return instr.required()[1:], chain_steps(instr.attrs)
-    return build_chain([instr]).required()[1:], chain_steps(build_chain([instr]).attrs)
+    chain = instr if instr.name == ELEMENTWISE_CHAIN else build_chain([instr])
+    return chain.required()[1:], chain_steps(chain.attrs)
 
 
 def _overlaps(a: Buffer, b: Buffer) -> bool:
@@ -250,24 +249,22 @@ class FuseElementwise(LirPass):
 
     def run(self, program: Program) -> bool:
         chains = fusable_chains(program.instrs)
-        if not chains:
-            if inline_producers(program):
-                get_lir_pass("delete-dead-allocs").run(program)
-                return True
+        if chains:
+            instrs = program.instrs
+            output: list[Instr] = []
+            cursor = 0
+            for chain in chains:
+                first, last = chain[0], chain[-1]
+                output.extend(instrs[cursor:first])
+                span = instrs[first:last + 1]
+                output.extend(m for m in span if m.name in (ALLOC, VIEW))
+                output.append(build_chain([instrs[i] for i in chain]))
+                output.extend(m for m in span if m.name == DEALLOC)
+                cursor = last + 1
+            output.extend(instrs[cursor:])
+            program.instrs = output
+        inlined = inline_producers(program)
+        if not chains and not inlined:
             return False
-        instrs = program.instrs
-        output: list[Instr] = []
-        cursor = 0
-        for chain in chains:
-            first, last = chain[0], chain[-1]
-            output.extend(instrs[cursor:first])
-            span = instrs[first:last + 1]
-            output.extend(m for m in span if m.name in (ALLOC, VIEW))
-            output.append(build_chain([instrs[i] for i in chain]))
-            output.extend(m for m in span if m.name == DEALLOC)
-            cursor = last + 1
-        output.extend(instrs[cursor:])
-        program.instrs = output
-        inline_producers(program)
         get_lir_pass("delete-dead-allocs").run(program)
         return True

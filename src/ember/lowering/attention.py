@@ -164,8 +164,7 @@ def lower_attention(graph: Graph, node: Node) -> list[Value]:
 
     # Q and K each scaled by sqrt(scale) before the product, as ONNX defines it: the scores
     # overflow (a huge scale) where the reference's do (ops/attention.py, the oracle, agrees).
-    root = scalar(graph, math.sqrt(attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head)), work,
-                  "sqrt_scale")
+    root = scalar(graph, math.sqrt(attrs.scale_for(head)), work, "sqrt_scale")
     q4 = cast(graph, _heads_first(graph, q, q_heads, f"{name}.q"), work, f"{name}.q")
     q4 = graph.add("Mul", q4, root, name=f"{name}.q_scaled")
     if k.type.rank == 3 and past_k is None:  # [B, S, kv_heads * d] to [B, kv_heads, d, S] in one copy
@@ -279,7 +278,7 @@ def lower_linear_attention(graph: Graph, node: Node) -> list[Value]:
     work = compute_dtype(q.type.dtype)
     # The scale multiplies each step's product q S, as the reference computes it (not q first:
     # an infinite scale gives inf * 0 = NaN terms in the sum there).
-    scale = scalar(graph, attrs.scale if attrs.scale else 1.0 / math.sqrt(d_k), work, "scale")
+    scale = scalar(graph, attrs.scale_for(d_k), work, "scale")
     qs = cast(graph, q, work, f"{name}.q")
     k, v = cast(graph, k, work, f"{name}.k"), cast(graph, v, work, f"{name}.v")
     if state is None:

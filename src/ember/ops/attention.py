@@ -15,7 +15,6 @@ NumPy references below are what the lowerings are checked against."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +37,10 @@ class AttentionAttrs:
     softcap: float = 0.0
     left_window_size: int = -1  # -1: unbounded
     right_window_size: int = -1
+
+    def scale_for(self, head: int) -> float:
+        """The scale of Q K^T: the attribute, or 1 / sqrt(head size) without one."""
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(head)
 
 
 def attention_heads(attrs: AttentionAttrs, q: TensorType, k: TensorType, v: TensorType):
@@ -126,13 +129,6 @@ def frontier_bias(q_seq: int, kv_seq: int, offset, left: int, right: int, causal
     return bias.reshape(bias.shape[0], 1, q_seq, kv_seq) if per_batch else bias
 
 
-def _rounded_to(dtype: type) -> Callable[[np.ndarray], np.ndarray]:
-    """float64 values rounded through `dtype` (overflowing to inf where it does), as float64."""
-    if dtype == np.float64:
-        return lambda a: a
-    return lambda a: a.astype(dtype).astype(np.float64)
-
-
 def _softmax_rows(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis. A row of -inf scores is NaN (0/0), as in ONNX Runtime and
     the lowering: only rows the masks remove entirely give 0, which the caller sets."""
@@ -175,14 +171,16 @@ def _attention(attrs: AttentionAttrs, arrays):
     # sqrt(scale), in the element type, before the product. Sums run in float64, but the values
     # a float32 computation stores (scaled Q and K, the scores) are rounded to float32 as the
     # lowering stores them, so they overflow where it overflows (a huge scale: inf scores).
-    stored = _rounded_to(np.float64 if dtype == np.float64 else np.float32)
-    root = math.sqrt(attrs.scale if attrs.scale is not None else 1.0 / math.sqrt(head))
-    root = float(np.float64(root).astype(np.float32)) if dtype != np.float64 else root
+    work = np.float64 if dtype == np.float64 else np.float32
+
+    def stored(a: np.ndarray) -> np.ndarray:  # float64 values rounded through the work type
+        return a.astype(work).astype(np.float64)
+
+    root = float(work(math.sqrt(attrs.scale_for(head))))
     with np.errstate(over="ignore", invalid="ignore"):
         qk = stored(stored(q4 * root) @ np.swapaxes(stored(k4 * root), -1, -2))
         if attrs.softcap > 0:
             qk = stored(attrs.softcap * np.tanh(qk / attrs.softcap))
-    with np.errstate(over="ignore", invalid="ignore"):
         with_bias = stored(qk + bias)
     probs = _softmax_rows(with_bias)
     masked_rows = np.isneginf(np.max(np.broadcast_to(bias, with_bias.shape), axis=-1, keepdims=True))
@@ -283,6 +281,10 @@ class LinearAttentionAttrs:
     update_rule: str = "gated_delta"
     scale: float | None = None  # None: 1 / sqrt(d_k)
 
+    def scale_for(self, d_k: int) -> float:
+        """The scale of q S: the attribute, or 1 / sqrt(d_k) without one (or with 0)."""
+        return self.scale if self.scale else 1.0 / math.sqrt(d_k)
+
     @property
     def gated(self) -> bool:
         return self.update_rule in ("gated", "gated_delta")
@@ -329,7 +331,7 @@ def _linear_attention(attrs: LinearAttentionAttrs, arrays):
         g = decay.astype(np.float64).reshape(b, t, kvh, -1).transpose(0, 2, 1, 3)
     if beta is not None:  # [B, T, H] or [B, T, 1]
         w = beta.astype(np.float64).reshape(b, t, beta.shape[-1], 1).transpose(0, 2, 1, 3)
-    scale = attrs.scale if attrs.scale else 1.0 / math.sqrt(d_k)
+    scale = attrs.scale_for(d_k)
     out = np.zeros((b, qh, t, d_v))
     for i in range(t):
         k_t, v_t = k4[:, :, i], v4[:, :, i]
