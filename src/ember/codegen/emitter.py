@@ -217,10 +217,22 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
            "#define EMBER_STEP_ROUNDED static int", "#define EMBER_ROUND_EACH_OP", "#endif", "")
     params = "const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A"
     steps: list[int] = []
+    # A step whose code is the same as an earlier one's (same kernel, shapes and addresses; a
+    # run-time check returns its own step's code, so steps with checks never match) calls that
+    # one: its C is compiled once. The C compiler's time grows with the
+    # code it optimizes, and deep repeated structure (a long elementwise chain, split into
+    # chains of the same steps in the same arena place) repeats whole kernels.
+    first_with: dict[tuple[bool, str], int] = {}
     for index, instr, kernel in kernels:
         emitter.instr_index = index
         code = kernel.emit(emitter, instr)
         label = sanitize_identifier(instr.source or "program")
+        steps.append(index)
+        same = first_with.setdefault((kernel.rounds_each_op, code), index)
+        if same != index:
+            w.line(f"/* {index}: {instr.name} [{kernel.name}] from node {label}: the code of step {same} */",
+                   f"#define step{index} step{same}", "")
+            continue
         w.line(f"/* {index}: {instr.name} [{kernel.name}] from node {label} */")
         w.line(f"{'EMBER_STEP_ROUNDED' if kernel.rounds_each_op else 'EMBER_STEP'} step{index}({params})")
         with w.block():
@@ -231,7 +243,6 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
                 w.line(code.strip("\n"))
             w.line("return 0;")
         w.line("")
-        steps.append(index)
     linkage = "static int" if opts.static_entry else "int"
     w.line(f"{linkage} {opts.entry}(const uint8_t *restrict W, uint8_t *const *restrict in, "
            "uint8_t *const *restrict out,",
