@@ -308,3 +308,35 @@ def test_hardmax_of_an_empty_tensor(backend):
     model = _model([helper.make_node("Hardmax", ["x"], ["y"])], [_info("x", [3, 0])], [_info("y", None)], opset=13)
     got = ember.compile(model, backend=backend).run({"x": np.zeros((3, 0), np.float32)})["y"]
     assert got.shape == (3, 0)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", ["rows", "columns"])
+def test_antialiased_resize_ignores_pixels_beyond_the_filter(backend, dtype, layout):
+    """Seed test_resize_downsample_sizes_linear_antialias, an -inf pixel (fuzz seed 111): the
+    antialiasing window is as wide as the widest footprint, so some taps have weight 0; Ember
+    multiplied them (0 * -inf = NaN in 5 of 9 outputs) where ONNX Runtime's window stops at the
+    filter's support. A tap of weight 0 now contributes nothing, on both backends, in float32
+    and float64 (the latter through the exact pairwise path), along the contiguous and an outer
+    axis."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    sizes = [1, 1, 3, 3] if layout == "rows" else [1, 3, 3, 1]
+    shape = [1, 1, 4, 4] if layout == "rows" else [1, 4, 4, 1]
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", antialias=1)
+    model = _model([node], [helper.make_tensor_value_info("x", elem, shape)],
+                   [helper.make_tensor_value_info("y", elem, None)], opset=18,
+                   initializers=[numpy_helper.from_array(np.array(sizes, np.int64), "sizes")])
+    x = np.arange(1, 17, dtype=dtype).reshape(shape)
+    x[(0, 0, 1, 1) if layout == "rows" else (0, 1, 1, 0)] = -np.inf
+    finite = np.arange(1, 17, dtype=dtype).reshape(shape)
+    compiled = ember.compile(model, backend=backend)
+    # ONNX Runtime resizes float32 only: its results for the same (small integer) pixels.
+    reference = _model([node], [_info("x", shape)], [_info("y", None)], opset=18,
+                       initializers=[numpy_helper.from_array(np.array(sizes, np.int64), "sizes")])
+    session = ort.InferenceSession(reference.SerializeToString())
+    for image in (x, finite):  # without an infinity the weights are as before: matches too
+        expected = session.run(None, {"x": image.astype(np.float32)})[0]
+        if image is x:
+            assert np.isneginf(expected).sum() == 4 and not np.isnan(expected).any()
+        np.testing.assert_allclose(compiled.run({"x": image})["y"], expected, rtol=1e-5)

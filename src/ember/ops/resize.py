@@ -120,6 +120,14 @@ def _source_coordinates(attrs: ResizeAttrs, axis: int, size_in: int, size_out: i
     return x, outside
 
 
+def skips_zero_taps(attrs: ResizeAttrs, axis: int) -> bool:
+    """Whether a tap of weight 0 along `axis` contributes nothing (rather than 0 * its value,
+    NaN for an infinite one): nearest's untaken tap, and an antialiasing filter's taps outside
+    its support (the window is as wide as the widest footprint; ONNX Runtime's is each
+    position's footprint, so an infinite pixel beyond it does not reach the output)."""
+    return attrs.mode == "nearest" or (attrs.antialias and attrs.scales[axis] < 1.0)
+
+
 def axis_taps(attrs: ResizeAttrs, axis: int, size_in: int, size_out: int):
     """One axis's resampling as tables: (taps [size_out, n] in [0, size_in), coefficients
     [size_out, n] in float64, outside: [size_out] bool or None). Output position j is
@@ -158,7 +166,7 @@ def _resize_axis(attrs: ResizeAttrs, data: np.ndarray, axis: int, size_out: int)
     gathered = np.take(data, taps, axis=axis)
     shape = (1,) * axis + coeffs.shape + (1,) * (data.ndim - axis - 1)
     weighted = gathered * coeffs.reshape(shape)
-    if attrs.mode == "nearest":  # a copy: the tap not taken must not leak a NaN (0 * NaN, 0 * inf)
+    if skips_zero_taps(attrs, axis):  # a tap of weight 0 must not leak a NaN (0 * NaN, 0 * inf)
         weighted = np.where(coeffs.reshape(shape) == 0, 0.0, weighted)
     out = weighted.sum(axis=axis + 1)
     if outside is not None and outside.any():
@@ -180,4 +188,4 @@ def _resize(attrs: ResizeAttrs, arrays):
 
 define_op(OpDef("Resize", ("x",), ("y",), _resize_infer, _resize, attrs=ResizeAttrs))
 
-__all__ = ["MODES", "NEAREST_MODES", "TRANSFORMS", "ResizeAttrs", "axis_taps", "resized_axes"]
+__all__ = ["MODES", "NEAREST_MODES", "TRANSFORMS", "ResizeAttrs", "axis_taps", "resized_axes", "skips_zero_taps"]

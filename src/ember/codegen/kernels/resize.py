@@ -40,7 +40,7 @@ from ember.codegen.kernels.layouts import threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, contiguous_strides
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
-from ember.ops.resize import ResizeAttrs, axis_taps, resized_axes
+from ember.ops.resize import ResizeAttrs, axis_taps, resized_axes, skips_zero_taps
 from ember.types import DType
 
 # Resize refuses forms whose per-axis tables would exceed this many taps in all (antialiased
@@ -85,10 +85,18 @@ class AxisTable:
     taps: np.ndarray     # [size_out, n] int64, in [0, size_in)
     coeffs: np.ndarray   # [size_out, n] float64
     outside: np.ndarray  # [size_out] bool
+    skip_zero: bool      # a tap of weight 0 contributes nothing (not 0 * inf = NaN)
 
     @property
     def n(self) -> int:
         return int(self.taps.shape[1])
+
+    @property
+    def guarded(self) -> bool:
+        """Whether a tap of weight 0 must be skipped, not multiplied (ops/resize.py
+        `skips_zero_taps`): only where the tables have such a tap, so other forms keep
+        their unguarded loops."""
+        return self.skip_zero and bool((self.coeffs == 0.0).any())
 
 
 def _tap_count(attrs: ResizeAttrs, axis: int) -> int:
@@ -111,7 +119,7 @@ def _axis_tables(attrs: ResizeAttrs, shape: tuple[int, ...]) -> tuple[AxisTable,
         taps, coeffs, outside = axis_taps(attrs, axis, size_in, size_out)
         flags = np.zeros(size_out, bool) if outside is None else np.asarray(outside, bool)
         tables.append(AxisTable(axis, size_in, size_out, np.asarray(taps, np.int64), np.asarray(coeffs, np.float64),
-                                flags))
+                                flags, skips_zero_taps(attrs, axis)))
     return tuple(tables)
 
 
@@ -459,35 +467,38 @@ SEPARABLE_HELPERS = """\
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
 #endif
-/* NumPy's pairwise sum of the m products tw[i] * s[tx[i]] (numpy/core pairwise_sum). */
-static double ember_resize_pairwise(const double *s, const int64_t *tx, const double *tw, long m) {
+/* Tap i's product; with skip_zero a tap of weight 0 adds 0 (not 0 * inf = NaN). */
+#define EMBER_RESIZE_TAP(i) (skip_zero && tw[i] == 0. ? 0. : tw[i] * s[tx[i]])
+/* NumPy's pairwise sum of the m products EMBER_RESIZE_TAP(i) (numpy/core pairwise_sum). */
+static double ember_resize_pairwise(const double *s, const int64_t *tx, const double *tw, long m, int skip_zero) {
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #endif
     if (m < 8) {
         double res = 0.;
-        for (long i = 0; i < m; i++) res += tw[i] * s[tx[i]];
+        for (long i = 0; i < m; i++) res += EMBER_RESIZE_TAP(i);
         return res;
     }
     if (m <= 128) {
         double r[8];
         long i;
-        for (int k = 0; k < 8; k++) r[k] = tw[k] * s[tx[k]];
+        for (int k = 0; k < 8; k++) r[k] = EMBER_RESIZE_TAP(k);
         for (i = 8; i < m - (m % 8); i += 8)
-            for (int k = 0; k < 8; k++) r[k] += tw[i + k] * s[tx[i + k]];
+            for (int k = 0; k < 8; k++) r[k] += EMBER_RESIZE_TAP(i + k);
         double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
-        for (; i < m; i++) res += tw[i] * s[tx[i]];
+        for (; i < m; i++) res += EMBER_RESIZE_TAP(i);
         return res;
     }
     long m2 = m / 2;
     m2 -= m2 % 8;
-    return ember_resize_pairwise(s, tx, tw, m2) + ember_resize_pairwise(s, tx + m2, tw + m2, m - m2);
+    return ember_resize_pairwise(s, tx, tw, m2, skip_zero)
+           + ember_resize_pairwise(s, tx + m2, tw + m2, m - m2, skip_zero);
 }
 /* Rows [r0, r1) of one pass: dst [outer, size_out, inner] from src [outer, size_in, inner]
    through n taps per output position (offsets ix, already times inner; ix < 0: outside). */
 static void ember_resize_pass(double *restrict dst, const double *restrict src, long r0, long r1, long size_in,
                               long size_out, long inner, long n, const int64_t *restrict ix,
-                              const double *restrict wt, double fill) {
+                              const double *restrict wt, double fill, int skip_zero) {
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #endif
@@ -500,12 +511,13 @@ static void ember_resize_pass(double *restrict dst, const double *restrict src, 
         if (tx[0] < 0) {
             for (long i = 0; i < inner; i++) d[i] = fill;
         } else if (inner == 1) {
-            d[0] = ember_resize_pairwise(s, tx, tw, n);
+            d[0] = ember_resize_pairwise(s, tx, tw, n, skip_zero);
         } else {
-            for (long i = 0; i < inner; i++) d[i] = tw[0] * s[tx[0] + i];
+            for (long i = 0; i < inner; i++) d[i] = skip_zero && tw[0] == 0. ? 0. : tw[0] * s[tx[0] + i];
             for (long q = 1; q < n; q++) {
                 const double w = tw[q];
                 const double *sq = s + tx[q];
+                if (skip_zero && w == 0.) continue;
                 for (long i = 0; i < inner; i++) d[i] += w * sq[i];
             }
         }
@@ -593,7 +605,7 @@ def emit_resize_separable(em: Emitter, instr: Instr) -> str:
             f"for (long c = 0; c < {pass_threads}; c++)",
             f"    ember_resize_pass({dst}, {src}, c * {per}, c * {per} + {per} < {rows} ? c * {per} + {per} : {rows}, "
             f"{tb.size_in}, {tb.size_out}, {inner}, {tb.n}, {em.table(instr, 2 * k)}, {em.table(instr, 2 * k + 1)}, "
-            f"{c_literal(extrapolation, DType.FLOAT64)});",
+            f"{c_literal(extrapolation, DType.FLOAT64)}, {int(tb.guarded)});",
         ]
     if ints:
         lines += thread_chunks(out.type.size, threads if out.type.size >= 1 << 16 else 1,
@@ -618,6 +630,10 @@ def _separable_float(em: Emitter, instr: Instr, passes: list[tuple[AxisTable, in
         n, size_in, size_out = tb.n, tb.size_in, tb.size_out
         idx_t = "int64_t" if max(inner * size_in, outer) >= INT32_LIMIT else "int32_t"
         outside = bool(tb.outside.any())
+
+        def tap(w: str, v: str, guarded: bool = tb.guarded) -> str:
+            return f"({w} == 0.0f ? 0.0f : {w} * {v})" if guarded else f"{w} * {v}"
+
         lines.append(f"{{ /* pass {k + 1}: axis {tb.axis}, {size_in} -> {size_out} ({n} taps) */")
         lines.append(f"const {idx_t} *restrict ix = {em.table(instr, 2 * k)};")
         lines.append(f"const float *restrict wt = {em.table(instr, 2 * k + 1)};")
@@ -628,8 +644,8 @@ def _separable_float(em: Emitter, instr: Instr, passes: list[tuple[AxisTable, in
                 f"for (long j = 0; j < {size_out}; j++) {{",
                 f"    const {idx_t} *tx = ix + j * {n}; const float *tw = wt + j * {n};",
                 *([f"    if (tx[0] < 0) {{ d[j] = {fill}; continue; }}"] if outside else []),
-                "    float v = tw[0] * s[tx[0]];",
-                f"    for (long q = 1; q < {n}; q++) v += tw[q] * s[tx[q]];",
+                f"    float v = {tap('tw[0]', 's[tx[0]]')};",
+                f"    for (long q = 1; q < {n}; q++) v += {tap('tw[q]', 's[tx[q]]')};",
                 "    d[j] = v;",
                 "}",
             ]
@@ -643,9 +659,10 @@ def _separable_float(em: Emitter, instr: Instr, passes: list[tuple[AxisTable, in
                 *([f"if (tx[0] < 0) {{ for (long i = 0; i < {inner}; i++) d[i] = {fill}; continue; }}"]
                   if outside else []),
                 "{ const float w = tw[0]; const float *restrict sq = s + tx[0]; "
-                f"for (long i = 0; i < {inner}; i++) d[i] = w * sq[i]; }}",
+                f"for (long i = 0; i < {inner}; i++) d[i] = {tap('w', 'sq[i]')}; }}",
                 f"for (long q = 1; q < {n}; q++) {{ const float w = tw[q]; const float *restrict sq = s + tx[q]; "
-                f"for (long i = 0; i < {inner}; i++) d[i] += w * sq[i]; }}",
+                + ("if (w == 0.0f) continue; " if tb.guarded else "")
+                + f"for (long i = 0; i < {inner}; i++) d[i] += w * sq[i]; }}",
             ]
             lines += thread_chunks(outer * size_out, threads, body, var="r")
         lines.append("}")
