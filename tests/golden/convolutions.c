@@ -129,15 +129,15 @@ EMBER_STEP step17(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
     return 0;
 }
 
+static int (*const ember_run_steps[5])(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A) = {
+    step2, step6, step11, step15, step17,
+};
 int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,
               uint8_t *restrict A)
 {
-    int status;
-    (void)status;
-    if ((status = step2(W, in, out, A)) != 0) return status;
-    if ((status = step6(W, in, out, A)) != 0) return status;
-    if ((status = step11(W, in, out, A)) != 0) return status;
-    if ((status = step15(W, in, out, A)) != 0) return status;
-    if ((status = step17(W, in, out, A)) != 0) return status;
+    for (int k = 0; k < 5; k++) {
+        int status = ember_run_steps[k](W, in, out, A);
+        if (status != 0) return status;
+    }
     return 0;
 }

@@ -132,16 +132,15 @@ EMBER_STEP step14(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
     return 0;
 }
 
+static int (*const ember_run_steps[6])(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A) = {
+    step1, step3, step4, step7, step10, step14,
+};
 int ember_run(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out,
               uint8_t *restrict A)
 {
-    int status;
-    (void)status;
-    if ((status = step1(W, in, out, A)) != 0) return status;
-    if ((status = step3(W, in, out, A)) != 0) return status;
-    if ((status = step4(W, in, out, A)) != 0) return status;
-    if ((status = step7(W, in, out, A)) != 0) return status;
-    if ((status = step10(W, in, out, A)) != 0) return status;
-    if ((status = step14(W, in, out, A)) != 0) return status;
+    for (int k = 0; k < 6; k++) {
+        int status = ember_run_steps[k](W, in, out, A);
+        if (status != 0) return status;
+    }
     return 0;
 }
