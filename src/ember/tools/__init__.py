@@ -8,8 +8,9 @@ from typing import Any
 
 def add_commands(commands: Any) -> None:
     """Adds the tools' subcommands to the `ember` parser's subparsers; each sets `handler`."""
-    from ember.tools import debug_command, profile_command, report_command
+    from ember.tools import debug_command, profile_command, report_command, serve_cli
 
     profile_command.add_parser(commands)
     debug_command.add_parser(commands)
     report_command.add_parser(commands)
+    serve_cli.add_parser(commands)

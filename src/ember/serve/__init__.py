@@ -1,0 +1,95 @@
+"""Layer 12: Ember beyond one process, on Ray (an optional extra: pip install 'ember[serve]').
+
+    app = ember.serve.deploy("model.onnx", replicas=2, max_batch=16, batch_wait_ms=5, port=8000)
+    # POST http://127.0.0.1:8000/ {"inputs": {name: nested lists}} or an .npz; GET /ready, /metrics
+    m = ember.serve.split("model.onnx", memory_cap=64 << 20)   # segments on Ray actors, each under the cap
+
+Serving (serve/package.py, serve/replica.py): the model is compiled once here and shipped to
+the replicas as artifacts; Ray Serve runs them, batching requests along the batch dimension
+where the model has one. Splitting (serve/split.py): the partitioner's memory-constrained
+segments, each on a Ray actor of its own (runtime/remote.py), tensors through Ray's object
+store. Nothing here imports Ray until it is used."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ember.serve.cluster import INSTALL_HINT, RayMissingError, connect, require_ray
+from ember.serve.package import ServedModel, prepare
+from ember.serve.replica import ServeOptions
+from ember.serve.split import split
+from ember.support.errors import EmberError
+
+__all__ = ["INSTALL_HINT", "Deployment", "RayMissingError", "ServeOptions", "ServedModel", "deploy", "prepare",
+           "require_ray", "split"]
+
+
+@dataclass
+class Deployment:
+    """A running application: its URL, the Ray Serve handle and what was deployed."""
+
+    url: str
+    name: str
+    options: ServeOptions
+    served: ServedModel
+    handle: Any = field(repr=False, default=None)
+
+    def status(self) -> dict[str, Any]:
+        """The application's state and its replicas by state (Ray Serve's view)."""
+        from ray import serve
+
+        app = serve.status().applications.get(self.name)
+        if app is None:
+            return {"status": "NOT_FOUND", "replicas": {}}
+        replicas: dict[str, int] = {}
+        for deployment in app.deployments.values():
+            for state, count in deployment.replica_states.items():
+                key = str(getattr(state, "value", state))
+                replicas[key] = replicas.get(key, 0) + count
+        return {"status": str(getattr(app.status, "value", app.status)), "replicas": replicas}
+
+    def running_replicas(self) -> int:
+        return int(self.status()["replicas"].get("RUNNING", 0))
+
+    def shutdown(self) -> None:
+        """Removes the application (the Ray cluster and Serve stay up)."""
+        from ray import serve
+
+        serve.delete(self.name)
+
+
+def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: float = 5.0, *,
+           address: str | None = None, host: str = "127.0.0.1", port: int = 8000, num_threads: int = 1,
+           backend: str = "cpu", input_shapes: Mapping[str, Sequence[int]] | None = None,
+           max_body_bytes: int = 64 << 20, name: str = "ember", route_prefix: str = "/",
+           replica_cpus: float | None = None, max_ongoing_requests: int | None = None,
+           num_cpus: int | None = None) -> Deployment:
+    """Compiles `model` once (an ONNX path or ModelProto, an Ember artifact or a
+    CompiledModel) and serves it on Ray Serve at http://host:port{route_prefix}: `replicas`
+    copies, each running its model on `num_threads` threads; requests batched up to
+    `max_batch` rows or `batch_wait_ms` where the model has a symbolic leading batch
+    dimension. address: a Ray cluster to join (default: start a local one with `num_cpus`).
+    Returns once every replica is ready."""
+    require_ray(serve=True)
+    if not isinstance(replicas, int) or replicas < 1:
+        raise EmberError(f"replicas must be an integer >= 1, got {replicas!r}")
+    if not batch_wait_ms >= 0:
+        raise EmberError(f"batch_wait_ms must be >= 0, got {batch_wait_ms!r}")
+    if not isinstance(max_body_bytes, int) or max_body_bytes < 1:
+        raise EmberError(f"max_body_bytes must be a positive integer, got {max_body_bytes!r}")
+    options = ServeOptions(replicas=replicas, max_batch=max_batch, batch_wait_ms=batch_wait_ms,
+                           num_threads=num_threads, max_body_bytes=max_body_bytes,
+                           max_ongoing_requests=max_ongoing_requests, replica_cpus=replica_cpus, name=name,
+                           route_prefix=route_prefix)
+    served = prepare(model, max_batch=max_batch, backend=backend, num_threads=num_threads,
+                     input_shapes=input_shapes)
+    from ember.serve.replica import build_application
+
+    connect(address, num_cpus)
+    from ray import serve
+
+    serve.start(http_options={"host": host, "port": port})
+    handle = serve.run(build_application(served, options), name=name, route_prefix=route_prefix)
+    url = f"http://{host}:{port}{route_prefix.rstrip('/')}"
+    return Deployment(url, name, options, served, handle)
