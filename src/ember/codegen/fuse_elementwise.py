@@ -42,19 +42,40 @@ def _joinable(a: Instr, b: Instr, deallocs: list[Instr]) -> bool:
     return dies or out is result
 
 
-def _safe_output(members: list[Instr]) -> bool:
-    out = members[-1].operand(0)
-    results = {id(m.operand(0)) for m in members[:-1]}
+class _Sources:
+    """A growing chain's sources that no member but the last computes (by id), kept as the
+    chain grows so that checking a candidate costs its own operands, not the chain's."""
+
+    def __init__(self, first: Instr) -> None:
+        self.results: set[int] = set()
+        self.last = first.operand(0)
+        self.outside = {id(b): b for b in first.required()[1:]}
+
+    def extended(self, member: Instr) -> dict[int, Buffer]:
+        """The sources outside the chain once `member` joins (the current last becomes a member
+        whose result the chain computes)."""
+        outside = dict(self.outside)
+        outside.pop(id(self.last), None)
+        results = self.results | {id(self.last)}
+        outside.update((id(b), b) for b in member.required()[1:] if id(b) not in results)
+        return outside
+
+    def add(self, member: Instr, outside: dict[int, Buffer]) -> None:
+        self.results.add(id(self.last))
+        self.last = member.operand(0)
+        self.outside = outside
+
+
+def _safe_output(out: Buffer, sources: dict[int, Buffer]) -> bool:
+    """The chain writes `out` while reading `sources`: none may share memory with it unless
+    it is `out` itself or the same buffer read element for element."""
     region, start, end = footprint(out)
-    for member in members:
-        for source in member.required()[1:]:
-            if id(source) in results:
-                continue
-            other, s0, s1 = footprint(source)
-            if other is not region or s1 <= start or end <= s0:
-                continue
-            if not (source is out or (s0 == start and source.type == out.type)):
-                return False
+    for source in sources.values():
+        other, s0, s1 = footprint(source)
+        if other is not region or s1 <= start or end <= s0:
+            continue
+        if not (source is out or (s0 == start and source.type == out.type)):
+            return False
     return True
 
 
@@ -63,18 +84,24 @@ def fusable_chains(instrs: list[Instr]) -> list[list[int]]:
     compute = [i for i, instr in enumerate(instrs) if instr.name not in MARKERS]
     chains: list[list[int]] = []
     current: list[int] = []
+    sources: _Sources | None = None
     for pos, index in enumerate(compute):
+        instr = instrs[index]
         if current:
+            assert sources is not None
             prev = current[-1]
             after = compute[pos + 1] if pos + 1 < len(compute) else len(instrs)
             between = [m for m in instrs[prev + 1:index] + instrs[index + 1:after] if m.name == DEALLOC]
-            if (len(current) < MAX_CHAIN_STEPS and _joinable(instrs[prev], instrs[index], between)
-                    and _safe_output([instrs[i] for i in current + [index]])):
-                current.append(index)
-                continue
+            if len(current) < MAX_CHAIN_STEPS and _joinable(instrs[prev], instr, between):
+                outside = sources.extended(instr)
+                if _safe_output(instr.operand(0), outside):
+                    current.append(index)
+                    sources.add(instr, outside)
+                    continue
             if len(current) > 1:
                 chains.append(current)
-        current = [index] if _fusable(instrs[index]) else []
+        current = [index] if _fusable(instr) else []
+        sources = _Sources(instr) if current else None
     if len(current) > 1:
         chains.append(current)
     return chains

@@ -203,7 +203,10 @@ class Instr:
     def required(self) -> list[Buffer]:
         """The instruction's own operands, every one present (ops without optional operands)."""
         base = self.base_operands
-        return [self.operand(i) for i in range(len(base))]
+        for i, buffer in enumerate(base):
+            if buffer is None:
+                self.operand(i)  # raises, naming the operand
+        return base  # type: ignore[return-value]  # every one checked present
 
     @property
     def kernel_operands(self) -> list[Buffer]:
