@@ -51,11 +51,16 @@ def _inputs(code: GemmCode, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.n
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not _avx512(), reason="needs gcc and an AVX-512 CPU")
 @pytest.mark.parametrize("m, n, k, transposed", [(37, 45, 29, False), (5, 100, 300, True), (64, 48, 700, False),
-                                                 (1, 200, 64, False), (21, 16, 50, False)])
+                                                 (1, 200, 64, False), (21, 16, 50, False), (30, 300, 700, False),
+                                                 (4, 400, 96, True)])
 def test_x86_gemm_matches_numpy(tmp_path, m, n, k, transposed):
+    """30 x 300 x 700 packs A (10 panels sweep each block, a 12-row slice of A outgrows L1);
+    the others read it in place. Every tile loads each B vector once (the hold template)."""
     best = choose(gemm(m, n, k, transposed), X86)
     assert best is not None
     code = emit_gemm(best)
+    assert code.packs_a == ((m, n, k) == (30, 300, 700))
+    assert code.source.count('__asm__("" : "+v"(b0));') == (2 if m % code.mr else 1)
     (tmp_path / "gemm.c").write_text(code.source)
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", *code.flags.split(), str(tmp_path / "gemm.c"), "-o",
                     str(tmp_path / "gemm.so")], check=True)
@@ -204,14 +209,17 @@ def _vnni() -> bool:
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not _vnni(), reason="needs gcc and AVX512-VNNI")
-@pytest.mark.parametrize("m, n, k", [(7, 40, 30), (33, 64, 256), (19, 16, 64), (5, 16, 18)])
+@pytest.mark.parametrize("m, n, k", [(7, 40, 30), (33, 64, 256), (19, 16, 64), (5, 16, 18), (13, 260, 2112)])
 def test_x86_vnni_gemm_is_exact(tmp_path, m, n, k):
+    """K not a multiple of 4 packs A (groups padded with zeros), so does 13 x 260 x 2112 (9
+    panels, a 12-row slice of 2112 bytes each outgrows L1); the others read A in place."""
     kernel = Kernel("q", parse_expr(f"C[i, j]:i32 += A[i, k]:u8 * B[k, j]:i8 over i:{m}, j:{n}, k:{k}"),
                     constants=frozenset({"B"}))
     best = choose(kernel, X86)
     assert best is not None and best.mapping.instruction.name == "vpdpbusd"
     code = emit_gemm(best)
     assert code.group == 4 and "vpdpbusd %2, %1, %0" in code.source
+    assert code.packs_a == (k % 4 != 0 or k == 2112)
     (tmp_path / "gemm.c").write_text(code.source)
     subprocess.run(["gcc", "-O2", "-shared", "-fPIC", *code.flags.split(), str(tmp_path / "gemm.c"), "-o",
                     str(tmp_path / "gemm.so")], check=True)

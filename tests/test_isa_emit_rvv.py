@@ -89,14 +89,16 @@ def _inputs(code: GemmCode, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 @QEMU
 @pytest.mark.parametrize("m, n, k, transposed", [(13, 21, 37, False), (37, 45, 29, False), (5, 100, 300, True),
-                                                 (1, 200, 64, False), (2, 24, 16000, False)])
+                                                 (1, 200, 64, False), (2, 24, 16000, False), (20, 24, 16000, False),
+                                                 (13, 200, 500, False)])
 def test_rvv_gemm_under_qemu(tmp_path, m, n, k, transposed):
-    """The last case blocks K in two (the second block adds to the first's sums) and reads A in
-    place (one panel)."""
+    """20 x 24 x 16000 blocks K in two (the second block adds to the first's sums), 2 x 24 x
+    16000 (one row block: B is read once) keeps K whole; 13 x 200 x 500 packs A (13 panels
+    sweep each block and a 13-row slice of A outgrows L1); the others read A in place."""
     best = choose(gemm(m, n, k, transposed), RVV)
     assert best is not None and best.mapping.instruction.name == "vfmacc.vf"
     code = emit_gemm(best)
-    assert (code.kc < k) == (k == 16000) and code.packs_a == (k != 16000)
+    assert (code.kc < k) == (m == 20) and code.packs_a == ((m, n, k) == (13, 200, 500))
     assert code.length_agnostic and "vfmacc.vf v" in code.source and "vsetvli" in code.source
     _build(tmp_path, code)
     a, b, expected = _inputs(code, seed=m)

@@ -7,7 +7,9 @@ names the file and the field.
 The schema (every size in bytes, every bandwidth in bytes per cycle, latencies in cycles):
 
     target, summary, frequency_ghz
-    [[registers]]    name, count, bits, c.<type> (C templates: type, zero, load, store), asm.<type>
+    [[registers]]    name, count, bits, c.<type> (C templates: type, zero, load, store, and
+                     optionally hold: a statement that keeps a loaded vector {v} in a register,
+                     so the compiler does not fold its load into every use), asm.<type>
                      (assembly templates of a length-agnostic file, emitted inside one asm
                      statement per tile: zero, load, store, setvl, scalar)
     [[memory]]       innermost first: name, size (omitted: unbounded), line, bandwidth,
@@ -49,7 +51,7 @@ class DescriptionError(EmberError):
 @dataclass(frozen=True)
 class RegisterFile:
     """c: per element type of a vector's lanes (f32, i32...), the C templates of code
-    generation (type, zero, load and store; {p} a pointer, {v} a value); empty where the
+    generation (type, zero, load and store, optionally hold; {p} a pointer, {v} a value); empty where the
     target has no emitter."""
 
     name: str
@@ -260,7 +262,7 @@ class _Loader:
 
     def register(self, field: str, table: Any) -> RegisterFile:
         t = self.fields(table, field, {"name", "count", "bits"}, {"c", "asm"})
-        templates = self.templates(t.get("c", {}), f"{field}.c", {"type", "zero", "load", "store"})
+        templates = self.templates(t.get("c", {}), f"{field}.c", {"type", "zero", "load", "store"}, {"hold"})
         assembly = self.templates(t.get("asm", {}), f"{field}.asm", {"zero", "load", "store", "setvl", "scalar"})
         for dtype, table_ in assembly:
             for key, text in table_:
@@ -271,11 +273,12 @@ class _Loader:
                             self.number(t["count"], f"{field}.count", integer=True),
                             self.number(t["bits"], f"{field}.bits", integer=True), templates, assembly)
 
-    def templates(self, table: Any, field: str, keys: set[str]) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+    def templates(self, table: Any, field: str, keys: set[str], optional: frozenset[str] | set[str] = frozenset()
+                  ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
         by_type = self.fields(table, field, set(), set(ELEMENT_TYPES))
         templates = []
         for dtype, table_ in sorted(by_type.items()):
-            c = self.fields(table_, f"{field}.{dtype}", keys, set())
+            c = self.fields(table_, f"{field}.{dtype}", keys, set(optional))
             templates.append((dtype, tuple((k, self.text(v, f"{field}.{dtype}.{k}")) for k, v in sorted(c.items()))))
         return tuple(templates)
 

@@ -182,23 +182,35 @@ def emit_gemm(schedule: Schedule, name: str = "mapped_gemm", register_tile: dict
     kc, mc = _blocking(caches, m, math.ceil(k / group) * group, mr, nr, a.dtype.itemsize, group)
     a_fix = fixes.get(semantics.a.tensor)
     convert = a_fix.c if a_fix else ""
+    pack_a = _packs_a(n, nr, k, group, bool(convert), mr * kc * a.dtype.itemsize,
+                      caches[0].usable_bytes if caches else math.inf)
     types = (_C_TYPES[a.dtype], _C_TYPES[semantics.a.dtype], _C_TYPES[semantics.b.dtype], _C_TYPES[out.dtype])
     try:
         source = _source(name, target.c_header, target.c_prelude, templates, b_templates, instruction.emit,
                          semantics, types, convert, m, n, math.ceil(k / group) * group, k, mr, nr, width, group, kc,
-                         mc, str(mapping).splitlines()[0], target.name, b_in_place, agnostic)
+                         mc, str(mapping).splitlines()[0], target.name, b_in_place, pack_a, agnostic)
     except ValueError as err:  # emit_vla's limits (a register tile its asm cannot hold)
         raise _refuse(schedule, str(err)) from None
     return GemmCode(name, source, m, n, k, mr, nr, kc, mc, b_dims[0] != reduction[0], target.c_flags, group,
-                    semantics.b.dtype, _packs_a(n, nr, k, group, bool(convert)), b_in_place, a.dtype,
+                    semantics.b.dtype, pack_a, b_in_place, a.dtype,
                     semantics.a.dtype, agnostic)
 
 
-def _packs_a(n: int, nr: int, k: int, group: int, converts: bool = False) -> bool:
-    """Packing A pays for itself when each block is swept by several panels of B; with one
-    panel (a narrow N) the tile reads A in place, which needs whole groups in every row and
-    no element-type rewrite."""
-    return math.ceil(n / nr) > 1 or k % group != 0 or converts
+PACK_A_MIN_PANELS = 8  # panels of B that sweep each block of A before packing it pays
+
+
+def _packs_a(n: int, nr: int, k: int, group: int, converts: bool, row_slice_bytes: int, first_level_bytes: float
+             ) -> bool:
+    """Packing A pays for itself when each block is swept by many panels of B and the tile's
+    MR x KC slice of A, read in place, would not stay in the first cache level (MR rows of a
+    long stride). Otherwise the tile reads A in place, which needs whole groups in every row
+    and no element-type rewrite. Measured on this workspace's EPYC (bench/isa_gemm.py): 1760 x
+    128 x 1760 (4 panels) f32 +16%, int8 +36% in place; 5124 x 700 x 2048 (22 panels, an 96 KiB
+    f32 slice) -8% in place; a slice within L1 (f32 K 512, int8 K 2048) equal or better in place."""
+    if k % group != 0 or converts:
+        return True
+    panels = math.ceil(n / nr)
+    return panels >= PACK_A_MIN_PANELS and row_slice_bytes > first_level_bytes
 
 
 def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, itemsize: int, group: int
@@ -211,6 +223,11 @@ def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, items
     level = caches[1] if len(caches) > 1 else (caches[0] if caches else None)
     if level is None:
         return k, m
+    if m <= mr:
+        # One row block (a GEMV-like M): each element of B is used once, so no block of it is
+        # worth keeping in a cache, and K blocks would only add round trips of the
+        # accumulators (1 x 7680 x 2560 f32: +8% with K whole, measured).
+        return k, mr
     kc = min(k, max(8, int(level.usable_bytes // ((nr + mr) * itemsize)) // 8 * 8))
     kc = max(group, kc // group * group)
     mc = int(level.usable_bytes / 2 // (kc * itemsize)) // mr * mr
@@ -218,7 +235,7 @@ def _blocking(caches: list[MemoryLevel], m: int, k: int, mr: int, nr: int, items
 
 
 def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n, k, k_true, mr, nr, width, group,
-            kc, mc, mapping_line, target, b_in_place, agnostic=False) -> str:
+            kc, mc, mapping_line, target, b_in_place, pack_a, agnostic=False) -> str:
     """c, bc: the vector templates of the accumulators and of B (assembly ones when agnostic:
     the tiles are emit_vla's, each taking its column count); convert: the C rewrite of an A
     element ({x}) while packing, or ""."""
@@ -252,6 +269,8 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
         lines.append(f"    for (long k = 0; k < kc / {group}; k++) {{")
         lines += [f"        {bc['type']} b{v} = {bc['load'].replace('{p}', f'bp + k * b_ks + {v * width * group}')};"
                   for v in range(vectors)]
+        if "hold" in bc:  # one load per B vector, not one per row (see the description's comment)
+            lines += [f"        {bc['hold'].replace('{v}', f'b{v}')}" for v in range(vectors)]
         for r in range(rows):
             lines += [f"        {fma(f'c{r}_{v}', f'a[k * a_ks + {r} * a_rs]', f'b{v}')}"
                       for v in range(vectors)]
@@ -262,7 +281,6 @@ def _source(name, header, prelude, c, bc, emit, semantics, types, convert, m, n,
         lines.append("")
     tail = m % mr
     panels = math.ceil(n / nr)
-    pack_a = _packs_a(n, nr, k_true, group, bool(convert))
     element = convert.replace("{x}", f"A[(ir + r) * {k_true}L + pc + kk]") if convert else \
         f"A[(ir + r) * {k_true}L + pc + kk]"
     lines += [] if not pack_a else [
