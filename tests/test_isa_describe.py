@@ -99,6 +99,8 @@ def _edit(text: str, old: str, new: str) -> str:
     (GOOD + "\n[[[", "not valid TOML"),
     (_edit(GOOD, 'target = "x86-avx512"', 'target = "x86 */ evil"'), "target: 'x86 */ evil' is not a name"),
     (_edit(GOOD, 'name = "vpdpbusd"', 'name = "vpdp;busd"'), "instructions[2].name: 'vpdp;busd' is not a name"),
+    (_edit(GOOD, 'hold = "__asm__(\\"\\" : \\"+v\\"({v}));" }', 'keep = "x" }'),
+     "registers[0].c.f32.keep: unknown field (known: hold, load, store, type, zero)"),
     ('target = "t"\nfrequency_ghz = 1.0\nregisters = []\nmemory = []\ninstructions = []\n',
      "memory: a target describes at least one memory level"),
 ])
