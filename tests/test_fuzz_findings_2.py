@@ -340,3 +340,28 @@ def test_antialiased_resize_ignores_pixels_beyond_the_filter(backend, dtype, lay
         if image is x:
             assert np.isneginf(expected).sum() == 4 and not np.isnan(expected).any()
         np.testing.assert_allclose(compiled.run({"x": image})["y"], expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_linear_attention_state_overflows_where_float32_does(backend):
+    """Seed test_linear_attention_gated_delta_gqa with a key of 1e30 (fuzz seed 111): the
+    delta-rule state overflows float32 within four steps. The interpreter kept it in float64,
+    so its outputs were +-inf where ONNX's reference and ONNX Runtime, whose float32 state is
+    inf, read inf - inf = NaN (16 of 512). The oracle now rounds the state where a float32
+    computation stores it."""
+    node = helper.make_node("LinearAttention", ["q", "k", "v", "", "decay", "beta"], ["y", "state"],
+                            q_num_heads=8, kv_num_heads=4)
+    model = _model([node], [_info("q", [2, 4, 64]), _info("k", [2, 4, 32]), _info("v", [2, 4, 32]),
+                            _info("decay", [2, 4, 32]), _info("beta", [2, 4, 4])],
+                   [_info("y", None), _info("state", None)], opset=27)
+    rng = np.random.default_rng(3)
+    feeds = {"q": rng.standard_normal((2, 4, 64)), "k": rng.standard_normal((2, 4, 32)),
+             "v": rng.standard_normal((2, 4, 32)), "decay": -rng.uniform(0.001, 0.3, (2, 4, 32)),
+             "beta": rng.standard_normal((2, 4, 4))}
+    feeds = {name: value.astype(np.float32) for name, value in feeds.items()}
+    feeds["k"][1, 2, 12] = 1e30  # at the third of four steps
+    expected = ort.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert np.isnan(expected[0]).any() and np.isfinite(expected[0]).any()
+    got = ember.compile(model, backend=backend).run(feeds)
+    for mine, theirs in zip(got.values(), expected, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-3, atol=1e-5)  # NaN where ONNX Runtime has NaN

@@ -15,6 +15,7 @@ NumPy references below are what the lowerings are checked against."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +138,19 @@ def _softmax_rows(x: np.ndarray) -> np.ndarray:
         return e / np.sum(e, axis=-1, keepdims=True)
 
 
+def _work_type(dtype: np.dtype) -> tuple[type, Callable[[np.ndarray], np.ndarray]]:
+    """The type an attention op stores its intermediate values in (float64 for float64, else
+    float32, as ONNX's reference and the lowerings compute), and a function rounding float64
+    values through it: the oracle sums in float64 but rounds what a float32 computation
+    stores, so it overflows where that computation overflows."""
+    work = np.float64 if dtype == np.float64 else np.float32
+
+    def stored(a: np.ndarray) -> np.ndarray:
+        return a.astype(work).astype(np.float64)
+
+    return work, stored
+
+
 def _attention(attrs: AttentionAttrs, arrays):
     q, k, v, mask, past_k, past_v, nonpad = arrays
     dtype = q.dtype
@@ -171,11 +185,7 @@ def _attention(attrs: AttentionAttrs, arrays):
     # sqrt(scale), in the element type, before the product. Sums run in float64, but the values
     # a float32 computation stores (scaled Q and K, the scores) are rounded to float32 as the
     # lowering stores them, so they overflow where it overflows (a huge scale: inf scores).
-    work = np.float64 if dtype == np.float64 else np.float32
-
-    def stored(a: np.ndarray) -> np.ndarray:  # float64 values rounded through the work type
-        return a.astype(work).astype(np.float64)
-
+    work, stored = _work_type(dtype)
     root = float(work(math.sqrt(attrs.scale_for(head))))
     with np.errstate(over="ignore", invalid="ignore"):
         qk = stored(stored(q4 * root) @ np.swapaxes(stored(k4 * root), -1, -2))
@@ -333,15 +343,20 @@ def _linear_attention(attrs: LinearAttentionAttrs, arrays):
         w = beta.astype(np.float64).reshape(b, t, beta.shape[-1], 1).transpose(0, 2, 1, 3)
     scale = attrs.scale_for(d_k)
     out = np.zeros((b, qh, t, d_v))
-    for i in range(t):
-        k_t, v_t = k4[:, :, i], v4[:, :, i]
-        if attrs.gated:
-            s = s * np.exp(g[:, :, i])[..., None]
-        if attrs.delta:
-            v_t = w[:, :, i] * (v_t - np.einsum("bhdm,bhd->bhm", s, k_t))
-        s = s + k_t[..., :, None] * v_t[..., None, :]
-        read = np.repeat(s, qh // kvh, axis=1)
-        out[:, :, i] = scale * np.einsum("bhd,bhdm->bhm", q4[:, :, i], read)
+    # The state and the corrected values are rounded where a float32 computation stores them
+    # (a state that overflows float32 is inf there, and inf - inf later NaN, as in ONNX's
+    # reference and ONNX Runtime).
+    _, stored = _work_type(q.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(t):
+            k_t, v_t = k4[:, :, i], v4[:, :, i]
+            if attrs.gated:
+                s = stored(s * np.exp(g[:, :, i])[..., None])
+            if attrs.delta:
+                v_t = stored(w[:, :, i] * stored(v_t - stored(np.einsum("bhdm,bhd->bhm", s, k_t))))
+            s = stored(s + stored(k_t[..., :, None] * v_t[..., None, :]))
+            read = np.repeat(s, qh // kvh, axis=1)
+            out[:, :, i] = scale * np.einsum("bhd,bhdm->bhm", q4[:, :, i], read)
     y = out.transpose(0, 2, 1, 3).reshape(b, t, qh * d_v)
     return (y.astype(q.dtype), s.astype(q.dtype if state is None else state.dtype))
 
