@@ -12,7 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import onnx
-from onnx import AttributeProto, ModelProto, TensorProto, numpy_helper
+from onnx import AttributeProto, ModelProto, TensorProto, helper, numpy_helper
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.fuzz_compare
     from fuzz_mutations import Case, graphs_of, runtime_inputs
@@ -445,7 +445,10 @@ def run_ort_widened(path: Path, inputs: dict[str, Any]) -> list | None:
 
 def widen_model(model: ModelProto) -> None:
     """float32 -> float64 everywhere in the model: value types, initializers, tensor
-    attributes and Cast/CastLike/RandomX 'to'/'dtype' attributes."""
+    attributes, Cast/CastLike/RandomX 'to'/'dtype' attributes, and GroupNormalization's
+    statistics (its stash_type, float32 when absent: ONNX's function body casts to it, so a
+    widened model would still overflow there; the reference's LayerNormalization and
+    RMSNormalization implement float32 statistics only and are left as they are)."""
     def widen_tensor(t: TensorProto) -> None:
         if t.data_type == TensorProto.FLOAT:
             t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
@@ -462,6 +465,10 @@ def widen_model(model: ModelProto) -> None:
                     widen_tensor(a.t)
                 elif a.type == AttributeProto.INT and a.name in ("to", "dtype") and a.i == TensorProto.FLOAT:
                     a.i = TensorProto.DOUBLE
+            if n.op_type == "GroupNormalization" and n.domain in ("", "ai.onnx"):
+                kept = [a for a in n.attribute if a.name != "stash_type"]
+                del n.attribute[:]
+                n.attribute.extend([*kept, helper.make_attribute("stash_type", TensorProto.DOUBLE)])
 
 
 def compare_exact(outputs: list, exact: list, rtol: float, atol: float) -> bool:

@@ -365,3 +365,24 @@ def test_linear_attention_state_overflows_where_float32_does(backend):
     got = ember.compile(model, backend=backend).run(feeds)
     for mine, theirs in zip(got.values(), expected, strict=True):
         np.testing.assert_allclose(mine, theirs, rtol=1e-3, atol=1e-5)  # NaN where ONNX Runtime has NaN
+
+
+def test_the_fuzzer_widens_group_normalization_statistics(tmp_path):
+    """Fuzz seed 91, GroupNormalization of 1e30: ONNX's function body computes the statistics in
+    its stash_type (float32 when absent), where E[x^2] - E[x]^2 is inf - inf = NaN; Ember's are
+    float64 and finite. The fuzzer's float64 run of the reference kept the float32 stash type,
+    so it called Ember wrong; widening now widens the statistics too, and the float64 reference
+    agrees with Ember (an ONNX Runtime rounding difference, not a finding)."""
+    from bench.fuzz_compare import run_reference
+
+    path = _case(tmp_path, [helper.make_node("GroupNormalization", ["x", "scale", "bias"], ["y"], num_groups=2,
+                                             epsilon=0.01)],
+                 [_info("x", [3, 4, 2, 2]), _info("scale", [4]), _info("bias", [4])], [_info("y", None)], opset=21)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 4, 2, 2)).astype(np.float32),
+             "scale": rng.standard_normal(4).astype(np.float32), "bias": rng.standard_normal(4).astype(np.float32)}
+    feeds["x"][2, 0, 0, 0] = 1e30
+    narrow, wide = run_reference(path, feeds)[0], run_reference(path, feeds, widen=True)[0]
+    assert np.isnan(narrow).sum() == 8 and np.isfinite(wide).all()
+    got = ember.compile(str(path), backend="interpreter").run(feeds)["y"]
+    np.testing.assert_allclose(got, wide.astype(np.float32), rtol=1e-4, atol=1e-5)
