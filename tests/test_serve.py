@@ -94,8 +94,12 @@ def test_batched_deployment_answers_over_http(cluster, reference):
         metrics = requests.get(f"{app.url}/metrics", timeout=30).json()
         assert metrics["requests"]["client_error"] == 2 and metrics["requests"]["ok"] == 13
         assert metrics["batches"] < 13 and metrics["mean_batch_rows"] > 1  # some requests shared a batch
+        # The replicas fetched the artifacts from a detached actor (Serve's checkpoint holds no bytes).
+        assert ray.get_actor("ember-artifacts-batched", namespace="ember") is not None
     finally:
         app.shutdown()
+    with pytest.raises(ValueError):
+        ray.get_actor("ember-artifacts-batched", namespace="ember")
 
 
 def test_artifact_deployment_answers_one_request_at_a_time(cluster, reference, tmp_path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import ember
-from ember.serve.package import ServedModel, bucket_sizes, prepare
+from ember.serve.package import ServedModel, bucket_sizes, checked_sizes, prepare
 from ember.serve.payload import InputSpec, RequestError, decode, encode
 from ember.serve.replica import Replica, ServeOptions
 from tests.conftest import require_shared_models
@@ -80,6 +80,9 @@ def test_oversized_bodies_are_refused_before_and_after_unpacking():
 
 def test_bucket_sizes_pad_at_most_half_a_batch():
     assert bucket_sizes(1) == [1] and bucket_sizes(8) == [1, 2, 4, 8] and bucket_sizes(12) == [1, 2, 4, 8, 12]
+    assert checked_sizes(16, [4, 1]) == [1, 4, 16]
+    with pytest.raises(ember.EmberError, match="from 1 to max_batch 16"):
+        checked_sizes(16, [0, 32])
 
 
 def _batch_mlp():
@@ -152,6 +155,8 @@ def test_served_model_is_plain_data():
 
     served = ServedModel("m", SPECS, ["y"], [(None, b"bytes")])
     assert pickle.loads(pickle.dumps(served)) == served
+    shipped = served.stored_in("store")  # what Ray Serve checkpoints: no artifact bytes
+    assert shipped.artifacts == [(None, b"")] and shipped.store == "store" and served.artifacts[0][1] == b"bytes"
 
 
 def test_serve_command_without_ray_says_how_to_install_it(monkeypatch, capsys):

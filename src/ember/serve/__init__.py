@@ -56,7 +56,10 @@ class Deployment:
         """Removes the application (the Ray cluster and Serve stay up)."""
         from ray import serve
 
+        from ember.serve.replica import remove_store
+
         serve.delete(self.name)
+        remove_store(self.name)
 
 
 def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: float = 5.0, *,
@@ -64,12 +67,13 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
            backend: str = "cpu", input_shapes: Mapping[str, Sequence[int]] | None = None,
            max_body_bytes: int = 64 << 20, name: str = "ember", route_prefix: str = "/",
            replica_cpus: float | None = None, max_ongoing_requests: int | None = None,
-           num_cpus: int | None = None) -> Deployment:
+           num_cpus: int | None = None, batch_sizes: Sequence[int] | None = None) -> Deployment:
     """Compiles `model` once (an ONNX path or ModelProto, an Ember artifact or a
     CompiledModel) and serves it on Ray Serve at http://host:port{route_prefix}: `replicas`
     copies, each running its model on `num_threads` threads; requests batched up to
     `max_batch` rows or `batch_wait_ms` where the model has a symbolic leading batch
-    dimension. address: a Ray cluster to join (default: start a local one with `num_cpus`).
+    dimension (compiled for `batch_sizes` rows, default 1, 2, 4, ... max_batch; a batch runs on
+    the smallest that holds it, padded). address: a Ray cluster to join (default: start a local one with `num_cpus`).
     Returns once every replica is ready."""
     require_ray(serve=True)
     if not isinstance(replicas, int) or replicas < 1:
@@ -83,13 +87,14 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
                            max_ongoing_requests=max_ongoing_requests, replica_cpus=replica_cpus, name=name,
                            route_prefix=route_prefix)
     served = prepare(model, max_batch=max_batch, backend=backend, num_threads=num_threads,
-                     input_shapes=input_shapes)
-    from ember.serve.replica import build_application
+                     input_shapes=input_shapes, batch_sizes=batch_sizes)
+    from ember.serve.replica import build_application, store_artifacts
 
     connect(address, num_cpus)
     from ray import serve
 
     serve.start(http_options={"host": host, "port": port})
-    handle = serve.run(build_application(served, options), name=name, route_prefix=route_prefix)
+    shipped = store_artifacts(served, name)
+    handle = serve.run(build_application(shipped, options), name=name, route_prefix=route_prefix)
     url = f"http://{host}:{port}{route_prefix.rstrip('/')}"
     return Deployment(url, name, options, served, handle)

@@ -39,6 +39,15 @@ class ServedModel:
     batching: str = ""
     backend: str = ""
     compile_seconds: float = 0.0
+    store: str | None = None  # the Ray actor holding the artifacts' bytes, when they are not here
+
+    def stored_in(self, store: str) -> ServedModel:
+        """This model with its artifacts' bytes left out, to be fetched from `store` (what
+        Ray Serve checkpoints stays small: it keeps every deployment's arguments in its
+        control store, which caps them at a few hundred megabytes)."""
+        from dataclasses import replace
+
+        return replace(self, artifacts=[(rows, b"") for rows, _ in self.artifacts], store=store)
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -58,10 +67,23 @@ def bucket_sizes(max_batch: int) -> list[int]:
     return [*sizes, max_batch]
 
 
+def checked_sizes(max_batch: int, batch_sizes: Sequence[int] | None) -> list[int]:
+    """The row counts to compile for: bucket_sizes(max_batch), or the sizes given (max_batch
+    added when missing); each an integer from 1 to max_batch."""
+    if batch_sizes is None:
+        return bucket_sizes(max_batch)
+    sizes = sorted({*batch_sizes, max_batch})
+    if not all(isinstance(s, int) and 1 <= s <= max_batch for s in sizes):
+        raise EmberError(f"batch_sizes must be integers from 1 to max_batch {max_batch}, got {list(batch_sizes)!r}")
+    return sizes
+
+
 def prepare(model: Any, *, max_batch: int = 1, backend: str = "cpu", num_threads: int = 1,
-            input_shapes: Mapping[str, Sequence[int]] | None = None) -> ServedModel:
+            input_shapes: Mapping[str, Sequence[int]] | None = None,
+            batch_sizes: Sequence[int] | None = None) -> ServedModel:
     """Compiles (or reads) `model` for serving: an ONNX path or ModelProto, an Ember artifact
-    path (.ember, as CompiledModel.save writes) or a CompiledModel."""
+    path (.ember, as CompiledModel.save writes) or a CompiledModel. batch_sizes: the row
+    counts a batched model is compiled for (default: 1, 2, 4, ... up to max_batch)."""
     import time
 
     if not isinstance(max_batch, int) or max_batch < 1:
@@ -73,7 +95,7 @@ def prepare(model: Any, *, max_batch: int = 1, backend: str = "cpu", num_threads
     elif _is_artifact(model):
         served = _from_artifact(Path(model))
     elif isinstance(model, str | os.PathLike) or type(model).__name__ == "ModelProto":
-        served = _from_onnx(model, max_batch, backend, num_threads, input_shapes)
+        served = _from_onnx(model, checked_sizes(max_batch, batch_sizes), backend, num_threads, input_shapes)
     else:
         raise EmberError(f"serve takes an ONNX model (path or ModelProto), an Ember artifact or a CompiledModel, "
                          f"got {type(model).__name__}")
@@ -114,7 +136,7 @@ def artifact_bytes(model: CompiledModel) -> bytes:
         return path.read_bytes()
 
 
-def _from_onnx(model: Any, max_batch: int, backend: str, num_threads: int,
+def _from_onnx(model: Any, sizes: list[int], backend: str, num_threads: int,
                input_shapes: Mapping[str, Sequence[int]] | None) -> ServedModel:
     import ember
     from ember.specialize import compile_dynamic, dynamic_inputs
@@ -130,7 +152,7 @@ def _from_onnx(model: Any, max_batch: int, backend: str, num_threads: int,
     proto, inputs = symbolic
     symbol = _batch_symbol(inputs)
     options = {"num_threads": num_threads}
-    sizes = bucket_sizes(max_batch) if max_batch > 1 else [1]
+    max_batch = sizes[-1]
     dynamic = compile_dynamic(proto, inputs, backend, options, buckets={symbol: sizes})
     try:
         specializations = {rows: dynamic.specialization({symbol: rows}) for rows in sizes}

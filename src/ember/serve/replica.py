@@ -54,6 +54,7 @@ class ServeOptions:
     replica_cpus: float | None = None
     name: str = "ember"
     route_prefix: str = "/"
+    access_log: bool = False  # Ray Serve's line per request (costly at high request rates)
 
     def ongoing(self) -> int:
         return self.max_ongoing_requests or max(8, 2 * self.max_batch)
@@ -178,18 +179,75 @@ class Replica:
         return {"replica": self.replica_id, **self.metrics.summary()}
 
 
+STORE_NAMESPACE = "ember"
+
+
+class ArtifactStore:
+    """The body of a detached Ray actor holding a deployment's artifacts: replicas started
+    later (a replacement for one that died, a scale-up) fetch them from it, even after the
+    process that deployed has exited."""
+
+    def __init__(self, artifacts: list[tuple[int | None, bytes]]) -> None:
+        self.artifacts = artifacts
+
+    def artifact(self, index: int) -> bytes:
+        return self.artifacts[index][1]
+
+    def size(self) -> int:
+        return sum(len(data) for _, data in self.artifacts)
+
+
 def load_models(served: ServedModel) -> dict[int | None, CompiledModel]:
     """The deployment's artifacts loaded in this process (rows -> model), each verified by
     runtime/artifact.py; the files are written to a private folder and removed once loaded."""
     from ember.runtime.artifact import load
 
+    store = None
+    if served.store is not None:
+        import ray
+
+        store = ray.get_actor(served.store, namespace=STORE_NAMESPACE)
     models = {}
     with tempfile.TemporaryDirectory(prefix="ember-replica-") as folder:
-        for rows, data in served.artifacts:
+        for index, (rows, data) in enumerate(served.artifacts):
+            if store is not None:
+                fetched: Any = ray.get(store.artifact.remote(index))
+                data = fetched
             path = Path(folder) / f"model-{rows or 0}.ember"
             path.write_bytes(data)
             models[rows] = load(path)
     return models
+
+
+def store_artifacts(served: ServedModel, name: str) -> ServedModel:
+    """Starts (or replaces) the detached actor holding `served`'s artifacts for the
+    application `name`; returns the model to ship to replicas, without the bytes."""
+    import ray
+
+    store_name = f"ember-artifacts-{name}"
+    remove_store(name)
+    store: Any = ray.remote(ArtifactStore).options(name=store_name, namespace=STORE_NAMESPACE, lifetime="detached",
+                                              num_cpus=0).remote(served.artifacts)
+    ray.get(store.size.remote())
+    return served.stored_in(store_name)
+
+
+def remove_store(name: str) -> None:
+    """Ends the artifact actor of the application `name`, if there is one."""
+    import ray
+
+    try:
+        ray.kill(ray.get_actor(f"ember-artifacts-{name}", namespace=STORE_NAMESPACE))
+    except ValueError:
+        pass
+
+
+def _request_id(value: str | None) -> str | None:
+    """A client's X-Request-Id to echo (so it can match answers to requests), if it is a
+    plain token: never a header's raw text of any length."""
+    if value and len(value) <= 128 and all(c.isalnum() or c in "-_." for c in value):
+        return value
+    return None
 
 
 def build_application(served: ServedModel, options: ServeOptions) -> Any:
@@ -231,7 +289,9 @@ def build_application(served: ServedModel, options: ServeOptions) -> Any:
             status, body, kind = await self.replica.handle(
                 request.method, relative, request.headers, read_body,
                 self.run_batched if self.replica.batched else None)
-            return Response(body, status_code=status, media_type=kind)
+            echo = _request_id(request.headers.get("x-request-id"))
+            return Response(body, status_code=status, media_type=kind,
+                            headers={"x-request-id": echo} if echo else None)
 
         def check_health(self) -> None:
             self.replica.check_health()
@@ -240,5 +300,6 @@ def build_application(served: ServedModel, options: ServeOptions) -> Any:
     threads = str(options.num_threads)
     deployment = serve.deployment(
         name=options.name, num_replicas=options.replicas, max_ongoing_requests=options.ongoing(),
+        logging_config={"enable_access_log": options.access_log},
         ray_actor_options={"num_cpus": cpus, "runtime_env": {"env_vars": {"OMP_NUM_THREADS": threads}}})(EmberModel)
     return deployment.bind(served, options)

@@ -44,6 +44,8 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--max-batch", type=positive_int, default=1, metavar="B",
                         help="rows per batch for a model with a symbolic leading batch dimension (default 1: "
                              "no batching)")
+    parser.add_argument("--batch-sizes", type=_sizes, metavar="N,N,...",
+                        help="row counts to compile a batched model for (default 1,2,4,... up to --max-batch)")
     parser.add_argument("--batch-wait-ms", type=non_negative_float, default=5.0, metavar="T",
                         help="how long a replica waits to fill a batch (default 5 ms)")
     parser.add_argument("--address", metavar="RAY_ADDRESS",
@@ -65,6 +67,13 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run_command)
 
 
+def _sizes(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+
+
 def non_negative_float(text: str) -> float:
     value = float(text)
     if not value >= 0:
@@ -84,7 +93,7 @@ def run_command(args: argparse.Namespace) -> int:
                  address=args.address, host=args.host, port=args.port, num_threads=args.threads,
                  backend=default_backend(args.backend), input_shapes=parse_shapes(args.shape),
                  max_body_bytes=args.max_body_bytes, replica_cpus=args.cpus,
-                 max_ongoing_requests=args.max_ongoing)
+                 max_ongoing_requests=args.max_ongoing, batch_sizes=args.batch_sizes)
     served = app.served
     if args.json:
         print(json.dumps({"url": app.url, "replicas": args.replicas, "batching": served.batching,
@@ -106,6 +115,7 @@ def run_command(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         print("stopping", file=sys.stderr)
+        app.shutdown()
         from ray import serve
 
         serve.shutdown()

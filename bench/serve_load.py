@@ -1,0 +1,311 @@
+"""Serving on Ray under load (issue 21): throughput with 2 replicas against 1, dynamic
+batching against one request at a time at a fixed p99 bound, and a replica killed mid-load.
+
+    python bench/serve_load.py                        # all three parts
+    python bench/serve_load.py --parts kill --requests 10000
+
+Everything runs on this machine over loopback: a local Ray cluster, Ray Serve's HTTP proxy,
+and an asyncio HTTP client (aiohttp) in this process holding a fixed number of requests in
+flight (a closed loop). Replicas run 1 thread each.
+
+- replicas: the shared ResNet-18 (static shapes, one request at a time; .npz bodies), served by
+  a 1-replica and a 2-replica application side by side, measured in alternating blocks;
+  the ratio is the median of adjacent blocks' ratios.
+- batching: a wide MLP built here (onnx.helper: 1024-4096-4096-1024, a symbolic batch
+  dimension), one application without batching and one with max_batch 16, at several
+  concurrency levels; for each, the best throughput whose p99 stays under --p99-bound-ms.
+- kill: the shared MLP on 2 replicas; --requests requests, one replica killed (ray.kill) once
+  --kill-after of them were answered. Every request is accounted for exactly once: correct,
+  wrong, or an explicit error (status and message); then the time until Serve has 2 running
+  replicas again, and a check round on the recovered deployment.
+
+The machine is shared: figures carry the CPU name, the load average and this command."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "models"
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def wide_mlp(width: int = 4096, features: int = 1024, layers: int = 3, seed: int = 0):
+    """An MLP whose batch-1 run is bound by reading its weights (96 MB at width 4096): rows
+    batched together share that read."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    dims = [features] + [width] * (layers - 1) + [features]
+    nodes, weights, previous = [], [], "x"
+    for i in range(layers):
+        w = (rng.standard_normal((dims[i], dims[i + 1])) / np.sqrt(dims[i])).astype(np.float32)
+        bias = np.zeros(dims[i + 1], np.float32)
+        weights += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(bias, f"b{i}")]
+        made = f"h{i}"
+        nodes.append(helper.make_node("Gemm", [previous, f"w{i}", f"b{i}"], [made]))
+        if i < layers - 1:
+            nodes.append(helper.make_node("Relu", [made], [made + "_relu"]))
+            made += "_relu"
+        previous = made
+    nodes.append(helper.make_node("Identity", [previous], ["y"]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])
+    graph = helper.make_graph(nodes, "wide_mlp", [x], [y], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+class Load:
+    """A closed loop: `concurrency` workers, each sending the next request when its last one
+    is answered, for `seconds` or until `total` requests were sent."""
+
+    def __init__(self, url: str, bodies: list[bytes], concurrency: int, seconds: float | None = None,
+                 total: int | None = None, check=None, timeout: float = 60.0, on_answer=None) -> None:
+        self.url, self.bodies, self.concurrency = url, bodies, concurrency
+        self.seconds, self.total, self.check, self.timeout, self.on_answer = seconds, total, check, timeout, on_answer
+        self.latencies: list[float] = []
+        self.outcomes: dict[int, tuple[str, str]] = {}  # request number -> (kind, detail)
+        self.duplicates = 0
+        self.elapsed = 0.0
+
+    async def run(self) -> Load:
+        import aiohttp
+
+        sent = 0
+        start = time.perf_counter()
+        connector = aiohttp.TCPConnector(limit=self.concurrency, force_close=False)
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+            async def worker() -> None:
+                nonlocal sent
+                while True:
+                    if self.total is not None and sent >= self.total:
+                        return
+                    if self.seconds is not None and time.perf_counter() - start >= self.seconds:
+                        return
+                    number = sent
+                    sent += 1
+                    body = self.bodies[number % len(self.bodies)]
+                    began = time.perf_counter()
+                    outcome = await self._one(session, number, body)
+                    if outcome[0] == "ok":
+                        self.latencies.append(time.perf_counter() - began)
+                    if number in self.outcomes:
+                        self.duplicates += 1
+                    self.outcomes[number] = outcome
+                    if self.on_answer is not None:
+                        self.on_answer(len(self.outcomes))
+
+            await asyncio.gather(*(worker() for _ in range(self.concurrency)))
+        self.elapsed = time.perf_counter() - start
+        return self
+
+    async def _one(self, session, number: int, body: bytes) -> tuple[str, str]:
+        import aiohttp
+
+        headers = {"content-type": "application/x-npz", "x-request-id": f"r{number}"}
+        try:
+            async with session.post(self.url, data=body, headers=headers) as reply:
+                data = await reply.read()
+                if reply.status != 200:
+                    return "error", f"HTTP {reply.status}: {data[:160].decode(errors='replace')}"
+                if reply.headers.get("x-request-id") != f"r{number}":
+                    return "wrong", f"answer for {reply.headers.get('x-request-id')}"
+                if self.check is not None and not self.check(number, np.load(io.BytesIO(data))):
+                    return "wrong", "outputs differ from the interpreter's"
+                return "ok", ""
+        except (TimeoutError, aiohttp.ClientError, OSError) as err:
+            return "error", f"{type(err).__name__}: {err}"
+
+    def summary(self) -> dict[str, float]:
+        ms = np.array(self.latencies) * 1e3
+        ok = len(self.latencies)
+        return {"rps": ok / self.elapsed if self.elapsed else 0.0, "ok": ok,
+                "p50": float(np.percentile(ms, 50)) if ok else float("nan"),
+                "p99": float(np.percentile(ms, 99)) if ok else float("nan")}
+
+
+def measure(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> dict[str, float]:
+    return asyncio.run(Load(url, bodies, concurrency, seconds=seconds).run()).summary()
+
+
+def part_replicas(args, ember_serve) -> dict:
+    model = str(SHARED / f"{args.model}.onnx")
+    rng = np.random.default_rng(0)
+    bodies = [_npz(input=rng.standard_normal((1, 3, 224, 224)).astype(np.float32)) for _ in range(4)]
+    one = ember_serve.deploy(model, replicas=1, port=args.port, name="one", route_prefix="/one", replica_cpus=0.5)
+    two = ember_serve.deploy(model, replicas=2, port=args.port, name="two", route_prefix="/two", replica_cpus=0.5)
+    for app in (one, two):
+        measure(app.url + "/", bodies, args.concurrency, 2.0)  # warm up: first runs, connections
+    rows, ratios = [], []
+    for round_ in range(args.rounds):
+        a = measure(one.url + "/", bodies, args.concurrency, args.seconds)
+        b = measure(two.url + "/", bodies, args.concurrency, args.seconds)
+        ratios.append(b["rps"] / a["rps"])
+        rows.append((round_, a, b))
+        print(f"  round {round_}: 1 replica {a['rps']:.1f} req/s (p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f}); "
+              f"2 replicas {b['rps']:.1f} req/s (p50 {b['p50']:.1f}, p99 {b['p99']:.1f}); ratio {ratios[-1]:.2f}",
+              flush=True)
+    one.shutdown()
+    two.shutdown()
+    ratio = statistics.median(ratios)
+    print(f"replicas: {args.model}, concurrency {args.concurrency}: 2 replicas / 1 replica throughput = "
+          f"{ratio:.2f}x (median of {len(ratios)} rounds; target >= 1.7)", flush=True)
+    return {"ratio": ratio}
+
+
+def part_batching(args, ember_serve) -> dict:
+    proto = wide_mlp(width=args.width)
+    rng = np.random.default_rng(1)
+    bodies = [_npz(x=rng.standard_normal((1, 1024)).astype(np.float32)) for _ in range(8)]
+    plain = ember_serve.deploy(proto, replicas=1, max_batch=1, port=args.port, name="plain", route_prefix="/plain",
+                               replica_cpus=0.5)
+    batched = ember_serve.deploy(proto, replicas=1, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
+                                 port=args.port, name="batched", route_prefix="/batched", replica_cpus=0.5,
+                                 batch_sizes=args.batch_sizes)
+    print(f"  batching: {batched.served.batching}", flush=True)
+    for app in (plain, batched):
+        measure(app.url + "/", bodies, 4, 2.0)
+    best = {"plain": (0.0, None), "batched": (0.0, None)}
+    for level in args.levels:
+        for label, app in (("plain", plain), ("batched", batched)):
+            result = measure(app.url + "/", bodies, level, args.seconds)
+            within = result["p99"] <= args.p99_bound_ms
+            print(f"  {label:8s} concurrency {level:3d}: {result['rps']:7.1f} req/s, p50 {result['p50']:6.1f} ms, "
+                  f"p99 {result['p99']:6.1f} ms{'' if within else '  (over the p99 bound)'}", flush=True)
+            if within and result["rps"] > best[label][0]:
+                best[label] = (result["rps"], level)
+    plain.shutdown()
+    batched.shutdown()
+    ratio = best["batched"][0] / best["plain"][0] if best["plain"][0] else float("nan")
+    print(f"batching: best throughput with p99 <= {args.p99_bound_ms:.0f} ms: one request at a time "
+          f"{best['plain'][0]:.1f} req/s (concurrency {best['plain'][1]}), batched (max_batch {args.max_batch}, "
+          f"wait {args.batch_wait_ms} ms) {best['batched'][0]:.1f} req/s (concurrency {best['batched'][1]}): "
+          f"{ratio:.2f}x (target >= 2)", flush=True)
+    return {"ratio": ratio}
+
+
+def part_kill(args, ember_serve) -> dict:
+    import ray
+
+    import ember
+
+    model = str(SHARED / "mlp.onnx")
+    reference = ember.compile(model, backend="interpreter")
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((1, 784)).astype(np.float32) for _ in range(16)]
+    expected = [reference.run({"input": x})["logits"] for x in inputs]
+    bodies = [_npz(input=x) for x in inputs]
+    app = ember_serve.deploy(model, replicas=2, port=args.port, name="kill", route_prefix="/kill", replica_cpus=0.5)
+
+    def check(number: int, outputs) -> bool:
+        return np.allclose(outputs["logits"], expected[number % len(expected)], rtol=1e-4, atol=1e-5)
+
+    killed: dict[str, float] = {}
+
+    def on_answer(answered: int) -> None:
+        if answered >= args.kill_after and not killed:
+            killed["at"] = time.perf_counter()
+            replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                        if a["name"].startswith("SERVE_REPLICA::kill#")]
+            victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
+            ray.kill(victim, no_restart=True)
+            killed["name"] = replicas[0]["name"]
+            print(f"  killed {replicas[0]['name']} after {answered} answers", flush=True)
+
+    load = Load(app.url + "/", bodies, args.concurrency, total=args.requests, check=check, timeout=args.timeout,
+                on_answer=on_answer)
+    started = time.perf_counter()
+    asyncio.run(asyncio.wait_for(load.run(), args.time_limit))
+    counts: dict[str, int] = {}
+    errors: dict[str, int] = {}
+    for kind, detail in load.outcomes.values():
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind != "ok":
+            errors[detail[:100]] = errors.get(detail[:100], 0) + 1
+    unanswered = args.requests - len(load.outcomes)
+    print(f"kill: {args.requests} requests in {time.perf_counter() - started:.1f} s, concurrency {args.concurrency}: "
+          f"correct {counts.get('ok', 0)}, wrong {counts.get('wrong', 0)}, explicit errors {counts.get('error', 0)}, "
+          f"unanswered {unanswered}, answered twice {load.duplicates}", flush=True)
+    for detail, count in sorted(errors.items(), key=lambda item: -item[1])[:5]:
+        print(f"  {count} x {detail}")
+    recovered = None
+    deadline = time.perf_counter() + args.recovery_limit
+    while time.perf_counter() < deadline:
+        if app.running_replicas() == 2:
+            recovered = time.perf_counter() - killed.get("at", started)
+            break
+        time.sleep(0.25)
+    after = asyncio.run(Load(app.url + "/", bodies, 4, total=200, check=check).run())
+    after_ok = sum(1 for kind, _ in after.outcomes.values() if kind == "ok")
+    print(f"kill: deployment back to 2 running replicas {recovered:.1f} s after the kill; " if recovered is not None
+          else f"kill: NOT back to 2 replicas within {args.recovery_limit} s; ", end="")
+    print(f"then {after_ok}/200 requests correct", flush=True)
+    app.shutdown()
+    return {"counts": counts, "unanswered": unanswered, "duplicates": load.duplicates, "recovered_s": recovered}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--parts", default="replicas,batching,kill")
+    parser.add_argument("--model", default="resnet18", help="shared model of the replicas part (default resnet18)")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (replicas and kill parts)")
+    parser.add_argument("--seconds", type=float, default=6.0, help="length of one measurement block")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating blocks per replicas configuration")
+    parser.add_argument("--levels", type=lambda t: [int(v) for v in t.split(",")], default=[1, 4, 16, 32],
+                        help="concurrency levels of the batching part")
+    parser.add_argument("--max-batch", type=int, default=16)
+    parser.add_argument("--batch-sizes", type=lambda t: [int(v) for v in t.split(",")], default=[1, 4, 16],
+                        help="row counts the batched model is compiled for (each is an artifact shipped)")
+    parser.add_argument("--width", type=int, default=4096, help="hidden width of the batching part's MLP")
+    parser.add_argument("--batch-wait-ms", type=float, default=5.0)
+    parser.add_argument("--p99-bound-ms", type=float, default=100.0)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--kill-after", type=int, default=2_000)
+    parser.add_argument("--timeout", type=float, default=30.0, help="per request, seconds (kill part)")
+    parser.add_argument("--time-limit", type=float, default=300.0, help="the whole kill load, seconds")
+    parser.add_argument("--recovery-limit", type=float, default=120.0)
+    args = parser.parse_args()
+
+    import ray
+
+    import ember.serve as ember_serve
+    from ember.support.host import cpu_name
+
+    parts = args.parts.split(",")
+    print(f"command: python bench/{Path(__file__).name} {' '.join(sys.argv[1:])}")
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; load average {os.getloadavg()[0]:.2f} at start; "
+          f"Ray {ray.__version__}; replicas 1 thread each", flush=True)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        if "replicas" in parts:
+            part_replicas(args, ember_serve)
+        if "batching" in parts:
+            part_batching(args, ember_serve)
+        if "kill" in parts:
+            part_kill(args, ember_serve)
+    finally:
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
