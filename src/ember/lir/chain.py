@@ -86,9 +86,20 @@ def infer_chain(attrs: ChainAttrs, sources: Sequence[TensorType]) -> list[Tensor
 def infer_steps(steps: Sequence[Step], sources: Sequence[TensorType]) -> list[TensorType]:
     types: list[TensorType] = []
     for number, step in enumerate(steps):
-        operand_types = [_pick(a, sources, types, f"step {number}") for a in step.args]
-        types.append(OPS[step.op].infer_types(step.attrs, operand_types)[0])
+        operand_types = tuple(_pick(a, sources, types, f"step {number}") for a in step.args)
+        try:
+            result = _step_type(step.op, step.attrs, operand_types)
+        except TypeError:  # attributes that do not hash
+            result = OPS[step.op].infer_types(step.attrs, list(operand_types))[0]
+        types.append(result)
     return types
+
+
+@functools.lru_cache(maxsize=4096)
+def _step_type(op: str, attrs: Any, operand_types: tuple[TensorType, ...]) -> TensorType:
+    """A step's result type (cached: verification and C generation infer every chain again,
+    and a chain repeats a few ops over one shape)."""
+    return OPS[op].infer_types(attrs, list(operand_types))[0]
 
 
 def run_steps(steps: Sequence[Step], sources: Sequence[np.ndarray]) -> np.ndarray:

@@ -213,8 +213,15 @@ class Instr:
         return [b for b in self.operands[self.base_count:] if b is not None]
 
     def kinds(self) -> list[OperandKind]:
-        base = [self.idef.kind_of(i) for i in range(self.base_count)]
-        return base + list(self.kernel.operand_kinds if self.kernel else ())
+        idef = INSTRS[self.name]
+        declared, count = idef.operand_kinds, self.base_count
+        if count <= len(declared):
+            base = list(declared[:count])
+        elif idef.variadic:
+            base = [*declared, *(declared[-1],) * (count - len(declared))]
+        else:
+            base = [idef.kind_of(i) for i in range(count)]  # raises for the operand past the end
+        return base + list(self.kernel.operand_kinds) if self.kernel else base
 
     def outputs(self) -> list[Buffer]:
         return [b for b, k in zip(self.operands, self.kinds(), strict=True) if b is not None and k.writes]

@@ -23,9 +23,11 @@ def operand(instr: Instr, index: int) -> Buffer:
     return buffer
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Touch:
-    """One operand of one compute instruction, as bytes [lo, hi) of a root buffer."""
+    """One operand of one compute instruction, as bytes [lo, hi) of a root buffer (not
+    frozen: an index holds one per operand, and a frozen one's __init__ cost most of building
+    it; never changed once made)."""
 
     index: int
     buffer: Buffer

@@ -32,15 +32,16 @@ class DeadStoreElimination(LirPass):
             if instr.name in MARKERS:
                 kept.append(instr)
                 continue
-            operands = [(footprint(b), k) for b, k in zip(instr.operands, instr.kinds(), strict=True) if b is not None]
-            writes = [f for f, k in operands if k.writes]
+            operands = [(footprint(b), k.reads, k.writes)
+                        for b, k in zip(instr.operands, instr.kinds(), strict=True) if b is not None]
+            writes = [f for f, _, writes in operands if writes]
             if writes and not any(_overlaps(demanded.get(id(root), []), lo, hi) for root, lo, hi in writes):
                 continue
-            for (root, lo, hi), kind in operands:
-                if not kind.reads:
+            for (root, lo, hi), reads, _ in operands:
+                if not reads:
                     demanded[id(root)] = _subtract(demanded.get(id(root), []), lo, hi)
-            for (root, lo, hi), kind in operands:
-                if kind.reads:
+            for (root, lo, hi), reads, _ in operands:
+                if reads:
                     demanded.setdefault(id(root), []).append((lo, hi))
             kept.append(instr)
         changed = len(kept) != len(program.instrs)
