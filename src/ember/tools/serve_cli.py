@@ -62,7 +62,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--cpus", type=positive_float, metavar="N",
                         help="Ray CPUs each replica reserves (default: --threads)")
     parser.add_argument("--max-ongoing", type=positive_int, metavar="N",
-                        help="requests a replica holds at once (default max(8, 2 x --max-batch))")
+                        help="requests a replica holds at once (default max(32, 2 x --max-batch))")
     parser.add_argument("--json", action="store_true", help="print the deployment as one JSON line once ready")
     parser.set_defaults(handler=run_command)
 
