@@ -6,13 +6,14 @@ mapped GEMM, M = batch, N = 3 x hidden, both weights packed once, and the gate a
 built with the system compiler), Ember's cpu backend (ember.compile of the ONNX GRU: its
 hand-written GEMM kernels and fused elementwise code) and ONNX Runtime's GRU. The model: ONNX
 GRU, forward, linear_before_reset = 1 (one recurrent GEMM per step, as cuDNN and DeepBench's
-GRU), biases, zero initial state.
+GRU; --linear-before-reset 0: ONNX's default, two recurrent GEMMs per step), biases, zero
+initial state.
 
 GFLOP/s count the two GEMMs' flops (2 x 25 x batch x 3 hidden x (inputs + hidden)) over the
 whole layer's time, the gates included; peak: this core's measured FMA peak (bench/isa_gemm.py
 measured_peak). Ratios: per-round medians, speed-up of the mapped GRU (> 1: faster).
 
-    python bench/isa_gru.py [--rounds 7] [--sizes HIDDEN,BATCH ...] [--seq 25]
+    python bench/isa_gru.py [--rounds 7] [--sizes HIDDEN,BATCH ...] [--seq 25] [--linear-before-reset 0|1]
 """
 from __future__ import annotations
 
@@ -42,9 +43,11 @@ GRU = [(512, 1), (512, 4), (1024, 1), (1024, 4)]
 RUNTIME = Path(ember.codegen.runtime.__file__).resolve().parent
 
 
-def gru_model(w: np.ndarray, r: np.ndarray, bias: np.ndarray, seq: int, batch: int) -> onnx.ModelProto:
+def gru_model(w: np.ndarray, r: np.ndarray, bias: np.ndarray, seq: int, batch: int, linear_before_reset: int = 1
+              ) -> onnx.ModelProto:
     hidden, inputs = r.shape[1], w.shape[1]
-    node = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden, linear_before_reset=1)
+    node = helper.make_node("GRU", ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden,
+                            linear_before_reset=linear_before_reset)
     graph = helper.make_graph(
         [node], "gru", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, inputs])],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [seq, 1, batch, hidden]),
@@ -83,16 +86,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--seq", type=int, default=25)
     parser.add_argument("--sizes", nargs="*", default=None, metavar="HIDDEN,BATCH")
+    parser.add_argument("--linear-before-reset", type=int, choices=(0, 1), default=1)
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.split(",")) for s in args.sizes] if args.sizes else GRU
     target = load_target("x86-avx512")
     with tempfile.TemporaryDirectory() as folder:
         peak = measured_peak(False, Path(folder))
-    print(f"CPU: {cpu_name()}; 1 thread; GRU, {args.seq} steps, linear_before_reset = 1; GFLOP/s of its GEMMs over "
-          f"the whole layer; peak {peak:.1f} GFLOP/s measured on this core; best thread CPU time of ~0.25 s per "
-          f"engine per round, {args.rounds} interleaved rounds")
+    print(f"CPU: {cpu_name()}; 1 thread; GRU, {args.seq} steps, linear_before_reset = {args.linear_before_reset}; "
+          f"GFLOP/s of its GEMMs over the whole layer; peak {peak:.1f} GFLOP/s measured on this core; "
+          f"best thread CPU time of ~0.25 s per engine per round, {args.rounds} interleaved rounds")
     print(f"{'hidden,batch':>13} {'mapped':>8} {'ember':>8} {'ort':>8} {'peak%':>6} {'mapped/ember':>13} "
-          f"{'mapped/ort':>11} {'mapped us':>10}  tiles (input / recurrent)")
+          f"{'mapped/ort':>11} {'mapped us':>10}  register tiles (input / recurrent)")
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
         for hidden, batch in sizes:
@@ -102,9 +106,9 @@ def main() -> None:
             r = (rng.standard_normal((3 * hidden, hidden)) * scale).astype(np.float32)
             bias = (rng.standard_normal(6 * hidden) * 0.1).astype(np.float32)
             x = rng.standard_normal((seq, batch, inputs)).astype(np.float32)
-            code = emit_gru(target, seq, batch, inputs, hidden)
+            code = emit_gru(target, seq, batch, inputs, hidden, linear_before_reset=bool(args.linear_before_reset))
             mapped = mapped_runner(code, w, r, bias, x, Path(folder))
-            model = gru_model(w, r, bias, seq, batch)
+            model = gru_model(w, r, bias, seq, batch, args.linear_before_reset)
             compiled = ember.compile(model, backend="cpu", num_threads=1)
             options = ort.SessionOptions()
             options.intra_op_num_threads = 1
@@ -125,8 +129,8 @@ def main() -> None:
             gflops = {name: code.gemm_flops / statistics.median(values) / 1e9 for name, values in times.items()}
             vs_ember = statistics.median(e / p for p, e in zip(times["mapped"], times["ember"], strict=True))
             vs_ort = statistics.median(o / p for p, o in zip(times["mapped"], times["ort"], strict=True))
-            tiles = (f"{code.input_gemm.mr}x{code.input_gemm.nr} / {code.recurrent_gemm.mr}x"
-                     f"{code.recurrent_gemm.nr}")
+            gemms = [code.input_gemm, code.recurrent_gemm] + ([code.reset_gemm] if code.reset_gemm else [])
+            tiles = " / ".join(f"{g.mr}x{g.nr}" for g in gemms)
             print(f"{f'{hidden},{batch}':>13} {gflops['mapped']:8.1f} {gflops['ember']:8.1f} {gflops['ort']:8.1f} "
                   f"{100 * gflops['mapped'] / peak:5.1f}% {vs_ember:13.2f} {vs_ort:11.2f} "
                   f"{1e6 * statistics.median(times['mapped']):10.0f}  {tiles}")

@@ -28,13 +28,14 @@ def _avx512() -> bool:
         return False
 
 
-def gru_model(w: np.ndarray, r: np.ndarray, bias: np.ndarray, seq: int, batch: int, initial: bool):
+def gru_model(w: np.ndarray, r: np.ndarray, bias: np.ndarray, seq: int, batch: int, initial: bool,
+              linear_before_reset: bool = True):
     hidden, inputs = r.shape[1], w.shape[1]
     inputs_ = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [seq, batch, inputs])]
     if initial:
         inputs_.append(helper.make_tensor_value_info("H0", TensorProto.FLOAT, [1, batch, hidden]))
     node = helper.make_node("GRU", ["X", "W", "R", "B", "", "H0" if initial else ""], ["Y", "Y_h"],
-                            hidden_size=hidden, linear_before_reset=1)
+                            hidden_size=hidden, linear_before_reset=int(linear_before_reset))
     graph = helper.make_graph([node], "gru", inputs_,
                               [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [seq, 1, batch, hidden]),
                                helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [1, batch, hidden])],
@@ -57,9 +58,10 @@ def build(tmp_path: Path, code: GruCode):
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not _avx512(), reason="needs gcc and an AVX-512 CPU")
+@pytest.mark.parametrize("linear_before_reset", [True, False])
 @pytest.mark.parametrize("seq, batch, inputs, hidden, initial", [(4, 3, 10, 20, False), (3, 1, 40, 24, True),
                                                                  (2, 5, 33, 70, True)])
-def test_mapped_gru_matches_the_interpreter(tmp_path, seq, batch, inputs, hidden, initial):
+def test_mapped_gru_matches_the_interpreter(tmp_path, seq, batch, inputs, hidden, initial, linear_before_reset):
     rng = np.random.default_rng(seq * 100 + hidden)
     w = (rng.standard_normal((3 * hidden, inputs)) * 0.3).astype(np.float32)
     r = (rng.standard_normal((3 * hidden, hidden)) * 0.3).astype(np.float32)
@@ -67,13 +69,17 @@ def test_mapped_gru_matches_the_interpreter(tmp_path, seq, batch, inputs, hidden
     x = rng.standard_normal((seq, batch, inputs)).astype(np.float32)
     h0 = rng.standard_normal((1, batch, hidden)).astype(np.float32) if initial else None
     feed = {"X": x} | ({"H0": h0} if initial else {})
-    expected = ember.compile(gru_model(w, r, bias, seq, batch, initial), backend="interpreter").run(feed)["Y"]
+    model = gru_model(w, r, bias, seq, batch, initial, linear_before_reset)
+    expected = ember.compile(model, backend="interpreter").run(feed)["Y"]
 
-    code = emit_gru(X86, seq, batch, inputs, hidden)
-    assert [name for name, _ in code.sources] == ["mapped_gru_xw.c", "mapped_gru_hr.c", "mapped_gru.c"]
+    code = emit_gru(X86, seq, batch, inputs, hidden, linear_before_reset=linear_before_reset)
+    files = ["mapped_gru_xw.c", "mapped_gru_hr.c"] + ([] if linear_before_reset else ["mapped_gru_hh.c"])
+    assert [name for name, _ in code.sources] == files + ["mapped_gru.c"]
     assert (code.input_gemm.m, code.input_gemm.n, code.input_gemm.k) == (seq * batch, 3 * hidden, inputs)
     assert (code.recurrent_gemm.m, code.recurrent_gemm.k) == (batch, hidden)
-    assert code.recurrent_schedule.mapping.kernel.repeat == seq
+    assert code.recurrent_gemm.n == (3 if linear_before_reset else 2) * hidden
+    assert code.reset_gemm is None if linear_before_reset else (code.reset_gemm.m, code.reset_gemm.n) == (batch, hidden)
+    assert all(s.mapping.kernel.repeat == seq for s in code.schedules[1:])
     function = build(tmp_path, code)
     packed_w, packed_r = code.pack(w, r)
     y = np.full((seq, batch, hidden), np.nan, np.float32)
@@ -88,11 +94,12 @@ def test_gru_kernels_are_the_gemms_of_the_op():
     assert str(input_gates.expr).startswith("C[i, j]:f32 += A[i, k]:f32 * B[j, k]:f32")
     assert input_gates.expr.extents == {"i": 100, "j": 3072, "k": 512}
     assert recurrent_gates.expr.extents == {"i": 4, "j": 3072, "k": 1024} and recurrent_gates.repeat == 25
+    _, zr, reset = gru_kernels(25, 4, 512, 1024, linear_before_reset=False)
+    assert zr.expr.extents == {"i": 4, "j": 2048, "k": 1024} and zr.repeat == 25
+    assert reset.expr.extents == {"i": 4, "j": 1024, "k": 1024} and reset.repeat == 25
 
 
-def test_unsupported_grus_are_refused():
-    with pytest.raises(UnsupportedError, match="only linear_before_reset = 1"):
-        emit_gru(X86, 4, 1, 8, 8, linear_before_reset=False)
+def test_bad_grus_are_refused():
     with pytest.raises(UnsupportedError, match="hidden must be a positive integer"):
         emit_gru(X86, 4, 1, 8, 0)
     with pytest.raises(UnsupportedError, match="not a C identifier"):
