@@ -247,7 +247,9 @@ def undefined_in_onnx_runtime(path: Path, inputs: dict[str, Any]) -> str | None:
       differs between a direct transform and an FFT);
     - a DynamicQuantizeLinear of an empty tensor (min and max of no values: ONNX's reference
       fails, ONNX Runtime gives scale 1, Ember 1/255 as for an all-zero tensor, as the
-      reference does there)."""
+      reference does there);
+    - an integer Pow whose power leaves the type's range (converted from double by ONNX
+      Runtime and the reference: the host's out-of-range conversion; Ember wraps)."""
     try:
         model = onnx.load(str(path))
     except Exception:  # noqa: BLE001
@@ -328,6 +330,21 @@ def _transform_of_nonfinite(node, values: dict[str, Any]) -> str | None:
     return None
 
 
+def _power_out_of_range(node, values: dict[str, Any]) -> str | None:
+    base = values.get(node.input[0])
+    exponent = values.get(node.input[1]) if len(node.input) > 1 else None
+    if not (isinstance(base, np.ndarray) and base.dtype.kind in "iu" and isinstance(exponent, np.ndarray)):
+        return None
+    with np.errstate(all="ignore"):
+        power = np.power(base.astype(np.float64), exponent.astype(np.float64))
+    info = np.iinfo(base.dtype)
+    if (np.isnan(power) | (power < info.min) | (power >= float(info.max) + 1)).any():
+        return (f"raises {base.dtype} integers past their range (ONNX Runtime and ONNX's reference convert the "
+                "out-of-range double power, which C and NumPy leave undefined; Ember wraps, as integer "
+                "multiplication does)")
+    return None
+
+
 def _range_of_nothing(node, values: dict[str, Any]) -> str | None:
     x = values.get(node.input[0])
     if isinstance(x, np.ndarray) and x.size == 0:
@@ -338,7 +355,7 @@ def _range_of_nothing(node, values: dict[str, Any]) -> str | None:
 _UNDEFINED_ON: dict[str, Callable[[Any, dict[str, Any]], str | None]] = {
     "Cast": _cast_out_of_range, "CastLike": _cast_out_of_range, "GridSample": _grid_holds_nan,
     "MaxPool": _pool_of_nan, "DFT": _transform_of_nonfinite, "STFT": _transform_of_nonfinite,
-    "DynamicQuantizeLinear": _range_of_nothing,
+    "DynamicQuantizeLinear": _range_of_nothing, "Pow": _power_out_of_range,
 }
 
 

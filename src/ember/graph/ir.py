@@ -121,7 +121,7 @@ class Graph:
         return name
 
     def add_input(self, name: str, type_: TensorType) -> Placeholder:
-        limits.check_tensor(type_.nbytes, f"input '{name}' ({type_})")
+        limits.check_shape(type_.shape, type_.dtype.itemsize, f"input '{name}' ({type_})")
         limits.check_rank(type_.rank, f"input '{name}'")
         placeholder = Placeholder(self._claim_exact(name), type_)
         self.inputs.append(placeholder)
@@ -147,7 +147,7 @@ class Graph:
         except OpError as err:
             raise VerificationError(f"{node.location}: {err}") from None
         for type_ in types:
-            limits.check_tensor(type_.nbytes, f"{node.location}: result {type_}")
+            limits.check_shape(type_.shape, type_.dtype.itemsize, f"{node.location}: result {type_}")
             limits.check_rank(type_.rank, f"{node.location}: a result")
         if len(self.nodes) >= self._node_limit:
             raise limits.ResourceLimitError(

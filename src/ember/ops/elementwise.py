@@ -90,11 +90,15 @@ define_op(OpDef("Not", ("x",), ("y",), _not_infer, lambda a, xs: (np.logical_not
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # Integer division truncates toward zero (C semantics, as ONNX Runtime does).
+    # Integer division truncates toward zero (C semantics, as ONNX Runtime does): the floor
+    # quotient, one up where it was rounded down (a remainder and the signs differ). Not
+    # through |a| // |b|, which wraps for the type's minimum (|INT64_MIN| is INT64_MIN: 10 / it
+    # gave -1, not 0). The minimum over -1 wraps to the minimum, as the cpu backend's does.
     if np.any(b == 0):
         raise OpError("integer division by zero")
-    q = np.abs(a) // np.abs(b)
-    return np.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
+    with np.errstate(over="ignore"):
+        q, r = np.divmod(a, b)
+    return np.where((r != 0) & ((a < 0) != (b < 0)), q + 1, q).astype(a.dtype)
 
 
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:

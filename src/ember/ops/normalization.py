@@ -247,6 +247,8 @@ def _softmax_infer(name):
 
 def _softmax(attrs: SoftmaxAttrs, arrays):
     (x,) = arrays
+    if x.size == 0:  # nothing to normalise (NumPy's max of an empty axis fails)
+        return (x.copy(),)
     xf = x.astype(np.float64)
     e = np.exp(xf - np.max(xf, axis=attrs.axis, keepdims=True))
     return ((e / np.sum(e, axis=attrs.axis, keepdims=True)).astype(x.dtype),)
@@ -254,6 +256,8 @@ def _softmax(attrs: SoftmaxAttrs, arrays):
 
 def _log_softmax(attrs: SoftmaxAttrs, arrays):
     (x,) = arrays
+    if x.size == 0:
+        return (x.copy(),)
     xf = x.astype(np.float64)
     shifted = xf - np.max(xf, axis=attrs.axis, keepdims=True)
     return ((shifted - np.log(np.sum(np.exp(shifted), axis=attrs.axis, keepdims=True))).astype(x.dtype),)

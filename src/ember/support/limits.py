@@ -18,7 +18,9 @@ touching code:
 """
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ember.support.errors import EmberError, UnsupportedError
@@ -65,6 +67,22 @@ def check_tensor(nbytes: int, what: str) -> None:
     if nbytes > limit:
         raise ResourceLimitError(f"{what} needs {nbytes} bytes, more than the tensor size limit of {limit} "
                                  f"bytes ({HOW_TO_RAISE})")
+
+
+# Not a budget but a hard limit: NumPy (and a 64-bit address) indexes at most 2^63 - 1 bytes,
+# the product of every dimension but the zero ones: an empty [0, 2^40, 2^40] has no elements
+# but no array can have its shape.
+MAX_EXTENT_BYTES = (1 << 63) - 1
+
+
+def check_shape(shape: Sequence[int], itemsize: int, what: str) -> None:
+    """Refuses a tensor of `shape` larger than max_tensor_bytes, or an empty one whose other
+    dimensions could not be indexed. `what` names it for the user."""
+    check_tensor(math.prod(shape) * itemsize, what)
+    extent = math.prod(d for d in shape if d != 0) * itemsize
+    if extent > MAX_EXTENT_BYTES:
+        raise UnsupportedError(f"{what}: an empty tensor whose other dimensions multiply to {extent} bytes, past "
+                               "the 2^63 - 1 bytes an array can index")
 
 
 # Not a budget but a hard limit: the interpreter and constant folding hold tensors in NumPy

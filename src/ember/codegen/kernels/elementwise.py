@@ -92,7 +92,22 @@ def _mod(a, t, attrs):
     if t.is_float:
         r = f"{libm('fmod', t)}({a[0]}, {a[1]})"
         return f"({{ {c_type(t)} r_ = {r}; (r_ != 0 && ((r_ < 0) != ({a[1]} < 0))) ? r_ + {a[1]} : r_; }})"
-    return f"({{ {c_type(t)} r_ = {a[0]} % {a[1]}; (r_ != 0 && ((r_ < 0) != ({a[1]} < 0))) ? r_ + {a[1]} : r_; }})"
+    # x % -1 is 0, but INT_MIN % -1 traps on x86 (the quotient overflows): not computed.
+    rem = f"({a[1]} == -1 ? 0 : {a[0]} % {a[1]})" if _signed(t) else f"{a[0]} % {a[1]}"
+    return f"({{ {c_type(t)} r_ = {rem}; (r_ != 0 && ((r_ < 0) != ({a[1]} < 0))) ? r_ + {a[1]} : r_; }})"
+
+
+def _signed(t: DType) -> bool:
+    return t.is_int and t.numpy.kind == "i"
+
+
+def _div(a, t, attrs):
+    if not _signed(t):
+        return f"({a[0]} / {a[1]})"
+    # x / -1 is -x, wrapping for the type's minimum, which the division itself would trap on
+    # (x86 raises SIGFPE for INT_MIN / -1): negated in unsigned arithmetic, as the
+    # interpreter's wraps.
+    return f"({a[1]} == -1 ? ({c_type(t)})(0 - (uint64_t){a[0]}) : {a[0]} / {a[1]})"
 
 
 def _pow(a, t, attrs):
@@ -303,7 +318,7 @@ BINARY: dict[str, Expr] = {
     "Add": lambda a, t, attrs: f"({a[0]} + {a[1]})",
     "Sub": lambda a, t, attrs: f"({a[0]} - {a[1]})",
     "Mul": lambda a, t, attrs: f"({a[0]} * {a[1]})",
-    "Div": lambda a, t, attrs: f"({a[0]} / {a[1]})",
+    "Div": _div,
     "Max": _extreme(">"),
     "Min": _extreme("<"),
     "Mod": _mod,

@@ -285,7 +285,7 @@ class NodeContext:
         try:
             types = opdef.infer_types(attrs, [None if v is None else v.type for v in inputs])
             for type_, name in zip(types, names, strict=True):
-                limits.check_tensor(type_.nbytes, f"{self.location}: result '{name}' ({type_})")
+                limits.check_shape(type_.shape, type_.dtype.itemsize, f"{self.location}: result '{name}' ({type_})")
             # Folded only while the results stay small: a tiny model can ask for gigabytes
             # (Expand, Tile of constants); past the limit the node computes at run time.
             if (present and all(isinstance(v, Constant) for v in present)
@@ -317,7 +317,7 @@ class NodeContext:
         dtype = np.dtype(value.dtype)
         scalar = value.reshape(())
         nbytes = math.prod(shape) * dtype.itemsize
-        limits.check_tensor(nbytes, f"{self.location}: result {list(shape)} of {dtype}")
+        limits.check_shape(shape, dtype.itemsize, f"{self.location}: result {list(shape)} of {dtype}")
         if limits.may_fold(nbytes):
             return self.constant_result(np.full(tuple(shape), scalar, dtype=dtype), i)
         fill = self.add_constant(scalar.copy(), f"{self.name}_fill")
