@@ -256,6 +256,12 @@ def users_by_position(program: Program) -> dict[int, list[int]]:
     uses: dict[int, list[int]] = {}
     for index, instr in enumerate(program.instrs):
         if instr.name not in MARKERS:
-            for buffer in dict.fromkeys(b for b in instr.operands if b is not None):
-                uses.setdefault(id(buffer), []).append(index)
+            for buffer in instr.operands:
+                if buffer is None:
+                    continue
+                found = uses.get(id(buffer))
+                if found is None:
+                    uses[id(buffer)] = [index]
+                elif found[-1] != index:  # once per instruction, however often it names it
+                    found.append(index)
     return uses
