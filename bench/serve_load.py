@@ -13,7 +13,9 @@ flight (a closed loop). Replicas run 1 thread each.
   the ratio is the median of adjacent blocks' ratios.
 - batching: a wide MLP built here (onnx.helper: 1024-4096-4096-1024, a symbolic batch
   dimension), one application without batching and one with max_batch 16, at several
-  concurrency levels; for each, the best throughput whose p99 stays under --p99-bound-ms.
+  concurrency levels; for each, the best throughput whose p99 stays under --p99-bound-ms;
+  over HTTP, and through a Ray Serve handle (app.handle.predict: no HTTP proxy, as another
+  deployment in the cluster would call it).
 - kill: the shared MLP on 2 replicas; --requests requests, one replica killed (ray.kill) once
   --kill-after of them were answered. Every request is accounted for exactly once: correct,
   wrong, or an explicit error (status and message); then the time until Serve has 2 running
@@ -142,6 +144,32 @@ def measure(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> 
     return asyncio.run(Load(url, bodies, concurrency, seconds=seconds).run()).summary()
 
 
+def measure_handle(handle, feeds: list[dict[str, np.ndarray]], concurrency: int, seconds: float) -> dict[str, float]:
+    """The same closed loop through a Ray Serve handle (app.handle.predict.remote): no HTTP,
+    no proxy; what a caller inside the cluster (another deployment) sees."""
+    latencies: list[float] = []
+
+    async def run() -> float:
+        start = time.perf_counter()
+        sent = 0
+
+        async def worker() -> None:
+            nonlocal sent
+            while time.perf_counter() - start < seconds:
+                began = time.perf_counter()
+                await handle.predict.remote(feeds[sent % len(feeds)])
+                sent += 1
+                latencies.append(time.perf_counter() - began)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return time.perf_counter() - start
+
+    elapsed = asyncio.run(run())
+    ms = np.array(latencies) * 1e3
+    return {"rps": len(latencies) / elapsed, "ok": len(latencies), "p50": float(np.percentile(ms, 50)),
+            "p99": float(np.percentile(ms, 99))}
+
+
 def part_replicas(args, ember_serve) -> dict:
     model = str(SHARED / f"{args.model}.onnx")
     rng = np.random.default_rng(0)
@@ -170,32 +198,42 @@ def part_replicas(args, ember_serve) -> dict:
 def part_batching(args, ember_serve) -> dict:
     proto = wide_mlp(width=args.width)
     rng = np.random.default_rng(1)
-    bodies = [_npz(x=rng.standard_normal((1, 1024)).astype(np.float32)) for _ in range(8)]
+    feeds = [{"x": rng.standard_normal((1, 1024)).astype(np.float32)} for _ in range(8)]
+    bodies = [_npz(**item) for item in feeds]
     plain = ember_serve.deploy(proto, replicas=1, max_batch=1, port=args.port, name="plain", route_prefix="/plain",
                                replica_cpus=0.5)
     batched = ember_serve.deploy(proto, replicas=1, max_batch=args.max_batch, batch_wait_ms=args.batch_wait_ms,
                                  port=args.port, name="batched", route_prefix="/batched", replica_cpus=0.5,
                                  batch_sizes=args.batch_sizes)
     print(f"  batching: {batched.served.batching}", flush=True)
-    for app in (plain, batched):
-        measure(app.url + "/", bodies, 4, 2.0)
-    best = {"plain": (0.0, None), "batched": (0.0, None)}
-    for level in args.levels:
-        for label, app in (("plain", plain), ("batched", batched)):
-            result = measure(app.url + "/", bodies, level, args.seconds)
-            within = result["p99"] <= args.p99_bound_ms
-            print(f"  {label:8s} concurrency {level:3d}: {result['rps']:7.1f} req/s, p50 {result['p50']:6.1f} ms, "
-                  f"p99 {result['p99']:6.1f} ms{'' if within else '  (over the p99 bound)'}", flush=True)
-            if within and result["rps"] > best[label][0]:
-                best[label] = (result["rps"], level)
+    ratios = {}
+    for transport in args.transports:
+        def run(app, level: int, seconds: float, transport: str = transport) -> dict[str, float]:
+            if transport == "http":
+                return measure(app.url + "/", bodies, level, seconds)
+            return measure_handle(app.handle, feeds, level, seconds)
+
+        for app in (plain, batched):
+            run(app, 4, 2.0)  # warm up
+        best: dict[str, tuple[float, int | None]] = {"plain": (0.0, None), "batched": (0.0, None)}
+        for level in args.levels:
+            for label, app in (("plain", plain), ("batched", batched)):
+                result = run(app, level, args.seconds)
+                within = result["p99"] <= args.p99_bound_ms
+                print(f"  {transport:6s} {label:8s} concurrency {level:3d}: {result['rps']:7.1f} req/s, "
+                      f"p50 {result['p50']:6.1f} ms, p99 {result['p99']:6.1f} ms"
+                      f"{'' if within else '  (over the p99 bound)'}", flush=True)
+                if within and result["rps"] > best[label][0]:
+                    best[label] = (result["rps"], level)
+        ratio = best["batched"][0] / best["plain"][0] if best["plain"][0] else float("nan")
+        ratios[transport] = ratio
+        print(f"batching ({transport}): best throughput with p99 <= {args.p99_bound_ms:.0f} ms: one request at a "
+              f"time {best['plain'][0]:.1f} req/s (concurrency {best['plain'][1]}), batched (max_batch "
+              f"{args.max_batch}, wait {args.batch_wait_ms} ms) {best['batched'][0]:.1f} req/s (concurrency "
+              f"{best['batched'][1]}): {ratio:.2f}x (target >= 2)", flush=True)
     plain.shutdown()
     batched.shutdown()
-    ratio = best["batched"][0] / best["plain"][0] if best["plain"][0] else float("nan")
-    print(f"batching: best throughput with p99 <= {args.p99_bound_ms:.0f} ms: one request at a time "
-          f"{best['plain'][0]:.1f} req/s (concurrency {best['plain'][1]}), batched (max_batch {args.max_batch}, "
-          f"wait {args.batch_wait_ms} ms) {best['batched'][0]:.1f} req/s (concurrency {best['batched'][1]}): "
-          f"{ratio:.2f}x (target >= 2)", flush=True)
-    return {"ratio": ratio}
+    return ratios
 
 
 def part_kill(args, ember_serve) -> dict:
@@ -274,6 +312,8 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=4096, help="hidden width of the batching part's MLP")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument("--p99-bound-ms", type=float, default=100.0)
+    parser.add_argument("--transports", type=lambda t: t.split(","), default=["http", "handle"],
+                        help="batching part: over HTTP (the proxy) and/or a Ray Serve handle (in-cluster callers)")
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--kill-after", type=int, default=2_000)
     parser.add_argument("--timeout", type=float, default=30.0, help="per request, seconds (kill part)")

@@ -167,3 +167,17 @@ def test_serve_command_without_ray_says_how_to_install_it(monkeypatch, capsys):
     assert main(["serve", "model.onnx"]) == 2
     error = capsys.readouterr().err
     assert "pip install 'ember[serve]'" in error and "Ray" in error
+
+
+def test_replica_predict_takes_arrays_as_handle_callers_send_them():
+    served = prepare(_batch_mlp(), max_batch=4, backend="cpu", num_threads=1)
+    replica = Replica(served, ServeOptions(max_batch=4))
+    x = np.random.default_rng(4).standard_normal((2, 784)).astype(np.float32)
+    outputs = asyncio.run(replica.predict({"input": x}))
+    np.testing.assert_array_equal(outputs["logits"], replica.run_requests([{"input": x}])[0]["logits"])
+    for bad, words in [({"input": x.astype(np.float64)}, "element type float32"), ({"x": x}, "missing inputs"),
+                       ({"input": x.tolist()}, "NumPy array"), ({"input": np.zeros((5, 784), np.float32)}, "5 rows")]:
+        with pytest.raises(RequestError, match=words) as caught:
+            asyncio.run(replica.predict(bad))
+        assert caught.value.status == 422
+    assert replica.metrics.counts == {"ok": 1, "client_error": 4, "server_error": 0}

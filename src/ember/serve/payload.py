@@ -154,6 +154,16 @@ def _check_names(names: Sequence[str], specs: Sequence[InputSpec]) -> None:
         raise RequestError(422, f"{'; '.join(parts)} (the model takes {expected})")
 
 
+def check_arrays(feeds: Any, specs: Sequence[InputSpec]) -> dict[str, np.ndarray]:
+    """Inputs given as arrays (a handle call, not an HTTP body): names, element types and
+    shapes checked as a body's are."""
+    if not isinstance(feeds, Mapping) or not all(isinstance(v, np.ndarray) for v in feeds.values()):
+        raise RequestError(422, "inputs must be a dict of input name -> NumPy array")
+    _check_names(list(feeds), specs)
+    check_feeds(feeds, specs)
+    return dict(feeds)
+
+
 def check_feeds(feeds: Mapping[str, np.ndarray], specs: Sequence[InputSpec], max_rows: int | None = None) -> None:
     """Element types and shapes against `specs`; every batched input must carry the same
     number of rows, from 1 to max_rows. Raises RequestError(422) with InputError's wording."""

@@ -30,7 +30,17 @@ import numpy as np
 from ember.runtime.compiled import CompiledModel
 from ember.serve.metrics import RequestMetrics
 from ember.serve.package import ServedModel
-from ember.serve.payload import JSON, RequestError, body_format, check_size, decode, encode, error_body, rows_of
+from ember.serve.payload import (
+    JSON,
+    RequestError,
+    body_format,
+    check_arrays,
+    check_size,
+    decode,
+    encode,
+    error_body,
+    rows_of,
+)
 from ember.support.errors import EmberError, InputError
 
 Outputs = dict[str, np.ndarray]
@@ -127,6 +137,29 @@ class Replica:
             return 500, error_body(f"the model failed: {err}"), JSON
         except Exception as err:  # the replica answers and keeps serving
             return 500, error_body(f"internal error: {type(err).__name__}: {err}"), JSON
+
+    async def predict(self, inputs: Any, run_batched: BatchRunner | None = None) -> Outputs:
+        """Outputs for inputs given as arrays (a Ray Serve handle call): checked as a body's
+        inputs are; raises RequestError (status and reason) for bad ones."""
+        started = time.perf_counter()
+        status = 500
+        try:
+            feeds = check_arrays(inputs, self.served.inputs)
+            if self.batched:
+                rows = rows_of(feeds, self.served.inputs)
+                if rows > self.options.max_batch:
+                    raise RequestError(422, f"a request carries {rows} rows, more than max_batch "
+                                            f"{self.options.max_batch}")
+                outputs = await (run_batched(feeds) if run_batched is not None else self.run_async([feeds]))
+            else:
+                outputs = await self.run_async([feeds])
+            status = 200
+            return outputs
+        except RequestError as err:
+            status = err.status
+            raise
+        finally:
+            self.metrics.record(time.perf_counter() - started, status)
 
     async def run_async(self, requests: list[dict[str, np.ndarray]]) -> Any:
         """One request's outputs (a list of one feeds dict), on the model pool."""
@@ -294,6 +327,10 @@ def build_application(served: ServedModel, options: ServeOptions) -> Any:
             echo = _request_id(request.headers.get("x-request-id"))
             return Response(body, status_code=status, media_type=kind,
                             headers={"x-request-id": echo} if echo else None)
+
+        async def predict(self, inputs: dict[str, np.ndarray]) -> Outputs:
+            """For callers inside the cluster: app.handle.predict.remote({name: array})."""
+            return await self.replica.predict(inputs, self.run_batched if self.replica.batched else None)
 
         def check_health(self) -> None:
             self.replica.check_health()

@@ -50,7 +50,8 @@ def split(model: Any, memory_cap: int, *, backend: str = "cpu", num_threads: int
     placed: list[dict[str, Any]] = []
     for segment, segment_model in zip(partition.segments, compiled, strict=True):
         label = f"actor{len(actors)} ({segment.name})"
-        actor = host.options(num_cpus=actor_cpus, memory=memory_cap).remote(
+        # SPREAD: segments go to different nodes where the cluster has several.
+        actor = host.options(num_cpus=actor_cpus, memory=memory_cap, scheduling_strategy="SPREAD").remote(
             {segment.index: artifact_bytes(segment_model)}, memory_cap, label)
         actors.append(actor)
         steps.append(RemoteStep(segment.index, actor, [v.name for v in segment.inputs],
