@@ -6,10 +6,13 @@ instruction's and the register file's C templates from the target description.
 The structure is the one the schedule describes: an MR x NR register tile of accumulators (MR
 rows of the output's M dimension, NR = NR/width vectors of its N dimension, the schedule's
 register tile), each reduction step broadcasting one A element (or group) per row and loading
-NR/width B vectors; B is packed at compile time into zero-padded panels of NR columns (the mapping's
-compile-time pack); A is packed per call, block by block, where several panels reuse it; the K loop is blocked so that a
-KC x NR panel of B and the MR x KC slice of A stay within the second cache level's usable
-share, rows in blocks of MC so that the MC x KC block of A takes half of it (see _blocking).
+NR/width B vectors, each once (the register file's hold template, where it has one); B is packed
+at compile time into zero-padded panels of NR columns (the mapping's compile-time pack); A is
+packed per call, block by block, where many panels sweep each block and the tile's slice of it
+would not stay in L1, else read in place (see _packs_a); the K loop is blocked so that a KC x NR
+panel of B and the MR x KC slice of A stay within the second cache level's usable share (K
+whole when one row block covers M), rows in blocks of MC so that the MC x KC block of A takes
+half of it (see _blocking).
 Tails: the last rows run a shorter tile, the last panel's columns go through a local tile.
 
 A length-agnostic instruction (`C[j] += A[] * B[j] over j:<=8`, RISC-V V) whose register file
