@@ -170,6 +170,31 @@ def measure_handle(handle, feeds: list[dict[str, np.ndarray]], concurrency: int,
             "p99": float(np.percentile(ms, 99))}
 
 
+def replica_cpu_seconds(application: str) -> float:
+    """CPU seconds used so far by the replica processes of `application` (from /proc): how
+    many cores the replicas actually got while the machine is shared."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            if f"ServeReplica:{application}:" not in command:
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except OSError:
+            continue
+    return total
+
+
+def measure_with_cpu(url: str, application: str, bodies: list[bytes], concurrency: int,
+                     seconds: float) -> dict[str, float]:
+    before, started = replica_cpu_seconds(application), time.perf_counter()
+    result = measure(url, bodies, concurrency, seconds)
+    result["cores"] = (replica_cpu_seconds(application) - before) / (time.perf_counter() - started)
+    return result
+
+
 def part_replicas(args, ember_serve) -> dict:
     model = str(SHARED / f"{args.model}.onnx")
     rng = np.random.default_rng(0)
@@ -180,19 +205,23 @@ def part_replicas(args, ember_serve) -> dict:
         measure(app.url + "/", bodies, args.concurrency, 2.0)  # warm up: first runs, connections
     rows, ratios = [], []
     for round_ in range(args.rounds):
-        a = measure(one.url + "/", bodies, args.concurrency, args.seconds)
-        b = measure(two.url + "/", bodies, args.concurrency, args.seconds)
+        a = measure_with_cpu(one.url + "/", "one", bodies, args.concurrency, args.seconds)
+        b = measure_with_cpu(two.url + "/", "two", bodies, args.concurrency, args.seconds)
         ratios.append(b["rps"] / a["rps"])
         rows.append((round_, a, b))
-        print(f"  round {round_}: 1 replica {a['rps']:.1f} req/s (p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f}); "
-              f"2 replicas {b['rps']:.1f} req/s (p50 {b['p50']:.1f}, p99 {b['p99']:.1f}); ratio {ratios[-1]:.2f}",
-              flush=True)
+        print(f"  round {round_}: 1 replica {a['rps']:.1f} req/s (p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f}; "
+              f"replica got {a['cores']:.2f} cores); 2 replicas {b['rps']:.1f} req/s (p50 {b['p50']:.1f}, "
+              f"p99 {b['p99']:.1f}; replicas got {b['cores']:.2f} cores); ratio {ratios[-1]:.2f}", flush=True)
     one.shutdown()
     two.shutdown()
     ratio = statistics.median(ratios)
+    per_core = statistics.median((b["rps"] / b["cores"]) / (a["rps"] / a["cores"]) for _, a, b in rows
+                                 if a["cores"] > 0 and b["cores"] > 0)
+    cores = statistics.median(b["cores"] for _, _, b in rows)
     print(f"replicas: {args.model}, concurrency {args.concurrency}: 2 replicas / 1 replica throughput = "
-          f"{ratio:.2f}x (median of {len(ratios)} rounds; target >= 1.7)", flush=True)
-    return {"ratio": ratio}
+          f"{ratio:.2f}x (median of {len(ratios)} rounds; target >= 1.7); the 2 replicas got {cores:.2f} cores of "
+          f"the shared machine; requests per replica CPU-second, 2 replicas / 1: {per_core:.2f}", flush=True)
+    return {"ratio": ratio, "per_core": per_core}
 
 
 def part_batching(args, ember_serve) -> dict:
