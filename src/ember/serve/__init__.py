@@ -72,9 +72,10 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
     CompiledModel) and serves it on Ray Serve at http://host:port{route_prefix}: `replicas`
     copies, each running its model on `num_threads` threads; requests batched up to
     `max_batch` rows or `batch_wait_ms` where the model has a symbolic leading batch
-    dimension (compiled for `batch_sizes` rows, default 1, 2, 4, ... max_batch; a batch runs on
-    the smallest that holds it, padded). address: a Ray cluster to join (default: start a local one with `num_cpus`).
-    Returns once every replica is ready."""
+    dimension (compiled for `batch_sizes` rows, default 1, 2, 4, ... max_batch; a batch runs
+    on the smallest that holds it, padded). address: a Ray cluster to join (default: start a
+    local one with `num_cpus`). Returns once every replica is ready; callers inside the
+    cluster may use `.handle.predict.remote({name: array})` instead of HTTP."""
     require_ray(serve=True)
     if not isinstance(replicas, int) or replicas < 1:
         raise EmberError(f"replicas must be an integer >= 1, got {replicas!r}")
