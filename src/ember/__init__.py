@@ -70,7 +70,12 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
     if example_inputs is not None or _is_torch_module(model):
         unused = {"input_shapes": input_shapes, "dynamic": dynamic, "quantize": quantize}
         return _compile_torch(model, example_inputs, backend, options, [k for k, v in unused.items() if v])
-    symbolic = dynamic_inputs(model, input_shapes) if isinstance(model, str | os.PathLike) or _is_proto(model) else None
+    loaded = None
+    if isinstance(model, str | os.PathLike):
+        from ember.frontends.onnx.loader import load_model
+
+        model = loaded = load_model(model)  # read once, for its inputs' shapes and to import it
+    symbolic = dynamic_inputs(model, input_shapes) if loaded is not None or _is_proto(model) else None
     if symbolic is not None:
         proto, inputs = symbolic
         return compile_dynamic(proto, inputs, backend, options, buckets=dynamic)

@@ -37,7 +37,7 @@ def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = No
     """Imports an ONNX model (path or ModelProto) into a verified graph."""
     from ember.frontends.onnx import load_onnx
 
-    if not isinstance(model, str | os.PathLike) and type(model).__name__ != "ModelProto":
+    if not isinstance(model, str | os.PathLike) and type(model).__name__ not in ("ModelProto", "LoadedModel"):
         raise EmberError(f"compile() takes a path to an ONNX file or an onnx.ModelProto, got {type(model).__name__}")
     step("importing the model")
     graph = load_onnx(model, input_shapes=input_shapes)

@@ -19,7 +19,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorShapeP
 from ember.frontends.onnx import converters as _converters  # noqa: F401  (registration)
 from ember.frontends.onnx.context import ConstantRequired, NodeContext
 from ember.frontends.onnx.dtypes import onnx_type_name, tensor_to_array, to_dtype
-from ember.frontends.onnx.loader import DEFAULT_DOMAINS, load_model
+from ember.frontends.onnx.loader import DEFAULT_DOMAINS, LoadedModel, load_model
 from ember.frontends.onnx.registry import DOMAIN_CONVERTERS, find_converter
 from ember.graph.ir import Graph, Value
 from ember.graph.verify import verify_graph
@@ -35,7 +35,7 @@ from ember.support.limits import ResourceLimitError
 from ember.types import TensorType
 
 
-def load_onnx(model: str | os.PathLike | ModelProto,
+def load_onnx(model: str | os.PathLike | ModelProto | LoadedModel,
               input_shapes: Mapping[str, Sequence[int]] | None = None,
               constant_inputs: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Imports an ONNX model (a file path or a ModelProto) as a verified graph.

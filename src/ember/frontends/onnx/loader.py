@@ -30,7 +30,9 @@ class LoadedModel:
     opset: int  # the default-domain opset version
 
 
-def load_model(model: str | os.PathLike | ModelProto) -> LoadedModel:
+def load_model(model: str | os.PathLike | ModelProto | LoadedModel) -> LoadedModel:
+    if isinstance(model, LoadedModel):
+        return model  # read and checked already (ember.compile reads a file once)
     if isinstance(model, ModelProto):
         label = "the given ModelProto"
         external = next(iter(_external_tensors(model)), None)
