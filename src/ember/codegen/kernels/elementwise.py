@@ -97,10 +97,6 @@ def _mod(a, t, attrs):
     return f"({{ {c_type(t)} r_ = {rem}; (r_ != 0 && ((r_ < 0) != ({a[1]} < 0))) ? r_ + {a[1]} : r_; }})"
 
 
-def _signed(t: DType) -> bool:
-    return t.is_int and t.numpy.kind == "i"
-
-
 def _div(a, t, attrs):
     if not _signed(t):
         return f"({a[0]} / {a[1]})"
