@@ -98,3 +98,18 @@ def test_the_fuzzer_calls_an_integer_power_past_the_range_undefined(tmp_path):
     assert undefined_in_onnx_runtime(path, feeds) is None
     feeds["e"][2] = 30  # 3^30 is past int32
     assert "raises int32 integers past their range" in undefined_in_onnx_runtime(path, feeds)
+
+
+def test_a_scan_body_whose_state_is_its_own_identity_is_refused_not_a_hang():
+    """Fuzz seed 141, test_scan9_multi_state with an Identity renamed onto the state output it
+    reads (sum_out = Identity(sum_out)): following Identities back to the state input looped
+    forever. The body is now refused: a value defined twice."""
+    add = helper.make_node("Add", ["sum_in", "next"], ["sum_out"])
+    again = helper.make_node("Identity", ["sum_out"], ["sum_out"], name="// x")
+    scan_out = helper.make_node("Identity", ["next"], ["scan_out"])
+    body = helper.make_graph([add, again, scan_out], "body", [_info("sum_in", [2]), _info("next", [2])],
+                             [_info("sum_out", [2]), _info("scan_out", [2])])
+    node = helper.make_node("Scan", ["init", "x"], ["y", "z"], num_scan_inputs=1, body=body)
+    model = _model([node], [_info("init", [2]), _info("x", [3, 2])], [_info("y", None), _info("z", None)], opset=9)
+    with pytest.raises(EmberError, match="'sum_out' is already defined"):
+        ember.compile(model, backend="interpreter")

@@ -30,8 +30,9 @@ def states_pass_through(body: GraphProto, n_state: int) -> bool:
     """Whether every state output of the body is its state input (directly or by Identity)."""
     identity = {n.output[0]: n.input[0] for n in body.node if n.op_type == "Identity" and n.input and n.output}
     for vi_in, vi_out in zip(body.input[:n_state], body.output[:n_state], strict=True):
-        name = vi_out.name
-        while name in identity and name != vi_in.name:
+        name, seen = vi_out.name, set()
+        while name in identity and name != vi_in.name and name not in seen:  # a cycle: not a pass-through
+            seen.add(name)
             name = identity[name]
         if name != vi_in.name:
             return False
