@@ -129,6 +129,19 @@ class Emitter:
         self.instr_index = 0
         self._input_index = {id(b): i for i, b in enumerate(program.inputs)}
         self._output_index = {id(b): i for i, b in enumerate(program.outputs)}
+        self._defined: set[str] = set()
+        self._pending: list[str] = []
+
+    def define(self, key: str, text: str) -> None:
+        """File-scope C a kernel calls (helper functions of a generated kernel), written once
+        per key, just before the first step that defines it."""
+        if key not in self._defined:
+            self._defined.add(key)
+            self._pending.append(text.strip("\n"))
+
+    def take_definitions(self) -> list[str]:
+        pending, self._pending = self._pending, []
+        return pending
 
     # addresses -------------------------------------------------------------------------
 
@@ -226,6 +239,8 @@ def generate_c(program: Program, registry: KernelRegistry, options: CodegenOptio
     for index, instr, kernel in kernels:
         emitter.instr_index = index
         code = kernel.emit(emitter, instr)
+        for definition in emitter.take_definitions():
+            w.line(definition, "")
         label = sanitize_identifier(instr.source or "program")
         steps.append(index)
         same = first_with.setdefault((kernel.rounds_each_op, code), index)
