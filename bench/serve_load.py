@@ -225,7 +225,7 @@ def part_replicas(args, ember_serve) -> dict:
 
 
 def part_batching(args, ember_serve) -> dict:
-    proto = wide_mlp(width=args.width)
+    proto = wide_mlp(width=args.width, layers=args.layers)
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.standard_normal((1, 1024)).astype(np.float32)} for _ in range(8)]
     bodies = [_npz(**item) for item in feeds]
@@ -339,6 +339,7 @@ def main() -> int:
     parser.add_argument("--batch-sizes", type=lambda t: [int(v) for v in t.split(",")], default=[1, 4, 16],
                         help="row counts the batched model is compiled for (each is an artifact shipped)")
     parser.add_argument("--width", type=int, default=4096, help="hidden width of the batching part's MLP")
+    parser.add_argument("--layers", type=int, default=3, help="Gemm layers of the batching part's MLP")
     parser.add_argument("--batch-wait-ms", type=float, default=5.0)
     parser.add_argument("--p99-bound-ms", type=float, default=100.0)
     parser.add_argument("--transports", type=lambda t: t.split(","), default=["http", "handle"],
