@@ -22,7 +22,8 @@ from tests.helpers import relative_error
 
 def _run_both(build, feeds: dict[str, np.ndarray], threads: int = 1) -> tuple[dict, dict, str]:
     expected = compile_graph(build(), "interpreter").run(feeds)
-    compiled = compile_graph(build(), CpuBackend(num_threads=threads))
+    # The hand-written kernels (few-row FullyConnected would take the mapped one: test_cpu_gemm_mapped.py)
+    compiled = compile_graph(build(), CpuBackend(num_threads=threads, mapped_kernels=False))
     return compiled.run(feeds), expected, compiled.executable.source
 
 

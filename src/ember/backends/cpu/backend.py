@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ember.backends.api import Backend
 from ember.backends.cpu.build import build_library
-from ember.backends.cpu.features import has_avx512_bf16
+from ember.backends.cpu.features import has_avx512_bf16, mapped_target
 from ember.backends.cpu.instrumented import InstrumentedNativeProgram
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
@@ -46,12 +46,14 @@ class CpuBackend(Backend):
     link_flags: Sequence[str] = ()
 
     def __init__(self, num_threads: int | None = None, sanitize: bool | None = None, march: str | None = None,
-                 winograd: bool = True, precision: str = "fp32") -> None:
+                 winograd: bool = True, precision: str = "fp32", mapped_kernels: bool = True) -> None:
         """march: build for this ISA level (e.g. "x86-64-v3" for AVX2) instead of the host's
         own, for libraries that must also run on older machines of the same architecture.
         winograd: False keeps every 3x3 convolution on the direct kernel (for comparison).
         precision: "bf16" runs convolutions and GEMMs with weights on bf16 kernels
-        (codegen/kernels/gemm_bf16.py); it needs a host with AVX512-BF16."""
+        (codegen/kernels/gemm_bf16.py); it needs a host with AVX512-BF16.
+        mapped_kernels: False keeps every GEMM on the hand-written kernels, never the ISA
+        Mapper's (codegen/kernels/gemm_mapped.py), for comparison."""
         if march is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
             raise EmberError(f"march {march!r} is not an ISA name")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
@@ -60,11 +62,16 @@ class CpuBackend(Backend):
         self.march = march
         self.winograd = winograd
         self.precision = check_precision(precision)
+        self.mapped_kernels = mapped_kernels
         # EMBER_SANITIZE=1 builds every library with AddressSanitizer and UBSan (test mode).
         self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
     def kernel_options(self) -> KernelOptions:
-        return KernelOptions(num_threads=self.num_threads, winograd=self.winograd, precision=self.precision)
+        # Mapped kernels only for the host's own ISA: not for an -march level or a bundle.
+        host = self.mapped_kernels and self.march is None and self.subject is None
+        mapped = mapped_target() if host else None
+        return KernelOptions(num_threads=self.num_threads, winograd=self.winograd, precision=self.precision,
+                             mapped_target=mapped)
 
     def supports(self, node: Node) -> bool:
         return self.refusal(node) is None

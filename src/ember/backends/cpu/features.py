@@ -25,3 +25,12 @@ def has_avx512_bf16() -> bool:
     """True where the host runs vdpbf16ps (AVX512-BF16) and the AVX-512 the bf16 GEMM uses."""
     machine = platform.machine().lower()
     return machine in ("x86_64", "amd64") and {"avx512_bf16", "avx512bw", "avx512f"} <= cpu_flags()
+
+
+def mapped_target() -> str | None:
+    """The ISA Mapper description (src/ember/isa/targets) the host runs, for the mapped GEMM
+    kernels: x86-avx512 needs AVX-512 F and FMA (its kernels use only these for float32)."""
+    machine = platform.machine().lower()
+    if machine in ("x86_64", "amd64") and {"avx512f", "fma"} <= cpu_flags():
+        return "x86-avx512"
+    return None

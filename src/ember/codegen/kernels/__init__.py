@@ -9,6 +9,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     elementwise,
     gemm,
     gemm_bf16,
+    gemm_mapped,
     indexing,
     linalg,
     normalization,

@@ -73,6 +73,9 @@ class KernelOptions:
     num_threads: int = 1
     winograd: bool = True
     precision: str = "fp32"  # "bf16": convolutions and GEMMs with weights on bf16 kernels (gemm_bf16.py)
+    # An ISA Mapper target description the host runs (e.g. "x86-avx512"): GEMMs where its
+    # mapped kernels measured faster take them (gemm_mapped.py); None: hand-written only.
+    mapped_target: str | None = None
 
 
 @dataclass
