@@ -1,5 +1,5 @@
 """The cpu backend's mapped GEMM kernel (codegen/kernels/gemm_mapped.py): FullyConnected (a
-MatMul with a constant weight) on few rows, on one thread, run on the ISA Mapper's kernel, every
+MatMul with a constant weight) on 2 to 4 rows, on one thread, run on the ISA Mapper's kernel, every
 accepted shape class and epilogue against the interpreter; elsewhere the hand-written GEMM
 stays; the choice shows in the generated C and in `ember dump`, and the C is deterministic."""
 from __future__ import annotations
@@ -10,7 +10,12 @@ import pytest
 import ember  # noqa: F401
 from ember.backends.cpu import CpuBackend
 from ember.backends.cpu.features import mapped_target
-from ember.codegen.kernels.gemm_mapped import MAPPED_MAX_ROWS, MAPPED_MAX_WEIGHT_BYTES, mapped_gemm
+from ember.codegen.kernels.gemm_mapped import (
+    MAPPED_MAX_ROWS,
+    MAPPED_MAX_WEIGHT_BYTES,
+    MAPPED_MIN_COLUMNS,
+    mapped_gemm,
+)
 from ember.driver import compile_graph, prepare_program
 from ember.graph.ir import Graph
 from ember.ops.activations import GeluAttrs
@@ -57,9 +62,9 @@ def _feeds(rows: tuple[int, ...], k: int, n: int, residual: bool) -> dict[str, n
     return feeds
 
 
-# Rows 1..4 (a 2-D and a 3-D activation), N with a partial last panel of the register tile, or
+# Rows 2..4 (a 2-D and a 3-D activation), N with a partial last panel of the register tile, or
 # a whole one, K odd or even.
-SHAPES = [((1,), 512, 1024), ((4,), 96, 200), ((3,), 77, 40), ((2,), 33, 384), ((1, 2), 64, 17)]
+SHAPES = [((2,), 512, 1024), ((4,), 96, 200), ((3,), 77, 40), ((2,), 33, 384), ((1, 2), 64, 33)]
 EPILOGUES = [(True, False, None), (True, True, "Sigmoid"), (False, True, "Tanh"), (True, False, "Gelu"),
              (True, False, "Relu"), (False, False, "LeakyRelu"), (True, True, "Clip"), (True, False, "HardSigmoid"),
              (False, False, None)]
@@ -100,10 +105,12 @@ def test_shared_weight_and_shape_define_the_kernel_once():
 
 
 @pytest.mark.parametrize("threads,rows,k,n,mapped", [
-    (2, 1, 512, 1024, True),    # 512K multiply-adds: below GEMM_PARALLEL_MIN_MACS, one thread anyway
+    (2, 2, 512, 512, True),     # 512K multiply-adds: below GEMM_PARALLEL_MIN_MACS, one thread anyway
     (2, 4, 1024, 512, False),   # 2M multiply-adds: the hand-written kernel runs it on both cores
     (1, 4, 1024, 512, True),
+    (1, 1, 512, 1024, False),   # one row: the hand-written kernel splits K, as fast
     (1, MAPPED_MAX_ROWS + 1, 64, 64, False),
+    (1, 4, 64, MAPPED_MIN_COLUMNS - 1, False),
 ])
 def test_selection_rule(threads, rows, k, n, mapped):
     backend = CpuBackend(num_threads=threads)
@@ -114,7 +121,7 @@ def test_selection_rule(threads, rows, k, n, mapped):
 
 
 def test_hand_written_kernels_where_asked_or_not_the_host():
-    graph = _fc_graph((1,), 64, 64, True, False, "Relu")
+    graph = _fc_graph((2,), 64, 64, True, False, "Relu")
     for backend in (CpuBackend(num_threads=1, mapped_kernels=False), CpuBackend(num_threads=1, march="x86-64-v3")):
         program, _, _ = prepare_program(graph(), backend)
         assert {i.kernel.name for i in program.instrs if i.kernel is not None} == {"fully_connected_gemm"}
@@ -122,8 +129,8 @@ def test_hand_written_kernels_where_asked_or_not_the_host():
 
 def test_weights_beyond_the_cache_bound_stay_hand_written():
     n = MAPPED_MAX_WEIGHT_BYTES // (4 * 1024) + 32
-    assert mapped_gemm("x86-avx512", 1, n, 1024) is not None  # a mapping exists: the rule refuses it
-    program, _, _ = prepare_program(_matmul_graph(1, 1024, n)(), CpuBackend(num_threads=1))
+    assert mapped_gemm("x86-avx512", 2, n, 1024) is not None  # a mapping exists: the rule refuses it
+    program, _, _ = prepare_program(_matmul_graph(2, 1024, n)(), CpuBackend(num_threads=1))
     assert {i.kernel.name for i in program.instrs if i.kernel is not None} == {"fully_connected_gemm"}
 
 
@@ -142,7 +149,7 @@ def test_generated_c_is_deterministic_and_dump_names_the_kernel():
     sources = []
     for _ in range(2):
         backend = CpuBackend(num_threads=1)
-        program, _, _ = prepare_program(_fc_graph((1,), 96, 200, True, True, "Sigmoid")(), backend)
+        program, _, _ = prepare_program(_fc_graph((2,), 96, 200, True, True, "Sigmoid")(), backend)
         sources.append(backend.generate(program).source)
     assert sources[0] == sources[1]
     from ember.lir.text import print_program

@@ -1,13 +1,14 @@
 """FullyConnected on a kernel the ISA Mapper generates (ember.isa: mapped onto the
 target description's broadcast FMA, scheduled by its cost model, emitted as C intrinsics).
 
-Where it is chosen (`applies`), from measurements on a 2-core AMD EPYC (Zen 5, AVX-512), one
-thread, mapped / hand-written ember_gemm, bench/isa_gemm.py --sizes (see MAPPED_MAX_ROWS and
-MAPPED_MAX_WEIGHT_BYTES for the figures): float32, a constant 2-D weight, the GEMM on one
-thread (the backend's num_threads is 1, or the GEMM is below GEMM_PARALLEL_MIN_MACS so the
-hand-written kernel would run it on one thread too: the mapped kernels are single-threaded),
-few rows (a GEMV-like M, where the hand-written 8-row tile idles most of its registers), and
-a weight matrix that is not DRAM-bound. Elsewhere the hand-written kernel stays.
+Where it is chosen (`applies`), from measurements of the FullyConnected step alone (its
+per-step timer, bench/mapped_models.py --gemms; 1 thread, 2-core AMD EPYC Zen 5, AVX-512):
+float32, a constant 2-D weight, the GEMM on one thread (the backend's num_threads is 1, or
+the GEMM is below GEMM_PARALLEL_MIN_MACS so the hand-written kernel runs it on one thread
+too: the mapped kernels are single-threaded), 2 to 4 rows (where the hand-written 8-row tile
+idles most of its registers), at least 32 columns, and a weight matrix that is not
+DRAM-bound. Elsewhere the hand-written kernel stays: at one row it is as fast (it splits K),
+and from 5 rows on they are within a few percent (see the constants below).
 
 B is packed at compile time into the mapped kernel's panels (a packed weight in the LIR,
 `<weight>.mapped_panels<NR>`); the generated functions are file-scope C (Emitter.define),
@@ -35,13 +36,22 @@ from ember.lir.ir import Buffer, Instr
 from ember.support.errors import EmberError, UnsupportedError
 from ember.types import DType
 
-# Rows up to which the mapped kernel runs. Mapped / hand-written at 1 thread (bench/isa_gemm.py,
-# 5 interleaved rounds, AMD EPYC Zen 5): M = 1: 1x256x256 1.48, 1x512x512 1.93, 1x1024x512
-# 1.23, 1x1536x512 1.18, 1x3072x1024 1.09; M = 4: 4x512x512 1.40, 4x1536x512 1.61, 4x3072x1024
-# 1.45. Larger M gains less (35x8457x2560 1.05) and the hand-written kernel is tuned there.
+# hand-written / mapped, the FullyConnected step's own time (bench/mapped_models.py --gemms,
+# median of 7 interleaved rounds of 200 runs, 1 thread, AMD EPYC Zen 5):
+#   2x512x512 1.21, 2x256x256 1.49, 3x1024x512 1.37, 4x512x512 1.25, 4x1536x512 1.40,
+#   4x3072x1024 1.43, 4x40x48 1.34, 4x32x512 1.47;
+#   one row: 1x512x512 0.99, 1x1024x512 0.96, 1x1536x512 1.08, 1x3072x1024 1.01, 1x512x784 0.97,
+#   1x16x512 0.67 (a single accumulator chain); 2x10x512 0.98, 4x16x512 1.05 (narrow N);
+#   5x1024x512 1.02, 6x1024x512 1.02, 8x512x512 0.98, 12x512x512 1.15, 16x512x512 1.01,
+#   25x1536x512 1.01.
+# (A bare ctypes call of the mapped kernel against a whole run() of the hand-written one, as
+# bench/isa_gemm.py times them, charges run()'s Python overhead to one side: it showed 1.2-1.9x
+# at one row, which the steps' own times do not.)
+MAPPED_MIN_ROWS = 2
 MAPPED_MAX_ROWS = 4
+MAPPED_MIN_COLUMNS = 32
 # Above this the weights stream from DRAM and both kernels wait on it (1x7680x2560, 78 MB:
-# 0.95); 1x3072x1024 (12.6 MB) still gained 1.09.
+# 0.95 in bench/isa_gemm.py); 4x3072x1024 (12.6 MB) still gained 1.43.
 MAPPED_MAX_WEIGHT_BYTES = 16 << 20
 
 
@@ -86,7 +96,8 @@ def _applies(instr: Instr, options: KernelOptions) -> bool:
     _, _, _, m, n, k = dims
     if threads_for(options.num_threads, m * n * k, GEMM_PARALLEL_MIN_MACS) != 1:
         return False
-    if not 1 <= m <= MAPPED_MAX_ROWS or k * n * 4 > MAPPED_MAX_WEIGHT_BYTES or min(n, k) < 1:
+    if not MAPPED_MIN_ROWS <= m <= MAPPED_MAX_ROWS or n < MAPPED_MIN_COLUMNS or k < 1 \
+            or k * n * 4 > MAPPED_MAX_WEIGHT_BYTES:
         return False
     return mapped_gemm(options.mapped_target, m, n, k) is not None
 
