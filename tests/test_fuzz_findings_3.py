@@ -113,3 +113,15 @@ def test_a_scan_body_whose_state_is_its_own_identity_is_refused_not_a_hang():
     model = _model([node], [_info("init", [2]), _info("x", [3, 2])], [_info("y", None), _info("z", None)], opset=9)
     with pytest.raises(EmberError, match="'sum_out' is already defined"):
         ember.compile(model, backend="interpreter")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cpu"])
+def test_resize_of_an_empty_axis_to_a_non_empty_one_is_refused_by_the_op(backend):
+    """Fuzz seed 151, test_resize_upsample_sizes_nearest_floor_align_corners with an input dim
+    of 0: the cpu kernel refused it, the interpreter's NumPy take escaped as an IndexError. The
+    op definition now refuses it, for every backend."""
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="nearest")
+    model = _model([node], [_info("x", [1, 1, 0, 4])], [_info("y", None)],
+                   initializers=[numpy_helper.from_array(np.array([1, 1, 8, 8], np.int64), "sizes")])
+    with pytest.raises(EmberError, match="an empty input axis resized to a non-empty one has no input to sample"):
+        ember.compile(model, backend=backend)

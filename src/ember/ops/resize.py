@@ -52,6 +52,9 @@ def _resize_infer(attrs: ResizeAttrs, types):
         raise OpError(f"Resize roi {list(attrs.roi)} must have {2 * x.rank} values")
     if any(s <= 0 for s in attrs.scales) or x.dtype is DType.BOOL:
         raise OpError(f"Resize needs positive scales and a numeric input, got {list(attrs.scales)} for {x}")
+    if 0 in x.shape and 0 not in attrs.sizes:
+        raise OpError(f"Resize of {x} to {list(attrs.sizes)}: an empty input axis resized to a non-empty one has no "
+                      "input to sample")
     return (x.with_shape(attrs.sizes),)
 
 

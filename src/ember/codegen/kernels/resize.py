@@ -130,9 +130,6 @@ def _resize_form(view: OpView) -> str | None:
     attrs: ResizeAttrs = view.attrs
     if y.size == 0:
         return None
-    if any(d == 0 for d in x.shape):
-        return (f"Resize of {x} to {list(y.shape)}: an empty input axis resized to a non-empty one has no "
-                "input to sample")
     taps = sum(attrs.sizes[a] * _tap_count(attrs, a) for a in resized_axes(attrs, x.shape))
     if taps > MAX_TABLE_TAPS:
         return (f"Resize {attrs.mode} with antialias at scales {list(attrs.scales)}: {taps} taps in its tables "
