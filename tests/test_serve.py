@@ -141,3 +141,45 @@ def test_model_split_across_two_capped_actors_matches_the_interpreter(cluster, r
             ember.serve.split(str(require_shared_models() / "mlp.onnx"), memory_cap=1 << 20)  # one Gemm is more
     finally:
         model.executable.close()
+
+
+def test_requests_on_a_killed_replica_are_retried_once_on_the_other(cluster, reference):
+    import onnx
+
+    proto = onnx.load(str(require_shared_models() / "mlp.onnx"))
+    for value in [*proto.graph.input, *proto.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    # A long batch wait keeps requests inside the replicas when one is killed.
+    app = ember.serve.deploy(proto, replicas=2, max_batch=16, batch_wait_ms=1500, port=cluster, name="failover",
+                             route_prefix="/failover", replica_cpus=0.25, batch_sizes=[16], failover=True)
+    try:
+        assert app.running_replicas() == 2
+        samples = np.random.default_rng(4).standard_normal((8, 784)).astype(np.float32)
+        answers: dict[int, list] = {}
+
+        def post(i: int) -> None:
+            reply = requests.post(f"{app.url}/", json={"inputs": {"input": samples[i:i + 1].tolist()}},
+                                  headers={"x-request-id": f"r{i}"}, timeout=60)
+            answers.setdefault(i, []).append((reply.status_code, reply.headers.get("x-request-id"), reply.json()))
+
+        threads = [threading.Thread(target=post, args=(i,)) for i in range(len(samples))]
+        for thread in threads:
+            thread.start()
+        import time
+
+        time.sleep(0.6)
+        victim = next(a for a in ray.util.list_named_actors(all_namespaces=True)
+                      if a["name"].startswith("SERVE_REPLICA::failover#failover#"))
+        ray.kill(ray.get_actor(victim["name"], namespace=victim["namespace"]), no_restart=True)
+        for thread in threads:
+            thread.join()
+        assert sorted(answers) == list(range(len(samples))) and all(len(a) == 1 for a in answers.values())
+        for i, [(status, echo, body)] in answers.items():
+            assert status == 200 and echo == f"r{i}", body
+            np.testing.assert_allclose(body["outputs"]["logits"], _expected(reference, samples[i:i + 1]),
+                                       rtol=1e-4, atol=1e-5)
+        failover = requests.get(f"{app.url}/metrics", timeout=30).json()["failover"]
+        assert failover["replica_died_failed"] == 0
+        assert 1 <= failover["replica_died_retried"] < len(samples)  # the killed replica held some of them
+    finally:
+        app.shutdown()

@@ -181,3 +181,38 @@ def test_replica_predict_takes_arrays_as_handle_callers_send_them():
             asyncio.run(replica.predict(bad))
         assert caught.value.status == 422
     assert replica.metrics.counts == {"ok": 1, "client_error": 4, "server_error": 0}
+
+
+def test_failover_retries_a_replica_death_once_and_nothing_else():
+    from ember.serve.front import FailoverCounts, ReplicaLostError, call_with_retry
+
+    class Died(Exception):
+        pass
+
+    def calls(*results):
+        made = []
+
+        async def call():
+            result = results[len(made)]
+            made.append(result)
+            if isinstance(result, Exception):
+                raise result
+            return result
+        return call, made
+
+    def died(err: BaseException) -> bool:
+        return isinstance(err, Died)
+
+    counts = FailoverCounts()
+    call, made = calls(Died("replica 1"), "answer")
+    assert asyncio.run(call_with_retry(call, counts, died)) == "answer" and len(made) == 2
+    call, made = calls("first answer", "never asked")
+    assert asyncio.run(call_with_retry(call, counts, died)) == "first answer" and len(made) == 1
+    call, made = calls(ValueError("the model failed"), "never asked")
+    with pytest.raises(ValueError):  # only a replica's death is retried
+        asyncio.run(call_with_retry(call, counts, died))
+    assert len(made) == 1
+    call, made = calls(Died("replica 1"), Died("replica 2"), "never asked")
+    with pytest.raises(ReplicaLostError, match="died .* and so did the replica it was retried on"):
+        asyncio.run(call_with_retry(call, counts, died))
+    assert len(made) == 2 and counts.summary() == {"replica_died_retried": 1, "replica_died_failed": 1}

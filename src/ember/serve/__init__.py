@@ -36,14 +36,16 @@ class Deployment:
     handle: Any = field(repr=False, default=None)
 
     def status(self) -> dict[str, Any]:
-        """The application's state and its replicas by state (Ray Serve's view)."""
+        """The application's state and its model replicas by state (Ray Serve's view)."""
         from ray import serve
 
         app = serve.status().applications.get(self.name)
         if app is None:
             return {"status": "NOT_FOUND", "replicas": {}}
         replicas: dict[str, int] = {}
-        for deployment in app.deployments.values():
+        for deployment_name, deployment in app.deployments.items():
+            if deployment_name != self.options.name:  # the failover front is no model replica
+                continue
             for state, count in deployment.replica_states.items():
                 key = str(getattr(state, "value", state))
                 replicas[key] = replicas.get(key, 0) + count
@@ -67,7 +69,8 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
            backend: str = "cpu", input_shapes: Mapping[str, Sequence[int]] | None = None,
            max_body_bytes: int = 64 << 20, name: str = "ember", route_prefix: str = "/",
            replica_cpus: float | None = None, max_ongoing_requests: int | None = None,
-           num_cpus: int | None = None, batch_sizes: Sequence[int] | None = None) -> Deployment:
+           num_cpus: int | None = None, batch_sizes: Sequence[int] | None = None,
+           failover: bool = False) -> Deployment:
     """Compiles `model` once (an ONNX path or ModelProto, an Ember artifact or a
     CompiledModel) and serves it on Ray Serve at http://host:port{route_prefix}: `replicas`
     copies, each running its model on `num_threads` threads; requests batched up to
@@ -75,7 +78,9 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
     dimension (compiled for `batch_sizes` rows, default 1, 2, 4, ... max_batch; a batch runs
     on the smallest that holds it, padded). address: a Ray cluster to join (default: start a
     local one with `num_cpus`). Returns once every replica is ready; callers inside the
-    cluster may use `.handle.predict.remote({name: array})` instead of HTTP."""
+    cluster may use `.handle.predict.remote({name: array})` instead of HTTP. failover: a
+    front deployment retries a request whose replica died while running it once on another
+    replica, or answers 503 saying so (serve/front.py; one more hop per request)."""
     require_ray(serve=True)
     if not isinstance(replicas, int) or replicas < 1:
         raise EmberError(f"replicas must be an integer >= 1, got {replicas!r}")
@@ -86,7 +91,7 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
     options = ServeOptions(replicas=replicas, max_batch=max_batch, batch_wait_ms=batch_wait_ms,
                            num_threads=num_threads, max_body_bytes=max_body_bytes,
                            max_ongoing_requests=max_ongoing_requests, replica_cpus=replica_cpus, name=name,
-                           route_prefix=route_prefix)
+                           route_prefix=route_prefix, failover=failover)
     served = prepare(model, max_batch=max_batch, backend=backend, num_threads=num_threads,
                      input_shapes=input_shapes, batch_sizes=batch_sizes)
     from ember.serve.replica import build_application, store_artifacts

@@ -67,6 +67,9 @@ class ServeOptions:
     name: str = "ember"
     route_prefix: str = "/"
     access_log: bool = False  # Ray Serve's line per request (costly at high request rates)
+    # A front deployment as the ingress (serve/front.py): requests whose replica dies while
+    # running them are retried once on another replica, or answered 503 saying so.
+    failover: bool = False
 
     def ongoing(self) -> int:
         return self.max_ongoing_requests or max(32, 2 * self.max_batch)
@@ -285,6 +288,13 @@ def _request_id(value: str | None) -> str | None:
     return None
 
 
+def relative_path(request: Any) -> str:
+    """A Starlette request's path relative to the application's route prefix."""
+    root = request.scope.get("root_path", "")
+    path = str(request.url.path)
+    return path[len(root):] if root and path.startswith(root) else path
+
+
 def build_application(served: ServedModel, options: ServeOptions) -> Any:
     """The Ray Serve application of `served` (ray.serve imported here, not at module import)."""
     from ray import serve
@@ -318,15 +328,23 @@ def build_application(served: ServedModel, options: ServeOptions) -> Any:
                     chunks.append(chunk)
                 return b"".join(chunks)
 
-            root = request.scope.get("root_path", "")
-            path = request.url.path
-            relative = path[len(root):] if root and path.startswith(root) else path
             status, body, kind = await self.replica.handle(
-                request.method, relative, request.headers, read_body,
+                request.method, relative_path(request), request.headers, read_body,
                 self.run_batched if self.replica.batched else None)
             echo = _request_id(request.headers.get("x-request-id"))
             return Response(body, status_code=status, media_type=kind,
                             headers={"x-request-id": echo} if echo else None)
+
+        async def answer(self, method: str, path: str, headers: dict[str, str], body: bytes,
+                         ) -> tuple[int, bytes, str]:
+            """An HTTP request the failover front read and forwarded: (status, body, type)."""
+            async def read_body(limit: int) -> bytes:
+                if len(body) > limit:
+                    raise RequestError(413, f"the body is more than the limit of {limit} bytes")
+                return body
+
+            return await self.replica.handle(method, path, headers, read_body,
+                                             self.run_batched if self.replica.batched else None)
 
         async def predict(self, inputs: dict[str, np.ndarray]) -> Outputs:
             """For callers inside the cluster: app.handle.predict.remote({name: array})."""
@@ -341,4 +359,9 @@ def build_application(served: ServedModel, options: ServeOptions) -> Any:
         name=options.name, num_replicas=options.replicas, max_ongoing_requests=options.ongoing(),
         logging_config={"enable_access_log": options.access_log},
         ray_actor_options={"num_cpus": cpus, "runtime_env": {"env_vars": {"OMP_NUM_THREADS": threads}}})(EmberModel)
-    return deployment.bind(served, options)
+    model = deployment.bind(served, options)
+    if not options.failover:
+        return model
+    from ember.serve.front import build_front
+
+    return build_front(model, options)
