@@ -75,6 +75,16 @@ CASES = [(*SHAPES[i % len(SHAPES)], *epilogue) for i, epilogue in enumerate(EPIL
     (*SHAPES[i], *EPILOGUES[-1 - i]) for i in range(len(SHAPES))]
 
 
+def test_a_packed_per_block_through_scratch():
+    """Long rows and many panels: the kernel packs A into its workspace (the plan's scratch)."""
+    rows, k, n = (4,), 1600, 768
+    actual, expected, source = _run_both(_fc_graph(rows, k, n, True, True, "Relu"), _feeds(rows, k, n, True),
+                                         CpuBackend(num_threads=1))
+    assert "[fully_connected_mapped]" in source and "_pack_a(workspace" in source
+    assert "(float *)(A + " in source.split("ember_mapped_f32_4x768x1600(((")[-1].split(";")[0]
+    assert relative_error(actual, expected) <= 1e-5 * k / 128
+
+
 @pytest.mark.parametrize("rows,k,n,bias,residual,activation", CASES)
 def test_fully_connected_on_the_mapped_kernel_matches_interpreter(rows, k, n, bias, residual, activation):
     actual, expected, source = _run_both(_fc_graph(rows, k, n, bias, residual, activation),
