@@ -27,7 +27,7 @@ from ember.codegen.kernels.gemm import Epilogue
 from ember.codegen.kernels.layouts import GEMM_PARALLEL_MIN_MACS, threads_for
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
-from ember.isa.describe import load_target
+from ember.isa.describe import Target, load_target
 from ember.isa.emit_c import GemmCode, emit_gemm
 from ember.isa.expr import parse_expr
 from ember.isa.kernels import Kernel as IsaKernel
@@ -61,11 +61,17 @@ def _float32(view: OpView) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8)
+def _target(name: str) -> Target:
+    """A target description, parsed once."""
+    return load_target(name)
+
+
 @lru_cache(maxsize=256)
 def mapped_gemm(target: str, m: int, n: int, k: int) -> GemmCode | None:
     """The mapper's kernel for C[m x n] = A[m x k] * B[k x n] (B constant) on `target`, or None
     when it has no legal mapping or no C emitter for it."""
-    description = load_target(target)
+    description = _target(target)
     kernel = IsaKernel("gemm", parse_expr(f"C[i, j]:f32 += A[i, k]:f32 * B[k, j]:f32 over i:{m}, j:{n}, k:{k}"),
                        constants=frozenset({"B"}))
     schedule = choose(kernel, description)
@@ -125,7 +131,7 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 def _define(em: Emitter, code: GemmCode, target: str) -> None:
     """The target's header and prelude once, then the kernel's functions once per shape."""
-    description = load_target(target)
+    description = _target(target)
     em.define(f"isa-prelude:{target}", "\n".join([f"#include <{description.c_header}>",
                                                  description.c_prelude.strip("\n")]))
     source = code.source
