@@ -125,3 +125,25 @@ def test_resize_of_an_empty_axis_to_a_non_empty_one_is_refused_by_the_op(backend
                    initializers=[numpy_helper.from_array(np.array([1, 1, 8, 8], np.int64), "sizes")])
     with pytest.raises(EmberError, match="an empty input axis resized to a non-empty one has no input to sample"):
         ember.compile(model, backend=backend)
+
+
+def test_causal_conv_with_an_empty_kernel_is_refused():
+    """Fuzz seed 161: a weight of kernel size 0 made a zero state of length -1 (NumPy's
+    ValueError, reported as an internal error)."""
+    node = helper.make_node("CausalConvWithState", ["x", "w"], ["y", "state"], activation="silu")
+    model = _model([node], [_info("x", [2, 4, 8]), _info("w", [4, 1, 0])], [_info("y", None), _info("state", None)],
+                   opset=27)
+    with pytest.raises(EmberError, match=r"weight f32\[4,1,0\] has an empty kernel") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)
+
+
+def test_training_batch_norm_of_an_input_without_channels_is_refused():
+    """Fuzz seed 161: training-mode BatchNormalization of a 1-D X indexed its channel axis
+    (an IndexError, reported as an internal error)."""
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "mean", "var"], training_mode=1)
+    model = _model([node], [_info(n, [3]) for n in ("x", "s", "b", "m", "v")],
+                   [_info("y", None), _info("mean", None), _info("var", None)], opset=15)
+    with pytest.raises(EmberError, match=r"X f32\[3\] has no channel axis") as caught:
+        ember.compile(model, backend="interpreter")
+    assert "internal error" not in str(caught.value)

@@ -64,6 +64,8 @@ def causal_conv_with_state(ctx: NodeContext) -> list[Value | None]:
         raise ModelImportError(f"input {x.type} and weight {w.type} must be 3-D ([B, C, L] and [C, 1, k])")
     batch, channels, length = x.type.shape
     k = w.type.shape[2]
+    if k < 1:
+        raise ModelImportError(f"weight {w.type} has an empty kernel (its last axis is 0)")
     if past is None:
         past = ctx.add_constant(np.zeros((batch, channels, k - 1), x.type.dtype.numpy), f"{ctx.name}_zero_state")
     padded = ctx.emit1("Concat", [past, x], AxisAttrs(2)) if k > 1 else x

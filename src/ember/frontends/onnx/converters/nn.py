@@ -142,6 +142,8 @@ def _batch_norm_training(ctx: NodeContext, inputs: list[Value], attrs: BatchNorm
     """Training mode: normalizes with the batch's mean and (biased) variance per channel and
     gives the updated running statistics, input * momentum + batch * (1 - momentum)."""
     x, scale, bias, mean, var = inputs
+    if x.type.rank < 2:
+        raise ModelImportError(f"X {x.type} has no channel axis (rank 2 or more: [N, C, ...])")
     for i in (3, 4):
         ctx.check_unused(i, "the saved statistics output")
     axes = ReduceAttrs(tuple(a for a in range(x.type.rank) if a != 1), keepdims=False)
