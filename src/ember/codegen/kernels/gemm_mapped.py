@@ -2,7 +2,7 @@
 target description's broadcast FMA, scheduled by its cost model, emitted as C intrinsics).
 
 Where it is chosen (`applies`), from measurements of the FullyConnected step alone (its
-per-step timer, bench/mapped_models.py --gemms; 1 thread, 2-core AMD EPYC Zen 5, AVX-512):
+per-step timer, bench/mapped_models.py --gemms; 1 thread, 2-core AMD EPYC, family 25 model 17: Zen 4, AVX-512):
 float32, a constant 2-D weight, the GEMM on one thread (the backend's num_threads is 1, or
 the GEMM is below GEMM_PARALLEL_MIN_MACS so the hand-written kernel runs it on one thread
 too: the mapped kernels are single-threaded), 2 to 4 rows (where the hand-written 8-row tile
@@ -37,7 +37,7 @@ from ember.support.errors import EmberError, UnsupportedError
 from ember.types import DType
 
 # hand-written / mapped, the FullyConnected step's own time (bench/mapped_models.py --gemms,
-# median of 7 interleaved rounds of 200 runs, 1 thread, AMD EPYC Zen 5):
+# median of 7 interleaved rounds of 200 runs, 1 thread, AMD EPYC Zen 4):
 #   2x512x512 1.21, 2x256x256 1.49, 3x1024x512 1.37, 4x512x512 1.25, 4x1536x512 1.40,
 #   4x3072x1024 1.43, 4x40x48 1.34, 4x32x512 1.47;
 #   one row: 1x512x512 0.99, 1x1024x512 0.96, 1x1536x512 1.08, 1x3072x1024 1.01, 1x512x784 0.97,
