@@ -3,6 +3,7 @@ batching against one request at a time at a fixed p99 bound, and a replica kille
 
     python bench/serve_load.py                        # all three parts
     python bench/serve_load.py --parts kill --requests 10000
+    python bench/serve_load.py --parts overhead       # CPU per request, with and without the failover front
 
 Everything runs on this machine over loopback: a local Ray cluster, Ray Serve's HTTP proxy,
 and an asyncio HTTP client (aiohttp) in this process holding a fixed number of requests in
@@ -16,10 +17,11 @@ flight (a closed loop). Replicas run 1 thread each.
   concurrency levels; for each, the best throughput whose p99 stays under --p99-bound-ms;
   over HTTP, and through a Ray Serve handle (app.handle.predict: no HTTP proxy, as another
   deployment in the cluster would call it).
-- kill: the shared MLP on 2 replicas; --requests requests, one replica killed (ray.kill) once
-  --kill-after of them were answered. Every request is accounted for exactly once: correct,
-  wrong, or an explicit error (status and message); then the time until Serve has 2 running
-  replicas again, and a check round on the recovered deployment.
+- kill: the shared MLP on 2 replicas (behind the failover front unless --failover 0);
+  --requests requests, one replica killed (ray.kill) once --kill-after of them were answered.
+  Every request is accounted for exactly once: correct, wrong, or an explicit error (status
+  and message); then the time until Serve has 2 running replicas again, and a check round on
+  the recovered deployment.
 
 The machine is shared: figures carry the CPU name, the load average and this command."""
 from __future__ import annotations
@@ -30,6 +32,7 @@ import io
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -187,6 +190,23 @@ def replica_cpu_seconds(application: str) -> float:
     return total
 
 
+def actor_cpu_seconds(names: set[str]) -> float:
+    """CPU seconds used so far by this machine's Ray worker processes running the actors
+    `names` ("ServeReplica:app:deployment", "ProxyActor"), from /proc."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0].decode(errors="replace")
+            if title.removeprefix("ray::").split(".", 1)[0] not in names:
+                continue
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except OSError:
+            continue
+    return total
+
+
 def measure_with_cpu(url: str, application: str, bodies: list[bytes], concurrency: int,
                      seconds: float) -> dict[str, float]:
     before, started = replica_cpu_seconds(application), time.perf_counter()
@@ -222,6 +242,46 @@ def part_replicas(args, ember_serve) -> dict:
           f"{ratio:.2f}x (median of {len(ratios)} rounds; target >= 1.7); the 2 replicas got {cores:.2f} cores of "
           f"the shared machine; requests per replica CPU-second, 2 replicas / 1: {per_core:.2f}", flush=True)
     return {"ratio": ratio, "per_core": per_core}
+
+
+def part_overhead(args, ember_serve) -> dict:
+    """Serving cost per request of the shared MLP (a tiny model: the rest is Serve's and
+    Ember's request handling): one replica straight behind Serve's proxy, against the same
+    behind the failover front; alternating blocks at --concurrency, CPU per answered request
+    of the proxy, the front and the model replica."""
+    model = str(SHARED / "mlp.onnx")
+    rng = np.random.default_rng(3)
+    bodies = [_npz(input=rng.standard_normal((1, 784)).astype(np.float32)) for _ in range(8)]
+    apps = {"direct": ember_serve.deploy(model, replicas=1, port=args.port, name="direct", route_prefix="/direct",
+                                         replica_cpus=0.5),
+            "front": ember_serve.deploy(model, replicas=1, port=args.port, name="front", route_prefix="/front",
+                                        replica_cpus=0.5, failover=True)}
+    for app in apps.values():
+        measure(app.url + "/", bodies, args.concurrency, 2.0)  # warm up
+    rows: dict[str, list[dict[str, float]]] = {"direct": [], "front": []}
+    for round_ in range(args.rounds):
+        for label, app in apps.items():
+            parts = {"proxy": {"ProxyActor"}, "model replica": {f"ServeReplica:{label}:{label}"},
+                     "front": {f"ServeReplica:{label}:{label}-front"}}
+            before = {part: actor_cpu_seconds(names) for part, names in parts.items()}
+            load = asyncio.run(Load(app.url + "/", bodies, args.concurrency, seconds=args.seconds).run())
+            result = load.summary()
+            for part, names in parts.items():
+                result[part] = (actor_cpu_seconds(names) - before[part]) / max(result["ok"], 1) * 1e3
+            rows[label].append(result)
+            print(f"  round {round_} {label:6s}: {result['rps']:6.1f} req/s, p50 {result['p50']:5.1f} ms, p99 "
+                  f"{result['p99']:6.1f} ms; CPU ms per request: proxy {result['proxy']:.2f}, front "
+                  f"{result['front']:.2f}, model replica {result['model replica']:.2f}", flush=True)
+    for app in apps.values():
+        app.shutdown()
+    summary = {label: {key: statistics.median(r[key] for r in results) for key in results[0]}
+               for label, results in rows.items()}
+    for label, result in summary.items():
+        print(f"overhead ({label}, medians of {args.rounds} rounds, concurrency {args.concurrency}): "
+              f"{result['rps']:.1f} req/s, p99 {result['p99']:.1f} ms; CPU ms per request: proxy "
+              f"{result['proxy']:.2f}, front {result['front']:.2f}, model replica {result['model replica']:.2f}",
+              flush=True)
+    return summary
 
 
 def part_batching(args, ember_serve) -> dict:
@@ -276,22 +336,38 @@ def part_kill(args, ember_serve) -> dict:
     inputs = [rng.standard_normal((1, 784)).astype(np.float32) for _ in range(16)]
     expected = [reference.run({"input": x})["logits"] for x in inputs]
     bodies = [_npz(input=x) for x in inputs]
-    app = ember_serve.deploy(model, replicas=2, port=args.port, name="kill", route_prefix="/kill", replica_cpus=0.5)
+    served: object = model
+    if args.kill_max_batch > 1:  # requests then wait in the replicas' batches: more of them in flight there
+        import onnx
+
+        proto = onnx.load(model)
+        for value in [*proto.graph.input, *proto.graph.output]:
+            value.type.tensor_type.shape.dim[0].dim_param = "batch"
+        served = proto
+    app = ember_serve.deploy(served, replicas=2, port=args.port, name="kill", route_prefix="/kill", replica_cpus=0.5,
+                             failover=bool(args.failover), max_batch=args.kill_max_batch,
+                             batch_wait_ms=args.batch_wait_ms)
 
     def check(number: int, outputs) -> bool:
         return np.allclose(outputs["logits"], expected[number % len(expected)], rtol=1e-4, atol=1e-5)
 
     killed: dict[str, float] = {}
 
+    replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
+                if a["name"].startswith("SERVE_REPLICA::kill#kill#")]  # a model replica, not the front
+    victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
+
+    def kill(answered: int) -> None:
+        killed["at"] = time.perf_counter()
+        ray.kill(victim, no_restart=True)
+        print(f"  killed {replicas[0]['name']} after {answered} answers", flush=True)
+
     def on_answer(answered: int) -> None:
+        # On another thread: the client's loop goes on sending while the kill is under way (a
+        # blocked loop let every request in flight finish first: none was running on the victim).
         if answered >= args.kill_after and not killed:
             killed["at"] = time.perf_counter()
-            replicas = [a for a in ray.util.list_named_actors(all_namespaces=True)
-                        if a["name"].startswith("SERVE_REPLICA::kill#")]
-            victim = ray.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
-            ray.kill(victim, no_restart=True)
-            killed["name"] = replicas[0]["name"]
-            print(f"  killed {replicas[0]['name']} after {answered} answers", flush=True)
+            threading.Thread(target=kill, args=(answered,), daemon=True).start()
 
     load = Load(app.url + "/", bodies, args.concurrency, total=args.requests, check=check, timeout=args.timeout,
                 on_answer=on_answer)
@@ -321,6 +397,12 @@ def part_kill(args, ember_serve) -> dict:
     print(f"kill: deployment back to 2 running replicas {recovered:.1f} s after the kill; " if recovered is not None
           else f"kill: NOT back to 2 replicas within {args.recovery_limit} s; ", end="")
     print(f"then {after_ok}/200 requests correct", flush=True)
+    if args.failover:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(app.url + "/metrics", timeout=30) as reply:
+            print(f"kill: the front's counts {json.loads(reply.read())['failover']}", flush=True)
     app.shutdown()
     return {"counts": counts, "unanswered": unanswered, "duplicates": load.duplicates, "recovered_s": recovered}
 
@@ -349,6 +431,11 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="per request, seconds (kill part)")
     parser.add_argument("--time-limit", type=float, default=300.0, help="the whole kill load, seconds")
     parser.add_argument("--recovery-limit", type=float, default=120.0)
+    parser.add_argument("--kill-max-batch", type=int, default=1,
+                        help="kill part: batch requests up to this many rows (--batch-wait-ms; default 1: none)")
+    parser.add_argument("--failover", type=int, default=1, choices=(0, 1),
+                        help="kill part: deploy with failover (a front retrying requests whose replica died; "
+                             "default 1), or 0: Serve's proxy straight to the replicas")
     args = parser.parse_args()
 
     import ray
@@ -364,6 +451,8 @@ def main() -> int:
     try:
         if "replicas" in parts:
             part_replicas(args, ember_serve)
+        if "overhead" in parts:
+            part_overhead(args, ember_serve)
         if "batching" in parts:
             part_batching(args, ember_serve)
         if "kill" in parts:

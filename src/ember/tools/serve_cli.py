@@ -63,6 +63,9 @@ def add_parser(commands: Any) -> None:
                         help="Ray CPUs each replica reserves (default: --threads)")
     parser.add_argument("--max-ongoing", type=positive_int, metavar="N",
                         help="requests a replica holds at once (default max(32, 2 x --max-batch))")
+    parser.add_argument("--failover", action="store_true",
+                        help="a front deployment retries a request whose replica died while running it once on "
+                             "another replica, or answers 503 saying so (one more hop per request)")
     parser.add_argument("--json", action="store_true", help="print the deployment as one JSON line once ready")
     parser.set_defaults(handler=run_command)
 
@@ -93,7 +96,8 @@ def run_command(args: argparse.Namespace) -> int:
                  address=args.address, host=args.host, port=args.port, num_threads=args.threads,
                  backend=default_backend(args.backend), input_shapes=parse_shapes(args.shape),
                  max_body_bytes=args.max_body_bytes, replica_cpus=args.cpus,
-                 max_ongoing_requests=args.max_ongoing, batch_sizes=args.batch_sizes)
+                 max_ongoing_requests=args.max_ongoing, batch_sizes=args.batch_sizes,
+                 failover=args.failover)
     served = app.served
     if args.json:
         print(json.dumps({"url": app.url, "replicas": args.replicas, "batching": served.batching,
