@@ -4,6 +4,7 @@ batching against one request at a time at a fixed p99 bound, and a replica kille
     python bench/serve_load.py                        # all three parts
     python bench/serve_load.py --parts kill --requests 10000
     python bench/serve_load.py --parts overhead       # CPU per request, with and without the failover front
+    python bench/serve_load.py --parts model          # the batching MLP alone: ms per row at each batch size
 
 Everything runs on this machine over loopback: a local Ray cluster, Ray Serve's HTTP proxy,
 and an asyncio HTTP client (aiohttp) in this process holding a fixed number of requests in
@@ -284,6 +285,32 @@ def part_overhead(args, ember_serve) -> dict:
     return summary
 
 
+def part_model(args, ember_serve) -> dict:
+    """The batching part's MLP without Serve: one compiled model per --batch-sizes entry, run
+    in this process (one thread), interleaved; the ceiling on what batching can gain."""
+    import ember
+
+    proto = wide_mlp(width=args.width, layers=args.layers)
+    models = {rows: ember.compile(proto, backend="cpu", num_threads=1, input_shapes={"x": [rows, 1024]})
+              for rows in args.batch_sizes}
+    rng = np.random.default_rng(4)
+    feeds = {rows: {"x": rng.standard_normal((rows, 1024)).astype(np.float32)} for rows in models}
+    times: dict[int, list[float]] = {rows: [] for rows in models}
+    for round_ in range(8):
+        for rows, compiled in models.items():
+            began = time.perf_counter()
+            compiled.run(feeds[rows])
+            if round_:  # the first round warms up
+                times[rows].append(time.perf_counter() - began)
+    per_row = {rows: statistics.median(values) / rows * 1e3 for rows, values in times.items()}
+    smallest = min(per_row)
+    for rows, ms in per_row.items():
+        print(f"model alone (width {args.width}, {args.layers} layers): {rows:3d} rows {ms * rows:7.2f} ms, "
+              f"{ms:6.2f} ms per row, {per_row[smallest] / ms:.2f}x the rows per second of {smallest} row(s)",
+              flush=True)
+    return per_row
+
+
 def part_batching(args, ember_serve) -> dict:
     proto = wide_mlp(width=args.width, layers=args.layers)
     rng = np.random.default_rng(1)
@@ -453,6 +480,8 @@ def main() -> int:
             part_replicas(args, ember_serve)
         if "overhead" in parts:
             part_overhead(args, ember_serve)
+        if "model" in parts:
+            part_model(args, ember_serve)
         if "batching" in parts:
             part_batching(args, ember_serve)
         if "kill" in parts:
