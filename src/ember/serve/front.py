@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ember.serve.payload import JSON, RequestError, error_body
-from ember.serve.replica import ServeOptions, relative_path
+from ember.serve.replica import ServeOptions, read_stream, relative_path
 from ember.support.errors import EmberError
 
 
@@ -79,13 +79,7 @@ def build_front(model: Any, options: ServeOptions) -> Any:
             headers = {key.lower(): value for key, value in request.headers.items()}
             extra: dict[str, str] = {}  # (Serve's proxy echoes the client's x-request-id itself)
             try:
-                chunks, size = [], 0
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > limit:
-                        raise RequestError(413, f"the body is more than the limit of {limit} bytes")
-                    chunks.append(chunk)
-                body = b"".join(chunks)
+                body = await read_stream(request, limit)
                 path = relative_path(request)
                 status, data, kind = await call_with_retry(
                     lambda: self.model.answer.remote(request.method, path, headers, body), self.counts,

@@ -122,14 +122,7 @@ class Replica:
             fmt = body_format(headers.get("content-type"))
             body = await read_body(limit)
             feeds = decode(body, fmt, self.served.inputs, limit)
-            if self.batched:
-                rows = rows_of(feeds, self.served.inputs)
-                if rows > self.options.max_batch:
-                    raise RequestError(422, f"a request carries {rows} rows, more than max_batch "
-                                            f"{self.options.max_batch}")
-                outputs = await (run_batched(feeds) if run_batched is not None else self.run_async([feeds]))
-            else:
-                outputs = await self.run_async([feeds])
+            outputs = await self._run_request(feeds, run_batched)
             data, kind = encode(outputs, fmt)
             return 200, data, kind
         except RequestError as err:
@@ -141,6 +134,16 @@ class Replica:
         except Exception as err:  # the replica answers and keeps serving
             return 500, error_body(f"internal error: {type(err).__name__}: {err}"), JSON
 
+    async def _run_request(self, feeds: dict[str, np.ndarray], run_batched: BatchRunner | None) -> Outputs:
+        """One request's outputs: through the batcher where the model has a batch dimension
+        (at most max_batch rows), else on its own."""
+        if not self.batched:
+            return await self.run_async([feeds])
+        rows = rows_of(feeds, self.served.inputs)
+        if rows > self.options.max_batch:
+            raise RequestError(422, f"a request carries {rows} rows, more than max_batch {self.options.max_batch}")
+        return await (run_batched(feeds) if run_batched is not None else self.run_async([feeds]))
+
     async def predict(self, inputs: Any, run_batched: BatchRunner | None = None) -> Outputs:
         """Outputs for inputs given as arrays (a Ray Serve handle call): checked as a body's
         inputs are; raises RequestError (status and reason) for bad ones."""
@@ -148,14 +151,7 @@ class Replica:
         status = 500
         try:
             feeds = check_arrays(inputs, self.served.inputs)
-            if self.batched:
-                rows = rows_of(feeds, self.served.inputs)
-                if rows > self.options.max_batch:
-                    raise RequestError(422, f"a request carries {rows} rows, more than max_batch "
-                                            f"{self.options.max_batch}")
-                outputs = await (run_batched(feeds) if run_batched is not None else self.run_async([feeds]))
-            else:
-                outputs = await self.run_async([feeds])
+            outputs = await self._run_request(feeds, run_batched)
             status = 200
             return outputs
         except RequestError as err:
@@ -288,6 +284,17 @@ def _request_id(value: str | None) -> str | None:
     return None
 
 
+async def read_stream(request: Any, limit: int) -> bytes:
+    """A Starlette request's body, refused (413) as soon as it passes `limit` bytes."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the body is more than the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def relative_path(request: Any) -> str:
     """A Starlette request's path relative to the application's route prefix."""
     root = request.scope.get("root_path", "")
@@ -320,13 +327,7 @@ def build_application(served: ServedModel, options: ServeOptions) -> Any:
 
         async def __call__(self, request: Any) -> Any:
             async def read_body(limit: int) -> bytes:
-                chunks, size = [], 0
-                async for chunk in request.stream():
-                    size += len(chunk)
-                    if size > limit:
-                        raise RequestError(413, f"the body is more than the limit of {limit} bytes")
-                    chunks.append(chunk)
-                return b"".join(chunks)
+                return await read_stream(request, limit)
 
             status, body, kind = await self.replica.handle(
                 request.method, relative_path(request), request.headers, read_body,
