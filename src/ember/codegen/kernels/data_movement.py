@@ -158,7 +158,7 @@ def _constant_pad(instr: Instr) -> list[str]:
     run (the last axis) at a time. One loop nest choosing per element between the input and
     the value (a conditional load) was miscompiled by GCC 12.2's loop vectorizer at -O3 with
     AVX2 or AVX-512 (x [1,3,4,5,2] padded 3 and 3 on axis 3: garbage in 72 of 264 elements;
-    fuzz seed 171), and the fill-and-copy form is the faster one anyway."""
+    fuzz seed 171)."""
     out, x = instr.required()
     rank = x.type.rank
     begins, ends = instr.attrs.pads[:rank], instr.attrs.pads[rank:]
