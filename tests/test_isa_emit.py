@@ -25,6 +25,25 @@ X86 = load_target("x86-avx512")
 NEON = load_target("aarch64-neon")
 
 
+def pointwise_convolution(seed: int) -> tuple[np.ndarray, np.ndarray, Kernel, np.ndarray]:
+    """A 1x1 convolution from the op table (40 filters over 24 channels of 14x13 pixels): its
+    input, its weights, its ISA kernel and its reference result."""
+    from ember.graph import Graph
+    from ember.isa.kernels import kernels_of
+    from ember.ops.nn import ConvAttrs
+    from ember.types import TensorType
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, 24, 14, 13)).astype(np.float32)
+    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
+    graph = Graph()
+    graph.add("Conv", graph.add_input("x", TensorType.of(x)), graph.add_constant(w, "w"),
+              attrs=ConvAttrs((1, 1), (0,) * 4, (1, 1)))
+    node = graph.nodes[-1]
+    (kernel,) = kernels_of(node)
+    return x, w, kernel, node.opdef.evaluate(node.attrs, [x, w, None])[0]
+
+
 def gemm(m: int, n: int, k: int, transposed: bool = False) -> Kernel:
     b = "B[j, k]" if transposed else "B[k, j]"
     if m == 1:  # as the op table writes a product of one row: no i
@@ -89,18 +108,7 @@ def test_the_pointwise_half_of_a_separable_block_runs_as_the_extracted_gemm(tmp_
     """A 1x1 convolution from the op table: the mapper reads it as a GEMM over channels x
     pixels (weights broadcast, pixels in the lanes, the input read in place), and the emitted
     kernel computes the op's reference result."""
-    from ember.graph import Graph
-    from ember.isa.kernels import kernels_of
-    from ember.ops.nn import ConvAttrs
-    from ember.types import TensorType
-
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((1, 24, 14, 13)).astype(np.float32)
-    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
-    graph = Graph()
-    weights = graph.add_constant(w, "w")
-    graph.add("Conv", graph.add_input("x", TensorType.of(x)), weights, attrs=ConvAttrs((1, 1), (0,) * 4, (1, 1)))
-    (kernel,) = kernels_of(graph.nodes[-1])
+    x, w, kernel, expected = pointwise_convolution(5)
     best = choose(kernel, X86)
     assert best is not None
     assert str(best.mapping).startswith("vfmadd231ps.bcst [C=O A=W B=I] j<-oh·ow (pad 182->192) | outer m,c")
@@ -111,7 +119,6 @@ def test_the_pointwise_half_of_a_separable_block_runs_as_the_extracted_gemm(tmp_
     workspace = np.zeros(code.workspace_elements, np.float32)
     a = np.ascontiguousarray(w.reshape(40, 24))
     function(a.ctypes.data, x.ctypes.data, out.ctypes.data, workspace.ctypes.data)
-    expected = graph.nodes[-1].opdef.evaluate(graph.nodes[-1].attrs, [x, w, None])[0]
     np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
 
 
@@ -311,18 +318,7 @@ def test_neon_sdot_gemm_under_qemu(tmp_path):
 def test_neon_pointwise_convolution_under_qemu(tmp_path):
     """The pointwise half of a separable block on NEON: a 1x1 convolution from the op table,
     its input read in place as the run-time B (the last panel copied and padded)."""
-    from ember.graph import Graph
-    from ember.isa.kernels import kernels_of
-    from ember.ops.nn import ConvAttrs
-    from ember.types import TensorType
-
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((1, 24, 14, 13)).astype(np.float32)
-    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
-    graph = Graph()
-    weights = graph.add_constant(w, "w")
-    graph.add("Conv", graph.add_input("x", TensorType.of(x)), weights, attrs=ConvAttrs((1, 1), (0,) * 4, (1, 1)))
-    (kernel,) = kernels_of(graph.nodes[-1])
+    x, w, kernel, expected = pointwise_convolution(7)
     best = choose(kernel, NEON)
     assert best is not None and str(best.mapping).startswith("fmla.4s.lane [C=O A=W B=I] j<-oh·ow")
     code = emit_gemm(best)
@@ -337,5 +333,4 @@ def test_neon_pointwise_convolution_under_qemu(tmp_path):
     subprocess.run(["qemu-aarch64", str(tmp_path / "gemm"), str(a.nbytes), str(x.nbytes), str(40 * 14 * 13 * 4)],
                    check=True, cwd=tmp_path, timeout=60)
     out = np.fromfile(tmp_path / "c.bin", dtype=np.float32).reshape(1, 40, 14, 13)
-    expected = graph.nodes[-1].opdef.evaluate(graph.nodes[-1].attrs, [x, w, None])[0]
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)

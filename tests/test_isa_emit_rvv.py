@@ -20,6 +20,7 @@ from ember.isa.mapper import map_kernel
 from ember.isa.report import choose
 from ember.isa.schedule import schedule
 from ember.support.errors import UnsupportedError
+from tests.test_isa_emit import pointwise_convolution
 
 RVV = load_target("riscv-rvv")
 CC = "riscv64-linux-gnu-gcc"
@@ -124,18 +125,7 @@ def test_one_rvv_binary_runs_on_every_vector_length(tmp_path):
 def test_the_pointwise_half_of_a_separable_block_runs_on_rvv(tmp_path):
     """A 1x1 convolution from the op table, mapped with its pixels in the lanes and its input
     read in place (a run-time B): no padded copy of the last panel, the tile takes its width."""
-    from ember.graph import Graph
-    from ember.isa.kernels import kernels_of
-    from ember.ops.nn import ConvAttrs
-    from ember.types import TensorType
-
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((1, 24, 14, 13)).astype(np.float32)
-    w = rng.standard_normal((40, 24, 1, 1)).astype(np.float32)
-    graph = Graph()
-    weights = graph.add_constant(w, "w")
-    graph.add("Conv", graph.add_input("x", TensorType.of(x)), weights, attrs=ConvAttrs((1, 1), (0,) * 4, (1, 1)))
-    (kernel,) = kernels_of(graph.nodes[-1])
+    x, w, kernel, expected = pointwise_convolution(5)
     best = choose(kernel, RVV)
     assert best is not None
     assert str(best.mapping).startswith("vfmacc.vf [C=O A=W B=I] j<-oh·ow | outer m,c")  # no padding: vl tails
@@ -144,7 +134,6 @@ def test_the_pointwise_half_of_a_separable_block_runs_on_rvv(tmp_path):
     assert code.workspace_elements == code.mc * code.kc and "memset" not in code.source
     _build(tmp_path, code)
     out = _run(tmp_path, code, np.ascontiguousarray(w.reshape(40, 24)), x)
-    expected = graph.nodes[-1].opdef.evaluate(graph.nodes[-1].attrs, [x, w, None])[0]
     np.testing.assert_allclose(out.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
 
 
