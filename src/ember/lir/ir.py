@@ -127,6 +127,16 @@ class InstrDef:
             return self.operand_kinds[-1]
         return self.operand_kinds[index]
 
+    def kinds_of(self, count: int) -> list[OperandKind]:
+        """The kinds of operands 0 .. count - 1 (kind_of for each, in one slice: passes ask
+        this of every instruction, often)."""
+        declared = self.operand_kinds
+        if count <= len(declared):
+            return list(declared[:count])
+        if self.variadic:
+            return [*declared, *(declared[-1],) * (count - len(declared))]
+        return [self.kind_of(i) for i in range(count)]  # raises for the operand past the end
+
 
 ALLOC, DEALLOC, COPY, VIEW = "alloc", "dealloc", "copy", "view"
 # Lifetime markers: they move no data. `view` starts a view's life as `alloc` starts an
@@ -213,14 +223,7 @@ class Instr:
         return [b for b in self.operands[self.base_count:] if b is not None]
 
     def kinds(self) -> list[OperandKind]:
-        idef = INSTRS[self.name]
-        declared, count = idef.operand_kinds, self.base_count
-        if count <= len(declared):
-            base = list(declared[:count])
-        elif idef.variadic:
-            base = [*declared, *(declared[-1],) * (count - len(declared))]
-        else:
-            base = [idef.kind_of(i) for i in range(count)]  # raises for the operand past the end
+        base = self.idef.kinds_of(self.base_count)
         return base + list(self.kernel.operand_kinds) if self.kernel else base
 
     def outputs(self) -> list[Buffer]:
