@@ -63,13 +63,13 @@ class SegmentHost:
 
 @dataclass
 class RemoteStep:
-    """A segment on an actor: inputs/outputs are value names, after the steps it reads."""
+    """A segment on an actor: inputs/outputs are value names (the order between segments is
+    the object references' own: a call waits for the results it is passed)."""
 
     index: int
     actor: Any
     inputs: list[str]
     outputs: list[str]
-    after: frozenset[int]
 
 
 class RemoteSegmentedExecutable:

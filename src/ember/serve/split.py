@@ -46,7 +46,6 @@ def split(model: Any, memory_cap: int, *, backend: str = "cpu", num_threads: int
 
     actors: list[Any] = []
     steps: list[RemoteStep] = []
-    deps = partition.dependencies()
     placed: list[dict[str, Any]] = []
     for segment, segment_model in zip(partition.segments, compiled, strict=True):
         label = f"actor{len(actors)} ({segment.name})"
@@ -55,7 +54,7 @@ def split(model: Any, memory_cap: int, *, backend: str = "cpu", num_threads: int
             {segment.index: artifact_bytes(segment_model)}, memory_cap, label)
         actors.append(actor)
         steps.append(RemoteStep(segment.index, actor, [v.name for v in segment.inputs],
-                                [v.name for v in segment.outputs], frozenset(deps[segment.index])))
+                                [v.name for v in segment.outputs]))
         placed.append({"actor": label, "segment": segment.index, "nodes": len(segment.nodes),
                        "footprint_bytes": footprint(segment_model), "memory_cap": memory_cap})
     try:  # every actor loaded its segment under its cap, or the split fails here, not at the first run
