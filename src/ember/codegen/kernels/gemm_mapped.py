@@ -134,11 +134,7 @@ def _define(em: Emitter, code: GemmCode, target: str) -> None:
     description = _target(target)
     em.define(f"isa-prelude:{target}", "\n".join([f"#include <{description.c_header}>",
                                                  description.c_prelude.strip("\n")]))
-    source = code.source
-    comment_end, body = source.find("#include"), source.find(f"static void {code.name}_")
-    if comment_end < 0 or body < 0:
-        raise EmberError(f"the mapped kernel {code.name} has an unexpected layout (an Ember bug)")
-    em.define(code.name, source[:comment_end] + source[body:])
+    em.define(code.name, code.definitions)
 
 
 def _emit(em: Emitter, instr: Instr, epilogue: Epilogue, has_epilogue: bool) -> str:
