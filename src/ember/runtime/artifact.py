@@ -131,6 +131,18 @@ def _model(part: Mapping[str, Any], members: Mapping[str, bytes], inputs: list, 
                          dict(stats), backend_name)
 
 
+def is_artifact(path: str | os.PathLike) -> bool:
+    """Whether `path` looks like an Ember artifact (a zip archive with Ember's manifest), to
+    tell one from a model file; load() still checks everything."""
+    try:
+        if not Path(path).is_file() or not zipfile.is_zipfile(path):
+            return False
+        with zipfile.ZipFile(path) as archive:
+            return MANIFEST in archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
 def _read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     if not path.is_file():
         raise ArtifactError(f"{path}: no such artifact file")

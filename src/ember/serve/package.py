@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.runtime.artifact import is_artifact
 from ember.runtime.compiled import CompiledModel
 from ember.serve.payload import InputSpec
 from ember.support.errors import EmberError, UnsupportedError
@@ -92,7 +92,7 @@ def prepare(model: Any, *, max_batch: int = 1, backend: str = "cpu", num_threads
     if isinstance(model, CompiledModel):
         served = _static(model, "a compiled model", "off: a CompiledModel has static shapes (pass the ONNX model "
                          "with a symbolic batch dimension to batch)")
-    elif _is_artifact(model):
+    elif isinstance(model, str | os.PathLike) and is_artifact(model):
         served = _from_artifact(Path(model))
     elif isinstance(model, str | os.PathLike) or type(model).__name__ == "ModelProto":
         served = _from_onnx(model, checked_sizes(max_batch, batch_sizes), backend, num_threads, input_shapes)
@@ -101,16 +101,6 @@ def prepare(model: Any, *, max_batch: int = 1, backend: str = "cpu", num_threads
                          f"got {type(model).__name__}")
     served.compile_seconds = time.perf_counter() - started
     return served
-
-
-def _is_artifact(model: Any) -> bool:
-    if not isinstance(model, str | os.PathLike) or not Path(model).is_file() or not zipfile.is_zipfile(model):
-        return False
-    try:
-        with zipfile.ZipFile(model) as archive:
-            return "manifest.json" in archive.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return False
 
 
 def _from_artifact(path: Path) -> ServedModel:
