@@ -143,3 +143,25 @@ def test_winograd_is_chosen_only_where_it_applies():
     # Too few channels, or too few tiles (a 7x7 map), stay on the direct kernel.
     assert "ember_winograd(" not in source(_winograd_graph(16, 32, (16, 16), (1, 1, 1, 1), "relu", False))
     assert "ember_winograd(" not in source(_winograd_graph(64, 64, (7, 7), (1, 1, 1, 1), "relu", False))
+
+
+POINTWISE_T = [
+    # in channels, out channels, (H, W), activation, residual: 1x1 over fewer than 64 pixels
+    # (not a multiple of 32) with 64+ out channels, so conv_pointwise_t runs them (checked
+    # below); pixel and channel counts on and off the transpose's 16 x 16 blocks.
+    (96, 320, (7, 7), "clip", False),     # MobileNetV2's tail: 3 full pixel blocks + 1 row
+    (37, 70, (3, 5), "relu", True),       # fewer pixels than one block, odd channel counts
+    (64, 96, (6, 8), "sigmoid", True),    # 48 pixels: whole blocks both ways
+    (20, 64, (1, 33), "none", False),     # no bias, a 1-D-like map
+]
+
+
+def _pointwise_graph(channels, out_channels, hw, activation, residual) -> Graph:
+    return _conv_graph(channels, out_channels, hw, (1, 1), 1, (0, 0, 0, 0), activation, residual)
+
+
+@pytest.mark.parametrize("case", POINTWISE_T, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}{c[3]}")
+def test_pointwise_transposed_matches_interpreter(case):
+    program = compile_graph(_pointwise_graph(*case), CpuBackend(num_threads=1))._executable.source
+    assert "ember_transpose_f32(" in program
+    _check_case(lambda: _pointwise_graph(*case), seed=17)

@@ -36,6 +36,7 @@ from ember.codegen.kernels.layouts import (
 )
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
+from ember.codegen.kernels.transpose_tiles import define_transpose
 from ember.lir.ir import Instr
 from ember.ops.fused import FusedConvAttrs
 from ember.types import DType
@@ -226,7 +227,8 @@ def _pointwise_t_applies(instr: Instr, options: KernelOptions) -> bool:
 def _pointwise_t_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
     packed = pack_panels(s.w.constant().reshape(s.mg, s.k).T.astype(np.float32))
-    return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pointwise_t_panels32", packed)])
+    return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pointwise_t_panels32", packed)],
+                      scratch_bytes=s.pixels * (s.k + s.mg) * 4)
 
 
 @C_KERNELS.kernel("conv_pointwise_t", *CONV_OPS, accepts=accepts_conv, applies=_pointwise_t_applies,
@@ -234,18 +236,27 @@ def _pointwise_t_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 def emit_conv_pointwise_t(em: Emitter, instr: Instr) -> str:
     """A 1x1 convolution over few pixels (7x7 maps) as Y^T = X^T W^T: the pixels become the
     GEMM's rows, in 8-row blocks, and the many output channels its 32-wide columns, which
-    wastes far less than 49 pixels padded to two 32-column panels. The tiles store
-    transposed, straight into NCHW y, with bias, residual and activation on the way."""
+    wastes far less than 49 pixels padded to two 32-column panels. X is transposed into the
+    scratch first (A row-major), the GEMM stores Y^T row-major with bias and activation in
+    registers, and a second transpose writes NCHW y; the residual, when there is one, comes
+    after it, then the activation (transpose_tiles.py says why this beats strided A and
+    tiles stored transposed)."""
     s = ConvShape(instr)
-    m, image = s.mg, s.channels * s.height * s.width
-    epilogue = s.epilogue(bias="bias", residual=f"res ? res + nb * {m * s.pixels} : NULL", ld_residual=s.pixels,
-                          transposed=True)
-    call = gemm_call(m=s.pixels, n=m, k=s.k, a=f"x + nb * {image}", a_layout=(1, s.pixels, MR),
-                     b_packed=em.packed(instr), ldb=0, c=f"y + nb * {m * s.pixels}", ldc=s.pixels,
-                     threads=int(param(instr, "threads", 1)))
+    m, p, image = s.mg, s.pixels, s.channels * s.height * s.width
+    transpose = define_transpose(em)
+    act, alpha, beta = s.activation
+    in_registers = s.residual is None
+    epilogue = Epilogue(bias="bias", activation=act if in_registers else "none", alpha=alpha, beta=beta)
+    call = gemm_call(m=p, n=m, k=s.k, a="xt", a_layout=(s.k, 1, MR * s.k), b_packed=em.packed(instr), ldb=0,
+                     c="yt", ldc=m, threads=int(param(instr, "threads", 1)))
     w = s.writer(em)
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(epilogue.c_init(), call)
+        w.line(f"float *xt = {em.scratch(instr)}, *yt = xt + {p * s.k}, *yn = y + nb * {m * p};",
+               f"{transpose}(x + nb * {image}, {s.k}, {p}, {p}, xt, {s.k});",
+               epilogue.c_init(), call,
+               f"{transpose}(yt, {p}, {m}, {m}, yn, {p});")
+        if not in_registers:
+            w.line(s.epilogue().c_init("finish"), f"ember_finish_span(yn, res + nb * {m * p}, {m * p}, &finish);")
     return w.text()
 
 
