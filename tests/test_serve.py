@@ -32,7 +32,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def cluster():
     require_shared_models()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # With Serve's direct ingress: each replica also answers on a port of its own (the proxy too).
+    ember.serve.connect(num_cpus=2, direct_ingress=True)
     try:
         yield _free_port()
     finally:
@@ -109,12 +110,18 @@ def test_artifact_deployment_answers_one_request_at_a_time(cluster, reference, t
     path = tmp_path / "mlp.ember"
     ember.compile(str(require_shared_models() / "mlp.onnx"), backend="cpu", num_threads=1).save(path)
     app = ember.serve.deploy(str(path), replicas=1, port=cluster, name="single", route_prefix="/single",
-                             replica_cpus=0.5, max_body_bytes=64 << 10)
+                             replica_cpus=0.5, max_body_bytes=64 << 10, direct_ingress=True)
     try:
         x = np.random.default_rng(2).standard_normal((1, 784)).astype(np.float32)
-        answer = requests.post(f"{app.url}/", json={"inputs": {"input": x.tolist()}}, timeout=30)
-        assert answer.status_code == 200
-        np.testing.assert_allclose(answer.json()["outputs"]["logits"], _expected(reference, x), rtol=1e-4, atol=1e-5)
+        # Through Serve's proxy, and straight to the replica (direct ingress: its own port).
+        [direct] = app.replica_urls
+        assert direct.startswith("http://127.0.0.1:") and direct.endswith("/single") and not direct.startswith(app.url)
+        for url in (app.url, direct):
+            answer = requests.post(f"{url}/", json={"inputs": {"input": x.tolist()}}, timeout=30)
+            assert answer.status_code == 200
+            np.testing.assert_allclose(answer.json()["outputs"]["logits"], _expected(reference, x),
+                                       rtol=1e-4, atol=1e-5)
+        assert requests.get(f"{direct}/metrics", timeout=30).json()["requests"]["ok"] == 2  # one replica saw both
         big = requests.post(f"{app.url}/", data=json.dumps({"inputs": {"input": [[0.0] * 784] * 40}}),
                             headers={"content-type": "application/json"}, timeout=30)
         assert big.status_code == 413 and "limit" in big.json()["error"]

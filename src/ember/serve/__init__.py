@@ -2,6 +2,8 @@
 
     app = ember.serve.deploy("model.onnx", replicas=2, max_batch=16, batch_wait_ms=5, port=8000)
     # POST http://127.0.0.1:8000/ {"inputs": {name: nested lists}} or an .npz; GET /ready, /metrics
+    app = ember.serve.deploy("model.onnx", replicas=2, direct_ingress=True)
+    # app.replica_urls: each replica's own address (no proxy hop; spread requests over them)
     m = ember.serve.split("model.onnx", memory_cap=64 << 20)   # segments on Ray actors, each under the cap
 
 Serving (serve/package.py, serve/replica.py): the model is compiled once here and shipped to
@@ -15,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ember.serve.cluster import INSTALL_HINT, RayMissingError, connect, require_ray
+from ember.serve.cluster import INSTALL_HINT, RayMissingError, connect, replica_urls, require_ray
 from ember.serve.package import ServedModel, prepare
 from ember.serve.replica import ServeOptions
 from ember.serve.split import split
@@ -27,13 +29,16 @@ __all__ = ["INSTALL_HINT", "Deployment", "RayMissingError", "ServeOptions", "Ser
 
 @dataclass
 class Deployment:
-    """A running application: its URL, the Ray Serve handle and what was deployed."""
+    """A running application: its URL (Serve's proxy), the Ray Serve handle, what was deployed,
+    and where the cluster serves with direct ingress, each replica's own URL (replica_urls:
+    requests sent there skip the proxy; a client or load balancer spreads them)."""
 
     url: str
     name: str
     options: ServeOptions
     served: ServedModel
     handle: Any = field(repr=False, default=None)
+    replica_urls: list[str] = field(default_factory=list)
 
     def status(self) -> dict[str, Any]:
         """The application's state and its model replicas by state (Ray Serve's view)."""
@@ -70,7 +75,7 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
            max_body_bytes: int = 64 << 20, name: str = "ember", route_prefix: str = "/",
            replica_cpus: float | None = None, max_ongoing_requests: int | None = None,
            num_cpus: int | None = None, batch_sizes: Sequence[int] | None = None,
-           failover: bool = False) -> Deployment:
+           failover: bool = False, direct_ingress: bool = False) -> Deployment:
     """Compiles `model` once (an ONNX path or ModelProto, an Ember artifact or a
     CompiledModel) and serves it on Ray Serve at http://host:port{route_prefix}: `replicas`
     copies, each running its model on `num_threads` threads; requests batched up to
@@ -80,7 +85,12 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
     local one with `num_cpus`). Returns once every replica is ready; callers inside the
     cluster may use `.handle.predict.remote({name: array})` instead of HTTP. failover: a
     front deployment retries a request whose replica died while running it once on another
-    replica, or answers 503 saying so (serve/front.py; one more hop per request)."""
+    replica, or answers 503 saying so (serve/front.py; one more hop per request).
+    direct_ingress: each replica answers HTTP on a port of its own (Deployment.replica_urls),
+    skipping Serve's proxy and its RPC to the replica: on a 2-core machine that cut the CPU
+    spent outside the model per request from about 8 ms to 1 ms (bench/serve_load.py). A
+    local cluster started here is started so; one joined by address must have been started
+    with RAY_SERVE_ENABLE_DIRECT_INGRESS=1 (else EmberError). The proxy URL keeps working."""
     require_ray(serve=True)
     if not isinstance(replicas, int) or replicas < 1:
         raise EmberError(f"replicas must be an integer >= 1, got {replicas!r}")
@@ -94,13 +104,21 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
                            route_prefix=route_prefix, failover=failover)
     served = prepare(model, max_batch=max_batch, backend=backend, num_threads=num_threads,
                      input_shapes=input_shapes, batch_sizes=batch_sizes)
-    from ember.serve.replica import build_application, store_artifacts
+    from ember.serve.replica import build_application, remove_store, store_artifacts
 
-    connect(address, num_cpus)
+    connect(address, num_cpus, direct_ingress=direct_ingress)
     from ray import serve
 
     serve.start(http_options={"host": host, "port": port})
     shipped = store_artifacts(served, name)
     handle = serve.run(build_application(shipped, options), name=name, route_prefix=route_prefix)
     url = f"http://{host}:{port}{route_prefix.rstrip('/')}"
-    return Deployment(url, name, options, served, handle)
+    ingress = 1 if failover else replicas  # with failover the front is the ingress: one replica
+    urls = replica_urls(name, host, ingress, timeout=60.0 if direct_ingress else 0.0)
+    if direct_ingress and not urls:
+        serve.delete(name)
+        remove_store(name)
+        raise EmberError("direct ingress was asked for, but this Ray cluster's Serve runs without it (it "
+                         "was started before, or elsewhere, without RAY_SERVE_ENABLE_DIRECT_INGRESS=1): "
+                         "start the cluster with that variable set, or deploy without direct_ingress")
+    return Deployment(url, name, options, served, handle, urls)
