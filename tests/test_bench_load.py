@@ -71,16 +71,20 @@ def test_cli_bench_load_and_peers(capsys):
                  "--seconds", "0.02"]) == 0
     out = capsys.readouterr().out
     assert "1 competing busy process(es)" in out and "p99" in out and "ember/onnxruntime: " in out
-    assert "OpenMP threads wait: passive" in out or "OpenMP threads wait: the user's" in out
+    assert "threads wait: Ember's pool (idle workers spin up to" in out
     with pytest.raises(SystemExit):
         main(["bench", LENET, "--compare", "onnxruntime,tvm"])
 
 
+# A vendor library's OpenMP runtime (a library backend linking libgomp, as oneDNN's does).
 _SHOW_POLICY = """
 import ctypes, os, sys
-import ember
-from ember.backends.cpu.threads import wait_policy
-ember.compile(sys.argv[1], backend="cpu", num_threads=2)
+from ember.backends.cpu.build import build_library
+from ember.backends.cpu.threads import openmp_wait_policy, wait_policy
+path = build_library("#include <omp.h>\\nint vendor_threads(void) { return omp_get_max_threads(); }",
+                     link_flags=["-lgomp"])
+with openmp_wait_policy():
+    ctypes.CDLL(str(path))
 ctypes.CDLL("libgomp.so.1").omp_display_env(1)
 print("AFTER", os.environ.get("OMP_WAIT_POLICY"), "|", wait_policy(), file=sys.stderr)
 """
@@ -88,26 +92,35 @@ print("AFTER", os.environ.get("OMP_WAIT_POLICY"), "|", wait_policy(), file=sys.s
 
 def _policy_in_child(extra_env: dict[str, str]) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
-    result = subprocess.run([sys.executable, "-c", _SHOW_POLICY, LENET], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-c", _SHOW_POLICY], capture_output=True, text=True,
                             env={**env, **extra_env}, check=False)
     if result.returncode != 0 and "libgomp" in result.stderr:
-        pytest.skip("the model library does not use libgomp (not gcc's OpenMP)")
+        pytest.skip("no libgomp here (not gcc's OpenMP)")
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stderr
 
 
-def test_openmp_threads_wait_passively_by_default():
+def test_a_vendor_librarys_openmp_threads_wait_passively_by_default():
     out = _policy_in_child({})
     # libgomp's default spins 300000 PAUSEs (~30 ms on AMD Zen) before sleeping.
     assert "GOMP_SPINCOUNT = '0'" in out
     # Set only for the runtime's load: the process environment is as the user left it.
-    assert "AFTER None | passive" in out
+    assert "AFTER None | Ember's pool" in out and "OpenMP runtime: passive" in out
 
 
 def test_the_users_wait_policy_stands():
     out = _policy_in_child({"GOMP_SPINCOUNT": "1234"})
     assert "GOMP_SPINCOUNT = '1234'" in out
-    assert "AFTER None | the user's (GOMP_SPINCOUNT=1234)" in out
+    assert "OpenMP runtime: the user's (GOMP_SPINCOUNT=1234)" in out
+
+
+def test_the_pool_reports_its_spin_budget(monkeypatch):
+    from ember.backends.cpu.threads import wait_policy
+
+    monkeypatch.setenv("EMBER_SPIN_US", "250")
+    assert "spin up to 250 us" in wait_policy()
+    monkeypatch.setenv("EMBER_SPIN_US", "lots")  # what the C side's strtol reads as 0
+    assert "spin up to 0 us" in wait_policy()
 
 
 def _matmul_source(k: int, n: int) -> str:

@@ -549,7 +549,7 @@ def _bench(args: argparse.Namespace) -> int:
     first = "from an empty cache" if args.cold else "first"
     print(f"compile: {result['compile_first']:.2f} s {first}, {result['compile_cached']:.2f} s cached")
     if "openmp_wait" in result:
-        print(f"ember's OpenMP threads wait: {result['openmp_wait']}")
+        print(f"ember's threads wait: {result['openmp_wait']}")
     return 0
 
 

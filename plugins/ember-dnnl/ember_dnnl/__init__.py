@@ -272,7 +272,9 @@ class DnnlBackend(CpuBackend):
         include, lib = find_onednn()
         super().__init__(**options)
         self.compile_flags = (f"-I{include}",)
-        self.link_flags = (f"-L{lib}", f"-Wl,-rpath,{lib}", "-ldnnl")
+        # oneDNN (the gomp build) and ember_dnnl.c's omp_set_num_threads use libgomp: named here,
+        # since model libraries link Ember's own pool, not an OpenMP runtime.
+        self.link_flags = (f"-L{lib}", f"-Wl,-rpath,{lib}", "-ldnnl", "-lgomp")
 
     def cost(self, graph: Graph) -> float:
         """A roofline estimate per node with oneDNN's rates where its kernels take the node

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from ember.backends.cpu.cache import build_folder, cache_folder, commit, intact
@@ -21,6 +22,7 @@ from ember.codegen import RUNTIME_SOURCES, runtime_source
 from ember.support.errors import EmberError
 from ember.support.progress import step
 
+POOL_SOURCE = "ember_pool.c"
 _SOURCE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.c")
 BASE_FLAGS = ["-O3", "-std=gnu11", "-fPIC", "-shared", "-fopenmp", "-ffp-contract=fast", "-fno-math-errno",
               "-Wno-unused-variable", "-Wno-unused-but-set-variable"]
@@ -73,8 +75,8 @@ def _key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
-def _run_compiler(command: list[str]) -> None:
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+def _run_compiler(command: list[str], cwd: Path | None = None) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False, cwd=cwd)
     if result.returncode != 0:
         raise EmberError(f"the C compiler failed on generated code (an Ember bug):\n{result.stderr[-4000:]}")
 
@@ -116,22 +118,44 @@ def _runtime_object(compiler: str, flags: list[str]) -> Path:
     return obj
 
 
+def _pool_object(compiler: str, flags: list[str]) -> Path:
+    """Ember's thread pool (ember_pool.c: the OpenMP entry points the generated code calls),
+    compiled once per (source, compiler, flags) and linked into every model library."""
+    source = resources.files("ember.backends.cpu").joinpath(POOL_SOURCE).read_text()
+    pool_flags = ["-O2", "-std=gnu11", "-fPIC", *(f for f in flags if f.startswith(("-m", "-fsanitize")))]
+    obj = cache_folder("cpu") / f"pool-{_key(source, compiler_identity(compiler), *pool_flags)}.o"
+    if intact(obj):
+        return obj
+    with build_folder(obj.parent) as work:
+        (Path(work) / POOL_SOURCE).write_text(source)
+        tmp = Path(work) / "pool.o"
+        _run_compiler([*compiler.split(), *pool_flags, "-c", str(Path(work) / POOL_SOURCE), "-o", str(tmp)])
+        commit(tmp, obj)
+    return obj
+
+
 def build_library(source: str, extra_flags: list[str] | None = None, sanitize: bool = False,
                   march: str | None = None, extra_sources: dict[str, str] | None = None,
                   link_flags: list[str] | None = None) -> Path:
     """Compiles a model's C source (plus the cached kernel library) into a shared library,
     for the host's ISA or the -march level named (which the host must be able to run).
     extra_sources (name -> C text) are compiled along (a library backend's own kernels);
-    link_flags come last on the link line (-L, -l of a vendor library)."""
+    link_flags come last on the link line (-L, -l of a vendor library).
+
+    The code compiles with -fopenmp but links Ember's pool instead of an OpenMP runtime
+    (ember_pool.c, backends/cpu/pool.py says why); -z defs makes an entry point the pool
+    lacks a link error rather than a silent second runtime. A vendor library that uses
+    OpenMP itself names its runtime in link_flags (-fopenmp or -lgomp)."""
     compiler = find_compiler()
     flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
     runtime = _runtime_object(compiler, flags)
+    pool = _pool_object(compiler, flags)
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])
     folder = cache_folder("cpu")
-    key_parts = [source, runtime.name, compiler_identity(compiler), *flags, *links]
+    key_parts = [source, runtime.name, pool.name, compiler_identity(compiler), *flags, *links]
     for name, text in extras.items():
         key_parts += [name, text]
     library = folder / f"{_key(*key_parts)}.so"
@@ -142,14 +166,18 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
         _write_runtime(Path(work))
         src = Path(work) / "model.c"
         src.write_text(source)
-        extra_paths = []
+        sources = [src]
         for name, text in extras.items():
-            if not _SOURCE_NAME.fullmatch(name):
+            if not _SOURCE_NAME.fullmatch(name) or name == "model.c":
                 raise EmberError(f"extra C source name {name!r} is not a plain file name ending in .c")
             (Path(work) / name).write_text(text)
-            extra_paths.append(str(Path(work) / name))
+            sources.append(Path(work) / name)
+        compile_flags = [f for f in flags if f != "-shared"]
+        _run_compiler([*compiler.split(), *compile_flags, f"-I{work}", "-c", *map(str, sources)], cwd=Path(work))
+        objects = [str(path.with_suffix(".o")) for path in sources]
+        link = [f for f in flags if f != "-fopenmp"]
         tmp_lib = Path(work) / "model.so"
-        _run_compiler([*compiler.split(), *flags, f"-I{work}", str(src), *extra_paths, str(runtime), "-o",
-                       str(tmp_lib), *links, "-lm"])
+        _run_compiler([*compiler.split(), *link, *objects, str(runtime), str(pool), "-o", str(tmp_lib),
+                       "-Wl,-z,defs", "-pthread", *links, "-lm"])
         commit(tmp_lib, library)
     return library

@@ -1,13 +1,14 @@
 """Loading a compiled model library and calling its entry function through ctypes.
 
-Fork: OpenMP's worker threads do not survive fork, and a forked child entering a parallel
-region waits for them forever. A program used in a process other than the one that loaded
-it (a forked child) therefore first makes every parallel region inactive in that process
-(omp_set_max_active_levels(0): teams of one thread, which need no pool) and starts over with
-fresh locks and arenas. The child computes the same results, on one thread.
+Fork: a model library's own thread pool (ember_pool.c) starts fresh workers in a forked child.
+An OpenMP runtime a vendor library brought in does not: its worker threads do not survive
+fork, and a forked child entering one of its parallel regions waits for them forever. A
+program used in a process other than the one that loaded it (a forked child) therefore first
+makes that runtime's parallel regions inactive in that process (omp_set_max_active_levels(0):
+teams of one thread, which need no pool) and starts over with fresh locks and arenas.
 
-Waiting: the OpenMP runtime that comes in with the first model library is told to let idle
-threads sleep rather than spin (backends/cpu/threads.py: why, and how the user overrides it)."""
+Waiting: backends/cpu/threads.py (the pool's spin budget; a vendor library's OpenMP runtime is
+told to let idle threads sleep rather than spin)."""
 from __future__ import annotations
 
 import contextlib

@@ -1,24 +1,28 @@
-"""How the cpu backend's OpenMP threads wait for work: passively, unless the user says otherwise.
+"""How the cpu backend's threads wait for work: Ember's own pool, and a vendor library's OpenMP.
 
-A thread of an OpenMP team that has nothing to do (a worker between parallel regions, the
-caller at a region's closing barrier) spins before it sleeps. libgomp's default spin is
-300000 PAUSE instructions; on the AMD EPYC (Zen) this was measured on, a PAUSE takes about
-100 ns, so a waiting thread holds its core for up to ~30 ms. A model runs one parallel
-region per kernel, tens to hundreds per inference. While the machine has nothing else to
-run that spin is free, but with other work on the cores the spinning thread takes CPU time
-the thread it waits for (runnable, queued behind someone else) needs, and every region's
-barrier costs a scheduler slice: a 2-thread BERT went from ~11 ms to 0.5-2 s on a loaded
-2-core machine, where with passive waiting (sleep at once, woken by a futex) it stayed at
-~11 ms. Measured by bench/compare.py --load and bench/ab_revisions.py; passive waiting was
-also no slower than any short spin (100 to 3000 PAUSEs) with the cores to itself.
+Generated kernels parallelise with `#pragma omp parallel for`, but a model library links
+Ember's pool (ember_pool.c) in place of an OpenMP runtime. Why not libgomp:
+- libgomp's teams wait at a closing barrier for every thread of the team. With other work
+  on the cores a thread of ours may sit queued behind another process, and every region's
+  barrier then costs a scheduler slice: a 2-thread BERT went from ~11 ms to 0.5-2 s on a
+  loaded 2-core machine with libgomp's default spinning.
+- Passive waiting (OMP_WAIT_POLICY=PASSIVE, Ember's setting until the pool) cured that but
+  made every region pay a futex wake-up (7-20 us), so small products stayed on one thread and
+  2 threads barely beat 1 (GRU 1.46 -> 1.35 ms, where ONNX Runtime halves).
+The pool's region is a set of tasks ("OpenMP thread t" is task t) that the caller and the
+workers claim; the caller runs whatever no worker has claimed, so a region never waits for a
+thread that is asleep or not running, and costs at most its one-thread time. Idle workers spin
+up to EMBER_SPIN_US microseconds (default 100) after each region, then sleep; a worker that
+finds itself descheduled while spinning stops and halves the budget (the cores are busy with
+other work), which grows back while regions find workers awake.
 
-The runtime reads its wait policy from the environment once, when it is loaded (with the
-first model library). So the first load sets OMP_WAIT_POLICY=PASSIVE (read by both libgomp
-and LLVM's libomp) for the duration of the dlopen, unless the user has chosen a policy
-(OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME set): then theirs stands. The variable is
-removed again afterwards, so processes the user starts later do not inherit it.
-Threads are not bound to cores (OMP_PROC_BIND is left as the user set it; unset, libgomp
-binds nothing): a bound thread cannot move to a core another process has just left."""
+A vendor library a library backend links (oneDNN) brings libgomp with it, for its own threads.
+That runtime reads its wait policy from the environment once, when it is loaded: the first load
+sets OMP_WAIT_POLICY=PASSIVE (read by both libgomp and LLVM's libomp) for the duration of the
+dlopen, unless the user has chosen a policy (OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME
+set): then theirs stands. The variable is removed again afterwards, so processes the user
+starts later do not inherit it. Threads are not bound to cores: a bound thread cannot move to
+a core another process has just left."""
 from __future__ import annotations
 
 import contextlib
@@ -71,6 +75,22 @@ def openmp_wait_policy() -> Iterator[None]:
         os.environ.pop("OMP_WAIT_POLICY", None)
 
 
+DEFAULT_SPIN_US = 100  # ember_pool.c's default; EMBER_SPIN_US overrides it (0 to 100000)
+
+
+def pool_spin_us() -> int:
+    """How long the pool's idle workers spin before they sleep, as ember_pool.c reads it."""
+    try:
+        spin = int(os.environ.get("EMBER_SPIN_US", DEFAULT_SPIN_US))
+    except ValueError:
+        spin = 0  # strtol of text that is no number
+    return max(0, min(spin, 100000))
+
+
 def wait_policy() -> str:
-    """How this process's OpenMP threads wait, as decided at the first model library load."""
-    return _policy or "not decided yet (no model library loaded in this process)"
+    """How this process's threads wait: Ember's pool, and the OpenMP runtime a vendor library
+    brought in, as decided at the first model library load."""
+    pool = f"Ember's pool (idle workers spin up to {pool_spin_us()} us, EMBER_SPIN_US, then sleep)"
+    if _policy is None or not _runtime_loaded():
+        return pool
+    return f"{pool}; a vendor library's OpenMP runtime: {_policy}"

@@ -1,0 +1,322 @@
+/* Ember's thread pool: the OpenMP entry points GCC's `#pragma omp parallel for` compiles to,
+ * implemented for the cpu backend's model libraries (backends/cpu/pool.py says why).
+ *
+ * A parallel region of N threads is N tasks, task t being "OpenMP thread t". The calling
+ * thread publishes the region and then claims tasks itself, as do the pool's workers; a task
+ * is run by whoever claims it first. So a worker that is asleep, or queued behind another
+ * process on a busy machine, never holds a region up: the caller runs its task instead, and a
+ * region costs at most what it costs on one thread. The caller waits only for tasks a worker
+ * has already started.
+ *
+ * Idle workers spin (PAUSE) for a short budget after each region, since a model's regions
+ * come microseconds apart, then sleep on a futex. The spin stops early when the worker finds
+ * it was descheduled during it (the cores are not ours: spinning would take time from
+ * whoever we wait for), and each such finding halves the next budget, which grows back
+ * while regions find workers awake.
+ *
+ * Every function here has hidden visibility: the model library's own references bind to
+ * them at link time, dlsym never sees them, and another OpenMP runtime in the process (one a
+ * vendor library brings) is left alone. The library links no OpenMP runtime: a pragma that
+ * needs an entry point this file lacks fails the link (-z defs), never silently mixing two. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#define POOL_API __attribute__((visibility("hidden")))
+#define POOL_MAX_THREADS 256
+#define POOL_MAX_LOOPS 8          /* worksharing loops in one region (generated code has one) */
+#define POOL_PREEMPTED_NS 200000  /* a gap this long between two spin checks: we were descheduled */
+
+typedef void (*pool_task_fn)(void *);
+
+typedef struct {
+    _Atomic int state;  /* 0 unset, 1 being set, 2 ready */
+    _Atomic long next;
+    long end, incr, chunk;
+} pool_loop;
+
+static struct {
+    /* (generation << 32) | (tasks << 16) | next task: one word, so a claim checks all three */
+    _Atomic uint64_t claim;
+    _Atomic uint32_t generation;   /* futex word the workers sleep on */
+    _Atomic int sleepers;          /* workers asleep on `generation` */
+    _Atomic uint32_t finished;     /* tasks of the current region done (futex word of the caller) */
+    _Atomic int caller_asleep;
+    _Atomic int busy;              /* a region is in flight: another caller runs its own inline */
+    _Atomic int spin_ns;           /* the current spin budget (halved on preemption) */
+    pool_task_fn fn;
+    void *data;
+    pool_loop loops[POOL_MAX_LOOPS];
+    pthread_mutex_t start_lock;
+    int workers;
+    int max_spin_ns;
+} pool = {.start_lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = -1};
+
+static __thread int task_id, task_count = 1, loop_index, in_region;
+static __thread pool_loop *current_loop;           /* the worksharing loop _next takes chunks from */
+static __thread pool_loop inline_loops[POOL_MAX_LOOPS];
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static inline int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#if defined(__linux__)
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+}
+static void futex_wake(_Atomic uint32_t *word, int count) {
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+#else
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
+    (void)word; (void)expected;
+    struct timespec pause_for = {0, 50000};
+    nanosleep(&pause_for, NULL);
+}
+static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)count; }
+#endif
+
+/* Spins until *word != value or the budget is spent; true when it changed. A descheduled
+ * spin (a long gap between checks) ends at once and halves the pool's budget. */
+static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value) {
+    int budget = atomic_load_explicit(&pool.spin_ns, memory_order_relaxed);
+    int64_t start = now_ns(), last = start;
+    for (;;) {
+        for (int i = 0; i < 16; i++) {
+            if (atomic_load_explicit(word, memory_order_acquire) != value) return true;
+            cpu_relax();
+        }
+        int64_t t = now_ns();
+        if (t - last > POOL_PREEMPTED_NS) {
+            atomic_store_explicit(&pool.spin_ns, budget / 2, memory_order_relaxed);
+            return atomic_load_explicit(word, memory_order_acquire) != value;
+        }
+        if (t - start > budget) return false;
+        last = t;
+    }
+}
+
+static void run_task(int id, int count) {
+    int saved_id = task_id, saved_count = task_count, saved_index = loop_index, saved_in = in_region;
+    pool_loop *saved_loop = current_loop;
+    task_id = id;
+    task_count = count;
+    loop_index = 0;
+    in_region = 1;
+    pool.fn(pool.data);
+    task_id = saved_id;
+    task_count = saved_count;
+    loop_index = saved_index;
+    in_region = saved_in;
+    current_loop = saved_loop;
+}
+
+/* Claims and runs tasks of the region of `generation` until none is left. */
+static void claim_tasks(uint32_t generation) {
+    uint64_t word = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    for (;;) {
+        uint32_t tasks = (uint32_t)(word >> 16) & 0xffff, next = (uint32_t)word & 0xffff;
+        if ((uint32_t)(word >> 32) != generation || next >= tasks) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool.claim, &word, word + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        run_task((int)next, (int)tasks);
+        if (atomic_fetch_add(&pool.finished, 1) + 1 == tasks &&
+            atomic_load(&pool.caller_asleep))
+            futex_wake(&pool.finished, 1);
+        word = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    }
+}
+
+static void *worker_main(void *arg) {
+    uint32_t seen = (uint32_t)(uintptr_t)arg;
+    for (;;) {
+        if (!spin_until_changed(&pool.generation, seen)) {
+            atomic_fetch_add(&pool.sleepers, 1);
+            while (atomic_load(&pool.generation) == seen) futex_wait(&pool.generation, seen);
+            atomic_fetch_sub(&pool.sleepers, 1);
+        }
+        seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
+        claim_tasks(seen);
+    }
+    return NULL;
+}
+
+static void reset_after_fork(void) {
+    /* The child has only the forking thread: it starts workers afresh when it needs them. */
+    pthread_mutex_init(&pool.start_lock, NULL);
+    pool.workers = 0;
+    atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.busy, 0);
+    atomic_store(&pool.caller_asleep, 0);
+}
+
+static void configure(void) {
+    const char *text = getenv("EMBER_SPIN_US");
+    long spin_us = text ? strtol(text, NULL, 10) : 100;
+    if (spin_us < 0) spin_us = 0;
+    if (spin_us > 100000) spin_us = 100000;
+    pool.max_spin_ns = (int)(spin_us * 1000);
+    atomic_store(&pool.spin_ns, pool.max_spin_ns);
+    pthread_atfork(NULL, NULL, reset_after_fork);
+}
+
+/* Starts workers up to `wanted` (under the lock; a failed start leaves fewer: their tasks
+ * then run on the threads there are). */
+static void start_workers(int wanted) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, configure);
+    pthread_mutex_lock(&pool.start_lock);
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);  /* signals stay with the application's threads */
+    while (pool.workers < wanted) {
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        uint32_t seen = atomic_load(&pool.generation);
+        int failed = pthread_create(&thread, &attr, worker_main, (void *)(uintptr_t)seen);
+        pthread_attr_destroy(&attr);
+        if (failed) break;
+        pool.workers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    pthread_mutex_unlock(&pool.start_lock);
+}
+
+static void run_inline(pool_task_fn fn, void *data, int tasks) {
+    /* A nested region, or one started while another thread's region holds the pool: its tasks
+     * run here, one after another (as OpenMP runs a nested region on a team of one). */
+    for (int t = 0; t < tasks; t++) {
+        int saved_id = task_id, saved_count = task_count, saved_index = loop_index, saved_in = in_region;
+        pool_loop *saved_loop = current_loop;
+        task_id = t;
+        task_count = tasks;
+        loop_index = 0;
+        in_region = 2;  /* worksharing loops of an inline region run whole in each task's first call */
+        fn(data);
+        task_id = saved_id;
+        task_count = saved_count;
+        loop_index = saved_index;
+        in_region = saved_in;
+        current_loop = saved_loop;
+    }
+}
+
+POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, unsigned flags) {
+    (void)flags;
+    int tasks = num_threads == 0 ? 1 : (int)(num_threads > POOL_MAX_THREADS ? POOL_MAX_THREADS : num_threads);
+    int expected = 0;
+    if (tasks == 1 || in_region || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+        run_inline(fn, data, tasks);
+        return;
+    }
+    if (pool.workers < tasks - 1) start_workers(tasks - 1);
+    pool.fn = fn;
+    pool.data = data;
+    for (int i = 0; i < POOL_MAX_LOOPS; i++) atomic_store_explicit(&pool.loops[i].state, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
+    uint32_t generation = atomic_load_explicit(&pool.generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool.claim, ((uint64_t)generation << 32) | ((uint64_t)tasks << 16), memory_order_release);
+    atomic_store(&pool.generation, generation);
+    if (atomic_load(&pool.sleepers) > 0) futex_wake(&pool.generation, tasks - 1);
+    claim_tasks(generation);
+    uint32_t done = atomic_load_explicit(&pool.finished, memory_order_acquire);
+    if (done != (uint32_t)tasks) {
+        /* Only tasks a worker started are left: spin a little, then sleep until the last one ends. */
+        while (done != (uint32_t)tasks && spin_until_changed(&pool.finished, done))
+            done = atomic_load_explicit(&pool.finished, memory_order_acquire);
+        if (done != (uint32_t)tasks) {
+            atomic_store(&pool.caller_asleep, 1);
+            while ((done = atomic_load(&pool.finished)) != (uint32_t)tasks) futex_wait(&pool.finished, done);
+            atomic_store(&pool.caller_asleep, 0);
+        }
+    } else {
+        /* Every task ended without the caller sleeping: let the budget grow back. */
+        int budget = atomic_load_explicit(&pool.spin_ns, memory_order_relaxed);
+        if (budget < pool.max_spin_ns)
+            atomic_store_explicit(&pool.spin_ns, budget + (pool.max_spin_ns >> 6) + 1, memory_order_relaxed);
+    }
+    atomic_store(&pool.busy, 0);
+}
+
+POOL_API int omp_get_thread_num(void) { return task_id; }
+POOL_API int omp_get_num_threads(void) { return task_count; }
+
+/* schedule(dynamic, chunk): every task of the region calls _start with the same bounds; the
+ * first to arrive sets the loop up, and all take chunks from it. In an inline region each task
+ * runs alone, so its first call takes the whole loop and the later tasks find it done. */
+static bool next_chunk(pool_loop *loop, long *start, long *end) {
+    long step = loop->chunk * loop->incr;
+    long first = atomic_fetch_add_explicit(&loop->next, step, memory_order_relaxed);
+    if (loop->incr > 0 ? first >= loop->end : first <= loop->end) return false;
+    long last = first + step;
+    if (loop->incr > 0 ? last > loop->end : last < loop->end) last = loop->end;
+    *start = first;
+    *end = last;
+    return true;
+}
+
+
+POOL_API bool GOMP_loop_nonmonotonic_dynamic_start(long start, long end, long incr, long chunk, long *istart,
+                                                   long *iend) {
+    int index = loop_index++ % POOL_MAX_LOOPS;
+    pool_loop *loop;
+    if (in_region == 1) {
+        loop = &pool.loops[index];
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&loop->state, &expected, 1)) {
+            atomic_store_explicit(&loop->next, start, memory_order_relaxed);
+            loop->end = end;
+            loop->incr = incr;
+            loop->chunk = chunk > 0 ? chunk : 1;
+            atomic_store_explicit(&loop->state, 2, memory_order_release);
+        } else {
+            while (atomic_load_explicit(&loop->state, memory_order_acquire) != 2) cpu_relax();
+        }
+    } else {
+        /* outside the pool (inline or no region): task 0 takes the loop, the others nothing */
+        loop = &inline_loops[index];
+        atomic_store_explicit(&loop->next, task_id == 0 ? start : end, memory_order_relaxed);
+        loop->end = end;
+        loop->incr = incr;
+        loop->chunk = chunk > 0 ? chunk : 1;
+        if (task_id == 0) loop->chunk = (end - start) / (incr ? incr : 1) + 1;
+    }
+    current_loop = loop;
+    return next_chunk(loop, istart, iend);
+}
+
+POOL_API bool GOMP_loop_nonmonotonic_dynamic_next(long *istart, long *iend) {
+    return next_chunk(current_loop, istart, iend);
+}
+
+POOL_API bool GOMP_loop_dynamic_start(long start, long end, long incr, long chunk, long *istart, long *iend) {
+    return GOMP_loop_nonmonotonic_dynamic_start(start, end, incr, chunk, istart, iend);
+}
+
+POOL_API bool GOMP_loop_dynamic_next(long *istart, long *iend) { return next_chunk(current_loop, istart, iend); }
+
+POOL_API void GOMP_loop_end_nowait(void) {}

@@ -1,0 +1,159 @@
+"""Ember's thread pool (backends/cpu/ember_pool.c): the OpenMP entry points the generated code
+calls, linked into every model library instead of an OpenMP runtime. Regions are checked for
+every iteration run exactly once, whoever runs it: static and dynamic schedules, more threads
+than cores, nested regions, concurrent callers, a forked child, workers that sleep at once."""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ember.backends.cpu.build import build_library, find_compiler
+
+pytestmark = pytest.mark.skipif(shutil.which(find_compiler().split()[0]) is None, reason="no C compiler")
+
+SOURCE = r"""
+#include <omp.h>
+/* counts[i] += 1 for each i of [0, n), on `threads` threads; ids[i] = the OpenMP thread. */
+void static_loop(int n, int threads, int *counts, int *ids) {
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < n; i++) { counts[i] += 1; ids[i] = omp_get_thread_num() * 1000 + omp_get_num_threads(); }
+}
+void dynamic_loop(int n, int threads, int chunk, int *counts) {
+    #pragma omp parallel for num_threads(threads) schedule(dynamic, chunk)
+    for (int i = 0; i < n; i++) counts[i] += 1;
+}
+/* A region inside a region runs on the thread that reaches it (a team of one). */
+void nested(int n, int threads, int *counts) {
+    #pragma omp parallel for num_threads(threads) schedule(static)
+    for (int i = 0; i < threads; i++) {
+        #pragma omp parallel for num_threads(threads) schedule(dynamic, 3)
+        for (int j = 0; j < n; j++) counts[i * n + j] += 1 + omp_get_thread_num();
+    }
+}
+int thread_count_outside(void) { return omp_get_num_threads() * 100 + omp_get_thread_num(); }
+"""
+
+INT_P = ctypes.POINTER(ctypes.c_int)
+
+
+@pytest.fixture(scope="module")
+def library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(build_library(SOURCE)))
+    for name in ("static_loop", "nested"):
+        getattr(lib, name).argtypes = [ctypes.c_int, ctypes.c_int, INT_P] + ([INT_P] if name == "static_loop" else [])
+    lib.dynamic_loop.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, INT_P]
+    return lib
+
+
+def _ints(n: int) -> np.ndarray:
+    return np.zeros(n, np.int32)
+
+
+def _ptr(array: np.ndarray):
+    return array.ctypes.data_as(INT_P)
+
+
+def test_model_libraries_link_no_openmp_runtime():
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf (binutils) is not installed")
+    path = build_library(SOURCE)
+    dynamic = subprocess.run(["readelf", "-d", "--dyn-syms", "-W", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "gomp" not in dynamic.lower() and "libomp" not in dynamic
+    # the pool's entry points are bound inside the library, invisible to dlsym
+    assert "GOMP_parallel" not in dynamic and "omp_get_thread_num" not in dynamic
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_static_schedule_splits_the_loop_by_thread(library, threads):
+    n = 1003
+    counts, ids = _ints(n), _ints(n)
+    for _ in range(50):  # many regions: workers asleep, spinning and busy
+        library.static_loop(n, threads, _ptr(counts), _ptr(ids))
+    assert (counts == 50).all()
+    assert set(ids % 1000) == {threads}  # omp_get_num_threads inside the region
+    thread_of = ids // 1000
+    assert sorted(set(thread_of)) == list(range(min(threads, n)))
+    assert (np.diff(thread_of) >= 0).all(), "static schedule gives each thread one contiguous block"
+
+
+@pytest.mark.parametrize(("threads", "chunk"), [(2, 1), (2, 7), (4, 64), (3, 5000)])
+def test_dynamic_schedule_runs_each_iteration_once(library, threads, chunk):
+    n = 4099
+    counts = _ints(n)
+    for _ in range(40):
+        library.dynamic_loop(n, threads, chunk, _ptr(counts))
+    assert (counts == 40).all()
+
+
+def test_nested_region_runs_on_the_thread_that_reaches_it(library):
+    threads, n = 2, 257
+    counts = _ints(threads * n)
+    library.nested(n, threads, _ptr(counts))
+    assert (counts == 1).all()  # the inner team has one thread: omp_get_thread_num() is 0
+    assert library.thread_count_outside() == 100
+
+
+def test_concurrent_callers_share_the_pool_correctly(library):
+    n, rounds = 2048, 200
+    results: list[np.ndarray] = []
+
+    def call() -> None:
+        counts, ids = _ints(n), _ints(n)
+        for _ in range(rounds):
+            library.static_loop(n, 2, _ptr(counts), _ptr(ids))
+            library.dynamic_loop(n, 2, 16, _ptr(counts))
+        results.append(counts)
+
+    callers = [threading.Thread(target=call) for _ in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=120)
+    assert len(results) == 4 and all((counts == 2 * rounds).all() for counts in results)
+
+
+def _child_runs_regions(path: str, queue) -> None:
+    lib = ctypes.CDLL(path)
+    lib.dynamic_loop.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, INT_P]
+    counts = _ints(999)
+    for _ in range(20):
+        lib.dynamic_loop(999, 2, 4, _ptr(counts))
+    queue.put(int(counts.sum()))
+
+
+def test_a_forked_child_starts_its_own_workers(library):
+    library.dynamic_loop(100, 2, 1, _ptr(_ints(100)))  # the parent's workers exist before the fork
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child_runs_regions, args=(str(build_library(SOURCE)), queue))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0 and queue.get(timeout=5) == 20 * 999
+
+
+def test_workers_that_never_spin_still_compute_everything(tmp_path: Path):
+    script = f"""
+import ctypes, numpy as np
+lib = ctypes.CDLL({str(build_library(SOURCE))!r})
+P = ctypes.POINTER(ctypes.c_int)
+lib.static_loop.argtypes = [ctypes.c_int, ctypes.c_int, P, P]
+counts, ids = np.zeros(5000, np.int32), np.zeros(5000, np.int32)
+for _ in range(300):
+    lib.static_loop(5000, 2, counts.ctypes.data_as(P), ids.ctypes.data_as(P))
+print(int(counts.min()), int(counts.max()))
+"""
+    env = dict(os.environ, EMBER_SPIN_US="0")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["300", "300"]
