@@ -20,7 +20,13 @@ import numpy as np
 import pytest
 
 from ember.codegen import c_constants
-from ember.codegen.kernels.layouts import DirectLayout, WinogradLayout, depthwise_scratch_bytes, gemm_scratch_bytes
+from ember.codegen.kernels.layouts import (
+    DEPTHWISE_BLOCKED_MAX_OW,
+    DirectLayout,
+    WinogradLayout,
+    depthwise_scratch_bytes,
+    gemm_scratch_bytes,
+)
 from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 from ember.ops import get_op
 from ember.ops.fused import ACTIVATION_TABLE, ACTIVATIONS, apply_activation, epilogue_of, get_activation
@@ -274,9 +280,13 @@ def test_depthwise_scratch_bytes(lib):
         for threads in THREADS:
             g = _geom(channels, hw, (kernel, kernel), stride, _pads(kernel, pad))
             c = lib.ember_depthwise_scratch_bytes(ctypes.byref(g), threads)
-            py = depthwise_scratch_bytes(hw[1])
+            py = depthwise_scratch_bytes(hw[1], (g.OH, g.OW), (kernel, kernel), (stride, stride), (1, 1), threads)
             # Python pads the row of zeros for the widest vector (MAX_VECTOR_LANES), C for the
-            # one it was built for: Python may reserve more, never less.
+            # one it was built for, and reserves the channel-blocked path's scratch wherever a
+            # 16-lane build would take it: Python may reserve more, never less.
             assert py >= c, f"Python reserves less depthwise scratch than C needs: {(hw, kernel, stride, pad)}"
-            assert c == (hw[1] + lanes) * 4
-            assert py == (hw[1] + c_constants.MAX_VECTOR_LANES) * 4
+            row = (hw[1] + c_constants.MAX_VECTOR_LANES) * 4
+            if g.OW > DEPTHWISE_BLOCKED_MAX_OW:
+                assert (c, py) == ((hw[1] + lanes) * 4, row)
+            elif lanes == 16:  # the blocked path where its padded input is small enough
+                assert py == max(c, row) and (c == (hw[1] + lanes) * 4) == (py == row), (hw, kernel, stride, pad)

@@ -71,6 +71,14 @@ DEPTHWISE = [
     (3, (12, 20), (3, 3), 1, (2, 2, 2, 2), 2, "relu", False),
     (2, (3, 33), (3, 3), 1, (1, 1, 1, 1), 1, "none", False),
     (2, (1, 17), (1, 3), 1, (0, 1, 0, 1), 1, "none", False),
+    # Output rows of 8 or fewer take the channel-blocked path on AVX-512 (16 channels a
+    # block, transposed in and out): whole and partial blocks, strides 1 and 2, the generic
+    # taps (5x5, dilation, asymmetric pads) and a residual.
+    (40, (7, 7), (3, 3), 1, (1, 1, 1, 1), 1, "clip", False),
+    (33, (14, 14), (3, 3), 2, (1, 1, 1, 1), 1, "relu", True),
+    (16, (8, 6), (5, 5), 1, (2, 2, 2, 2), 1, "sigmoid", False),
+    (18, (9, 9), (3, 3), 1, (2, 2, 2, 2), 2, "none", True),
+    (17, (5, 6), (3, 2), 2, (0, 1, 1, 0), 1, "relu", False),
 ]
 
 

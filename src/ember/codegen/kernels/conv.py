@@ -138,7 +138,8 @@ def _depthwise_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
     work = s.channels * s.pixels * s.kh * s.kw
     threads = options.num_threads if work >= PARALLEL_MIN_MACS // 4 else 1
-    return KernelPlan({"threads": threads}, scratch_bytes=depthwise_scratch_bytes(s.width))
+    return KernelPlan({"threads": threads}, scratch_bytes=depthwise_scratch_bytes(
+        s.width, (s.oh, s.ow), (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), threads))
 
 
 @C_KERNELS.kernel("conv_depthwise", *CONV_OPS, accepts=accepts_conv, applies=_depthwise_applies,

@@ -99,6 +99,22 @@ class WinogradLayout:
         return np.ascontiguousarray(u.reshape(16, self.out_channels, self.channels), dtype=np.float32)
 
 
-def depthwise_scratch_bytes(width: int) -> int:
-    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: one row of zeros."""
-    return (width + MAX_VECTOR_LANES) * 4
+# Output rows at most this wide take ember_depthwise's channel-blocked path on AVX-512, if its
+# padded input has at most DEPTHWISE_BLOCKED_MAX_PIXELS pixels (mirrors of DW_BLOCKED_*).
+DEPTHWISE_BLOCKED_MAX_OW = 8
+DEPTHWISE_BLOCKED_MAX_PIXELS = 4096
+
+
+def depthwise_scratch_bytes(width: int, out_hw: tuple[int, int] = (0, 0), kernel: tuple[int, int] = (1, 1),
+                            strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
+                            threads: int = 1) -> int:
+    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: one row of zeros,
+    or where output rows are narrow (the channel-blocked path, on targets with 16-lane
+    vectors), per thread the padded input and the output of 16 channels. Python does not
+    know the target's lanes, so it reserves the larger of the two there."""
+    row = (width + MAX_VECTOR_LANES) * 4
+    (oh, ow), (kh, kw), (sh, sw), (dh, dw) = out_hw, kernel, strides, dilations
+    padded = ((oh - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + (kw - 1) * dw + 1)
+    if ow > DEPTHWISE_BLOCKED_MAX_OW or kh * kw > 64 or padded > DEPTHWISE_BLOCKED_MAX_PIXELS:
+        return row
+    return max(row, (padded + oh * ow) * 16 * 4 * max(threads, 1))

@@ -9,7 +9,14 @@
  * load on AVX-512). Every vector accumulates all taps in registers and is stored once with
  * the bias and activation applied, so the input is read once and the output written once,
  * with no padded copy.
- * L is the machine's vector width (ember_vn, see ember_simd.h): small maps waste fewer lanes. */
+ * L is the machine's vector width (ember_vn, see ember_simd.h): small maps waste fewer lanes.
+ *
+ * Maps narrower than that (MobileNetV2's 7x7 and 14x14 -> 7x7 layers) waste most lanes of a
+ * row vector, so on AVX-512 they go 16 channels at a time instead (dw_blocked): the block is
+ * transposed in 16 x 16 register blocks into a zero-padded [rows][columns][16 channels]
+ * scratch, each output pixel is one vector of 16 channels accumulating its taps from
+ * sequential vectors with no bounds checks, and the [pixels][16] result is transposed back
+ * into the block's NCHW planes. */
 #include "ember_gemm.h"
 #include "ember_math.h"
 #include "ember_simd.h"
@@ -47,10 +54,41 @@ static int dw_direct(const ember_conv_geom *g)
     return g->SH == g->SW && (g->SH == 1 || g->SH == 2) && g->DH == 1 && g->DW == 1 && g->KH <= 8 && g->KW <= 8;
 }
 
-/* The scratch is one row of zeros that kernel rows in the padding read. */
+#if DW_L == 16
+#define DW_BLOCK 16
+/* Output rows at most this wide take the channel-blocked path (see the top of this file), if
+ * its padded input (16 floats a pixel) stays within DW_BLOCKED_MAX_PIXELS. */
+#define DW_BLOCKED_MAX_OW 8
+#define DW_BLOCKED_MAX_PIXELS 4096
+#endif
+
+/* The padded input the blocked path reads: every row and column a tap reaches. */
+static long dw_padded_rows(const ember_conv_geom *g) { return (g->OH - 1) * g->SH + (g->KH - 1) * g->DH + 1; }
+static long dw_padded_cols(const ember_conv_geom *g) { return (g->OW - 1) * g->SW + (g->KW - 1) * g->DW + 1; }
+
+static int dw_blocked(const ember_conv_geom *g)
+{
+#ifdef DW_BLOCK
+    return g->OW <= DW_BLOCKED_MAX_OW && g->KH * g->KW <= 64 &&
+           dw_padded_rows(g) * dw_padded_cols(g) <= DW_BLOCKED_MAX_PIXELS;
+#else
+    (void)g;
+    return 0;
+#endif
+}
+
+/* Floats of one thread's blocked scratch: the padded input and the output pixels, 16
+ * channels each. */
+static long dw_blocked_floats(const ember_conv_geom *g)
+{
+    return (dw_padded_rows(g) * dw_padded_cols(g) + g->OH * g->OW) * 16;
+}
+
+/* The scratch is one row of zeros that kernel rows in the padding read, or, where the
+ * blocked path runs, one blocked scratch per thread. */
 long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
 {
-    (void)nthreads;
+    if (dw_blocked(g)) return dw_blocked_floats(g) * (nthreads > 1 ? nthreads : 1) * (long)sizeof(float);
     return (g->W + DW_L) * (long)sizeof(float);
 }
 
@@ -191,11 +229,146 @@ static void dw_channel(const ember_conv_geom *g, const float *xc, const float *w
     else dw_channel_direct(g, g->KH, g->KW, 2, xc, wc, b0, yc, rc, ep, zeros);
 }
 
+#ifdef DW_BLOCK
+/* r[q][l] <- r[l][q]: four rounds in which the upper-right and lower-left quarters of every
+ * 2b x 2b sub-block trade places (b = 8, 4, 2, 1). */
+static inline __attribute__((always_inline)) void dw_transpose16(ember_vn r[16])
+{
+    static const ember_vni lo[4] = {
+        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+        {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+        {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+        {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}};
+    static const ember_vni hi[4] = {
+        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+        {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+        {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+        {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}};
+    #pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        int b = 8 >> s;
+        #pragma GCC unroll 16
+        for (int q = 0; q < 16; q++)
+            if (!(q & b)) {
+#ifdef __clang__
+                ember_vn top, bottom;
+                for (int l = 0; l < 16; l++) {
+                    top[l] = lo[s][l] < 16 ? r[q][lo[s][l]] : r[q + b][lo[s][l] - 16];
+                    bottom[l] = hi[s][l] < 16 ? r[q][hi[s][l]] : r[q + b][hi[s][l] - 16];
+                }
+#else
+                ember_vn top = __builtin_shuffle(r[q], r[q + b], lo[s]);
+                ember_vn bottom = __builtin_shuffle(r[q], r[q + b], hi[s]);
+#endif
+                r[q] = top;
+                r[q + b] = bottom;
+            }
+    }
+}
+
+/* Channels [0, nch) of x (planes of H x W) into pad[(PH + h) * Wp + PW + w][16]. */
+static void dw_block_in(const ember_conv_geom *g, const float *x, int nch, float *pad, long Wp, long Hp)
+{
+    long hw = g->H * g->W, h = 0, w = 0;
+    for (long j = 0; j < hw; j += 16) {
+        int n = hw - j < 16 ? (int)(hw - j) : 16;
+        uint32_t mask = n == 16 ? 0xFFFFu : (1u << n) - 1u;
+        ember_vn r[16];
+        for (int q = 0; q < 16; q++) r[q] = q < nch ? vn_load_masked(x + q * hw + j, mask) : vn_splat(0.0f);
+        dw_transpose16(r);
+        for (int q = 0; q < n; q++) {
+            if (g->PH + h < Hp && g->PW + w < Wp) vn_store(pad + ((g->PH + h) * Wp + g->PW + w) * 16, r[q]);
+            if (++w == g->W) { w = 0; h++; }
+        }
+    }
+}
+
+/* out[p][16] (p < OH * OW) into channels [0, nch) of y (planes of OH x OW). */
+static void dw_block_out(const ember_conv_geom *g, const float *out, int nch, float *y)
+{
+    long plane = g->OH * g->OW;
+    for (long j = 0; j < plane; j += 16) {
+        int n = plane - j < 16 ? (int)(plane - j) : 16;
+        uint32_t mask = n == 16 ? 0xFFFFu : (1u << n) - 1u;
+        ember_vn r[16];
+        for (int q = 0; q < 16; q++) r[q] = q < n ? vn_load(out + (j + q) * 16) : vn_splat(0.0f);
+        dw_transpose16(r);
+        for (int q = 0; q < nch; q++) vn_store_masked(y + q * plane + j, mask, r[q]);
+    }
+}
+
+/* Every output pixel of the block from the padded input; KH, KW, S constant where the
+ * caller specializes. */
+static inline __attribute__((always_inline)) void
+dw_block_pixels(const ember_conv_geom *g, const long KH, const long KW, const long S, const float *pad, long Wp,
+                const ember_vn *wt, ember_vn bias, int act, ember_vn lo, ember_vn hi, float *out)
+{
+    long DH = S ? 1 : g->DH, DW = S ? 1 : g->DW, SH = S ? S : g->SH, SW = S ? S : g->SW;
+    for (long i = 0; i < g->OH; i++)
+        for (long j = 0; j < g->OW; j++) {
+            const float *base = pad + (i * SH * Wp + j * SW) * 16;
+            ember_vn acc0 = bias, acc1 = vn_splat(0.0f);
+            #pragma GCC unroll 8
+            for (long u = 0; u < KH; u++)
+                #pragma GCC unroll 8
+                for (long v = 0; v < KW; v++) {
+                    ember_vn in = vn_load(base + (u * DH * Wp + v * DW) * 16);
+                    if (u % 2) acc1 += wt[u * KW + v] * in;
+                    else acc0 += wt[u * KW + v] * in;
+                }
+            vn_store(out + (i * g->OW + j) * 16, dw_act(acc0 + acc1, act, lo, hi));
+        }
+}
+
+/* Channels [c0, c0 + nch) through `mine` (dw_blocked_floats, its padding zeroed). */
+static void dw_block(const ember_conv_geom *g, long c0, int nch, const float *w, const float *bias,
+                     const float *residual, float *y, const ember_epilogue *ep, float *mine)
+{
+    long Hp = dw_padded_rows(g), Wp = dw_padded_cols(g), taps = g->KH * g->KW, plane = g->OH * g->OW;
+    float *pad = mine, *out = pad + Hp * Wp * 16;
+    ember_vn wt[64];
+    float b[16] = {0};
+    for (int l = 0; l < nch; l++) b[l] = bias ? bias[c0 + l] : 0.0f;
+    for (long t = 0; t < taps; t++) {
+        float lanes[16] = {0};
+        for (int l = 0; l < nch; l++) lanes[l] = w[(c0 + l) * taps + t];
+        wt[t] = vn_load(lanes);
+    }
+    dw_block_in(g, g->x + c0 * g->H * g->W, nch, pad, Wp, Hp);
+    const float *rc = residual ? residual + c0 * plane : NULL;
+    int in_reg = dw_act_in_register(ep, rc);
+    int act = in_reg ? ep->act : EMBER_ACT_NONE;
+    ember_vn lo = vn_splat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vn_splat(ep->beta);
+    ember_vn bv = vn_load(b);
+    int plain = g->DH == 1 && g->DW == 1 && g->SH == g->SW;
+    if (plain && g->KH == 3 && g->KW == 3 && g->SH == 1) dw_block_pixels(g, 3, 3, 1, pad, Wp, wt, bv, act, lo, hi, out);
+    else if (plain && g->KH == 3 && g->KW == 3 && g->SH == 2)
+        dw_block_pixels(g, 3, 3, 2, pad, Wp, wt, bv, act, lo, hi, out);
+    else dw_block_pixels(g, g->KH, g->KW, 0, pad, Wp, wt, bv, act, lo, hi, out);
+    float *yc = y + c0 * plane;
+    dw_block_out(g, out, nch, yc);
+    if (!in_reg)
+        for (int l = 0; l < nch; l++) ember_finish_span(yc + l * plane, rc ? rc + l * plane : NULL, plane, ep);
+}
+#endif
+
 void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
                      float *y, const ember_epilogue *ep, float *scratch, int nthreads)
 {
     long plane = g->OH * g->OW, taps = g->KH * g->KW;
     memset(scratch, 0, (size_t)ember_depthwise_scratch_bytes(g, nthreads));
+#ifdef DW_BLOCK
+    if (dw_blocked(g)) {
+        long blocks = (g->C + DW_BLOCK - 1) / DW_BLOCK, per_thread = dw_blocked_floats(g);
+        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && blocks > 1)
+        for (long bi = 0; bi < blocks; bi++) {
+            long c0 = bi * DW_BLOCK;
+            int nch = g->C - c0 < DW_BLOCK ? (int)(g->C - c0) : DW_BLOCK;
+            dw_block(g, c0, nch, w, bias, residual, y, ep, scratch + (nthreads > 1 ? ember_thread_num() : 0) * per_thread);
+        }
+        return;
+    }
+#endif
     #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1 && g->C > 1)
     for (long c = 0; c < g->C; c++)
         dw_channel(g, g->x + c * g->H * g->W, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane,
