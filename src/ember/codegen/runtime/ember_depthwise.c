@@ -150,6 +150,60 @@ static inline void dw_rows(const ember_conv_geom *g, const float *xc, const floa
     }
 }
 
+/* DW_ROWS output rows at a time: each input row vector loaded once feeds every one of them
+ * whose taps reach it (three of four rows at stride 1 with a 3x3 kernel), which takes the
+ * loads off the critical path; one accumulator per output row. */
+#define DW_ROWS 4
+
+static inline __attribute__((always_inline)) void
+dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long S, long start,
+               const uint32_t *masks, ember_vn bias, ember_vn *acc)
+{
+    for (int r = 0; r < DW_ROWS; r++) acc[r] = bias;
+    #pragma GCC unroll 16
+    for (long t = 0; t < S * (DW_ROWS - 1) + KH; t++) {
+        const float *row = rows[t];
+        #pragma GCC unroll 8
+        for (long v = 0; v < KW; v++) {
+            ember_vn in;
+            if (S == 1)
+                in = masks ? vn_load_masked(row + start + v, masks[2 * v]) : vn_load(row + start + v);
+            else if (masks)
+                in = dw_even_lanes(vn_load_masked(row + start + v, masks[2 * v]),
+                                   vn_load_masked(row + start + v + DW_L, masks[2 * v + 1]));
+            else
+                in = dw_even_lanes(vn_load(row + start + v), vn_load(row + start + v + DW_L));
+            #pragma GCC unroll 4
+            for (int r = 0; r < DW_ROWS; r++) {
+                long u = t - S * r;
+                if (u >= 0 && u < KH) acc[r] += wt[u * KW + v] * in;
+            }
+        }
+    }
+}
+
+/* Output rows [i, i + DW_ROWS) at columns [j, j + L) for every j in [j0, j1) (step L). */
+static inline __attribute__((always_inline)) void
+dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long S, const float *xc,
+             const float *zeros, long i, long j0, long j1, const uint32_t *masks, const ember_vn *wt, ember_vn bias,
+             int act, ember_vn lo, ember_vn hi, float *yc)
+{
+    const float *rows[S * (DW_ROWS - 1) + 8];
+    for (long t = 0; t < S * (DW_ROWS - 1) + KH; t++) {
+        long ih = i * S - g->PH + t;
+        rows[t] = ih >= 0 && ih < g->H ? xc + ih * g->W : zeros;
+    }
+    for (long j = j0; j < j1; j += DW_L) {
+        ember_vn acc[DW_ROWS];
+        dw_vector_rows(rows, wt, KH, KW, S, j * S - g->PW, masks, bias, acc);
+        for (int r = 0; r < DW_ROWS; r++) {
+            float *yr = yc + (i + r) * g->OW;
+            if (masks) dw_store(yr, j, g->OW, dw_act(acc[r], act, lo, hi));
+            else vn_store(yr + j, dw_act(acc[r], act, lo, hi));
+        }
+    }
+}
+
 /* One channel, straight from the input (see the top of this file). KH, KW and S are passed
  * as constants by the callers that specialize on them, so the tap loops unroll. Vectors
  * that touch the padding go column by column, their load masks computed once per column. */
@@ -164,7 +218,8 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     int act = in_reg ? ep->act : EMBER_ACT_NONE;
     ember_vn lo = vn_splat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vn_splat(ep->beta);
     ember_vn bias = vn_splat(b0);
-    long W = g->W, PW = g->PW, OW = g->OW;
+    long W = g->W, PW = g->PW, OW = g->OW, OH = g->OH;
+    long blocked_rows = OH / DW_ROWS * DW_ROWS;
     /* Output vectors [j_in, j_out) read only inside the row; the others take masked windows. */
     long j_in = (PW + S - 1) / S;
     j_in = (j_in + DW_L - 1) / DW_L * DW_L;
@@ -180,18 +235,23 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
             masks[2 * v] = dw_window_mask(j * S - PW + v, W);
             masks[2 * v + 1] = dw_window_mask(j * S - PW + v + DW_L, W);
         }
-        for (long i = 0; i < g->OH; i++) {
+        for (long i = 0; i < blocked_rows; i += DW_ROWS)
+            dw_row_block(g, KH, KW, S, xc, zeros, i, j, j + DW_L, masks, wt, bias, act, lo, hi, yc);
+        for (long i = blocked_rows; i < OH; i++) {
             dw_rows(g, xc, zeros, i, KH, S, rows);
             dw_store(yc + i * OW, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, masks, bias), act, lo, hi));
         }
     }
-    if (j_out > j_in)
-        for (long i = 0; i < g->OH; i++) {
+    if (j_out > j_in) {
+        for (long i = 0; i < blocked_rows; i += DW_ROWS)
+            dw_row_block(g, KH, KW, S, xc, zeros, i, j_in, j_out, NULL, wt, bias, act, lo, hi, yc);
+        for (long i = blocked_rows; i < OH; i++) {
             dw_rows(g, xc, zeros, i, KH, S, rows);
             float *yr = yc + i * OW;
             for (long j = j_in; j < j_out; j += DW_L)
                 vn_store(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, NULL, bias), act, lo, hi));
         }
+    }
     if (!in_reg) ember_finish_span(yc, rc, g->OH * g->OW, ep);
 }
 
