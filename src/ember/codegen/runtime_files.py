@@ -1,7 +1,8 @@
 """The portable kernel library shipped in codegen/runtime/: its file names and texts, and the
 manifest of what each .c file exports.
 
-The cpu backend compiles these once per machine; bundles copy them. All are files of
+The cpu backend compiles these once per machine (in pieces, see PIECES), and links into a
+model's library only the files its C names; bundles copy them. All are files of
 codegen/runtime/ except `ember_config.h`, which is generated from codegen/c_constants.py
 (the constants Python and C share).
 
@@ -13,6 +14,7 @@ checks the manifest against its symbol table (`nm`): a new, renamed or removed e
 function fails it until the manifest says so."""
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 from ember.codegen.c_constants import config_header
@@ -25,10 +27,9 @@ RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h"
 # Every external function of the library -> the .c file defining it (all are declared in
 # ember_gemm.h; the headers' own functions are `static inline`).
 EXPORTS: dict[str, str] = {
-    # GEMM: tile, panels, epilogue and the driver
+    # GEMM: panels, epilogue and the driver
     "ember_activate": "ember_gemm.c",
     "ember_finish_span": "ember_gemm.c",
-    "ember_tile_rows": "ember_gemm.c",
     "ember_pack_panel": "ember_gemm.c",
     "ember_gemm_scratch_bytes": "ember_gemm.c",
     "ember_gemm": "ember_gemm.c",
@@ -67,6 +68,23 @@ CALLS: dict[str, tuple[str, ...]] = {
 }
 
 
+# How the cpu backend compiles the .c files: each into objects of its own, cached one by one and
+# built in parallel, a model linking only the files it needs. A file listed here is compiled
+# in pieces, each with its own -D flags (the file says what each piece holds), the slowest
+# first; any other in one piece. Bundles and tests compile every file whole.
+PIECES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ember_gemm.c": (("-DEMBER_GEMM_PIECE=2",), ("-DEMBER_GEMM_PIECE=1",), ("-DEMBER_GEMM_PIECE=3",),
+                     ("-DEMBER_GEMM_PIECE=0",)),
+}
+
+_IDENTIFIER = re.compile(r"\bember_\w+\b")
+
+
+def pieces(name: str) -> tuple[tuple[str, ...], ...]:
+    """The -D flags of each piece the cpu backend compiles the library file `name` in."""
+    return PIECES.get(name, ((),))
+
+
 def runtime_source(name: str) -> str:
     """The text of one file of the portable kernel library."""
     if name == CONFIG_HEADER:
@@ -85,3 +103,10 @@ def sources_for(functions: set[str] | frozenset[str]) -> list[str]:
             needed.add(name)
             pending.extend(CALLS[name])
     return [name for name in RUNTIME_SOURCES if name in needed]
+
+
+def sources_named_by(c_text: str) -> list[str]:
+    """The library .c files a C source needs: those defining the exported functions it names
+    (calls, or takes as a packer function pointer) and the ones those call into, in library
+    order."""
+    return sources_for(set(_IDENTIFIER.findall(c_text)))

@@ -4,7 +4,13 @@ The cache key hashes the source, the compiler's identity and the flags, so a cha
 compiler or flag never reuses a stale library. Writes go to a temporary file in the cache
 folder, then an atomic rename: two processes compiling the same model at once both succeed
 and one library wins. Entries are verified before use and rebuilt when anything is off
-(backends/cpu/cache.py)."""
+(backends/cpu/cache.py).
+
+The kernel library (codegen/runtime/) is compiled into objects of its own, one per piece of
+each .c file (runtime_files.PIECES), each keyed by its file, every header of the library, its
+-D flags, the compiler and the flags; missing pieces are compiled in parallel. A model's
+library links one object combining the pieces of the files its C names
+(runtime_files.sources_named_by), keyed by theirs."""
 from __future__ import annotations
 
 import hashlib
@@ -13,12 +19,14 @@ import platform
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from ember.backends.cpu.cache import build_folder, cache_folder, commit, intact
 from ember.codegen import RUNTIME_SOURCES, runtime_source
+from ember.codegen.runtime_files import pieces, sources_named_by
 from ember.support.errors import EmberError
 from ember.support.progress import step
 
@@ -86,36 +94,76 @@ def _write_runtime(folder: Path) -> None:
         (folder / name).write_text(runtime_source(name))
 
 
-def _runtime_path(compiler: str, flags: list[str]) -> Path:
-    sources = "\0".join(runtime_source(name) for name in RUNTIME_SOURCES)
-    return cache_folder("cpu") / f"runtime-{_key(sources, compiler_identity(compiler), *flags)}.o"
+def _piece_path(compiler: str, flags: list[str], name: str, defines: tuple[str, ...]) -> Path:
+    headers = [runtime_source(header) for header in RUNTIME_SOURCES if header.endswith(".h")]
+    key = _key(*headers, name, runtime_source(name), *defines, compiler_identity(compiler), *flags)
+    return cache_folder("cpu") / f"runtime-{Path(name).stem}-{key}.o"
+
+
+def _pieces_of(compiler: str, flags: list[str], names: list[str]) -> list[tuple[str, tuple[str, ...], Path]]:
+    return [(name, defines, _piece_path(compiler, flags, name, defines)) for name in names for defines in pieces(name)]
 
 
 def library_is_built(march: str | None = None) -> bool:
-    """Whether the kernel library for the host (or `march`) is in the cache already: when it
-    is not, the next compile builds it first (seconds; tools say so)."""
+    """Whether the whole kernel library for the host (or `march`) is in the cache already: when
+    it is not, a compile first builds the pieces its model needs (seconds; tools say so)."""
     compiler = find_compiler()
-    return intact(_runtime_path(compiler, BASE_FLAGS + target_flags(march)))
+    names = [name for name in RUNTIME_SOURCES if name.endswith(".c")]
+    return all(intact(obj) for _, _, obj in _pieces_of(compiler, BASE_FLAGS + target_flags(march), names))
 
 
-def _runtime_object(compiler: str, flags: list[str]) -> Path:
-    """The kernel library compiled once per (sources, compiler, flags) into one relocatable
-    object reused by every model library."""
-    obj = _runtime_path(compiler, flags)
-    folder = obj.parent
-    if intact(obj):
-        return obj
-    step(f"building the kernel library (once per machine, about 10 s; cache {folder.parent})")
+def _workers(count: int) -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover  (not Linux)
+        cores = os.cpu_count() or 1
+    return max(1, min(count, cores))
+
+
+def _build_pieces(compiler: str, flags: list[str], missing: list[tuple[str, tuple[str, ...], Path]]) -> None:
+    """Compiles the pieces in parallel, one compiler per core, each committed to the cache as
+    soon as it is built (two processes building one piece at once both succeed, one wins)."""
+    folder = missing[0][2].parent
+    step(f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache "
+         f"{folder.parent})")
+    compile_flags = [f for f in flags if f != "-shared"]
     with build_folder(folder) as work:
         _write_runtime(Path(work))
-        # One translation unit including every library source keeps this a single object.
-        unit = Path(work) / "ember_runtime.c"
-        unit.write_text("".join(f'#include "{name}"\n' for name in RUNTIME_SOURCES if name.endswith(".c")))
+
+        def build(index: int) -> None:
+            name, defines, obj = missing[index]
+            tmp = Path(work) / f"piece{index}.o"
+            _run_compiler([*compiler.split(), *compile_flags, *defines, f"-I{work}", "-c", str(Path(work) / name),
+                           "-o", str(tmp)])
+            commit(tmp, obj)
+
+        with ThreadPoolExecutor(max_workers=_workers(len(missing))) as pool:
+            for done in [pool.submit(build, index) for index in range(len(missing))]:
+                done.result()
+
+
+def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
+    """One relocatable object holding the kernel library's files `names` (and what they call
+    into): the cached pieces of each, built first where missing, combined (`-r`) and cached
+    under a name made of theirs. Every model library naming the same files reuses it."""
+    wanted = _pieces_of(compiler, flags, names)
+    missing = [piece for piece in wanted if not intact(piece[2])]
+    if missing:
+        _build_pieces(compiler, flags, missing)
+    objects = [obj for _, _, obj in wanted]
+    key = _key(compiler_identity(compiler), *flags, *(obj.name for obj in objects))
+    combined = cache_folder("cpu") / f"runtime-{key}.o"
+    if intact(combined):
+        return combined
+    with build_folder(combined.parent) as work:
         tmp = Path(work) / "runtime.o"
-        compile_flags = [f for f in flags if f != "-shared"]
-        _run_compiler([*compiler.split(), *compile_flags, f"-I{work}", "-c", str(unit), "-o", str(tmp)])
-        commit(tmp, obj)
-    return obj
+        if objects:
+            _run_compiler([*compiler.split(), "-r", "-nostdlib", *map(str, objects), "-o", str(tmp)])
+        else:  # a model calling no library function links an empty object
+            (Path(work) / "empty.c").write_text("typedef int ember_no_library_files;\n")
+            _run_compiler([*compiler.split(), "-c", str(Path(work) / "empty.c"), "-o", str(tmp)])
+        commit(tmp, combined)
+    return combined
 
 
 def _pool_object(compiler: str, flags: list[str]) -> Path:
@@ -150,7 +198,7 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
-    runtime = _runtime_object(compiler, flags)
+    runtime = _runtime_object(compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
     pool = _pool_object(compiler, flags)
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])

@@ -3,11 +3,37 @@
 #include "ember_math.h"
 #include "ember_simd.h"
 
-/* The tiles below are written for this shape: 8 rows (one instantiation per row count in
- * EMBER_TILE_CASES) by 32 columns (two 16-lane vectors). */
+/* The tiles below are written for this shape: 8 rows (one instantiation per row count, see
+ * EMBER_ROWS_FAMILY) by 32 columns (two 16-lane vectors). */
 #if EMBER_MR != 8 || EMBER_NR != 32
 #error "ember_gemm.c's tiles assume EMBER_MR == 8 and EMBER_NR == 32"
 #endif
+
+/* Each register-tile instantiation below lives in a function of its own (a row block's sweep
+ * over the panels, or one half-width tile): gcc's time on one function holding them all grew
+ * faster than their number (9.4 s for this file, against 3 s). The cpu backend also compiles
+ * the file in pieces, in parallel, defining EMBER_GEMM_PIECE: 0 for everything but the tiles,
+ * or one family of tile functions below (which are then hidden functions of the library
+ * rather than static ones). Without it (bundles, tests) the file is whole. Every piece
+ * compiles the same code as the whole file: the functions crossing pieces are `noipa` and the
+ * helpers the tiles call explicitly (no)inline, so neither the unit's size (which sets gcc's
+ * inlining budget) nor what else it holds changes a function. */
+#define EMBER_TILES_FULL 1    /* row blocks, B's rows at bp + k * b_ks */
+#define EMBER_TILES_OFFSETS 2 /* row blocks, B's rows at bp + koff[k] (direct convolution) */
+#define EMBER_TILES_HALF 3    /* a last panel of at most 16 columns */
+#ifdef EMBER_GEMM_PIECE
+#define EMBER_GEMM_CORE (EMBER_GEMM_PIECE == 0)
+#define EMBER_GEMM_TILES(family) (EMBER_GEMM_PIECE == (family))
+#define EMBER_GEMM_ANY_TILES (EMBER_GEMM_PIECE != 0)
+#define EMBER_TILE_LINKAGE __attribute__((visibility("hidden")))
+#else
+#define EMBER_GEMM_ANY_TILES 1
+#define EMBER_GEMM_CORE 1
+#define EMBER_GEMM_TILES(family) 1
+#define EMBER_TILE_LINKAGE static
+#endif
+
+#if EMBER_GEMM_CORE
 
 float ember_activate(float v, const ember_epilogue *ep)
 {
@@ -41,9 +67,11 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
     }
 }
 
+#endif
+
 /* A finished tile held in memory (`out`, 32 floats a row) into C's rows (or columns, when
  * transposed), bias, residual and activation applied on the way. */
-static void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols, const ember_epilogue *ep,
+static __attribute__((noinline, unused)) void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols, const ember_epilogue *ep,
                        long row0, long col0)
 {
     if (ep && ep->transposed) {  /* c points at (row0, col0) of the transposed C */
@@ -79,7 +107,7 @@ static void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int n
 /* Tile columns [s, s + run) lie on one row of the output grid (see ember_epilogue.grid_w);
  * the first `kept` of them are output columns, stored from output position `at` on. Returns
  * run. */
-static inline int grid_run(const ember_epilogue *ep, long col0, int s, int ncols, int *kept, long *at)
+static inline __attribute__((unused)) int grid_run(const ember_epilogue *ep, long col0, int s, int ncols, int *kept, long *at)
 {
     long q = col0 + s, gj = q % ep->grid_w;
     int run = ep->grid_w - gj < ncols - s ? (int)(ep->grid_w - gj) : ncols - s;
@@ -88,13 +116,27 @@ static inline int grid_run(const ember_epilogue *ep, long col0, int s, int ncols
     return run;
 }
 
+/* B's source for one chunk of panels: pre-packed, packed into scratch, or read in place. */
+typedef struct {
+    const float *panels; /* packed panels of this chunk, or NULL when reading in place */
+    const float *direct; /* row-major B for in-place reads of full panels */
+    long ldb;
+    const float *tail;   /* packed copy of a partial last panel (in-place mode) */
+    const int32_t *koff; /* in-place rows at direct + koff[k] (any column count; caller pads) */
+} ember_bsource;
+
+/* The parameters of a function computing the tiles of one row block (row_block below). */
+#define EMBER_ROWS_PARAMS \
+    long K, const float *ab, long a_rs, long a_ks, const ember_bsource *b, long p0, long p1, long N, float *c, \
+    long ldc, const ember_epilogue *ep, long r
+
 /* Without 512-bit vectors the register tile below does not fit the register file (see
  * tile_portable), so every such target, JIT host or AOT bundle, takes the portable tile. */
 #if !defined(__AVX512F__) && !defined(EMBER_PORTABLE_TILE)
 #define EMBER_PORTABLE_TILE 1
 #endif
 
-#ifndef EMBER_PORTABLE_TILE
+#if !defined(EMBER_PORTABLE_TILE) && EMBER_GEMM_ANY_TILES
 /* The AVX-512 tile: here ember_vn is ember_v16 (see ember_simd.h). */
 
 /* Bias, residual and activation on one 16-wide vector of row `row`, columns [col, col + 16),
@@ -128,7 +170,7 @@ static __attribute__((noinline)) ember_v16 gelu_v16(ember_v16 v)
 
 /* The tile's rows onto the output grid: each run's kept columns are contiguous in C, so they
  * go out as masked vector stores, the residual coming in the same way. */
-static void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+static __attribute__((noinline)) void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
                        const ember_epilogue *ep, long row0, long col0)
 {
     ember_epilogue rest = *ep;
@@ -230,12 +272,15 @@ static inline __attribute__((always_inline)) void tile(
             }
         }
     }
-    if (ep && ep->grid_w) {
-        store_grid((const ember_v16 (*)[2])acc, mr, c, ldc, ncols, ep, row0, col0);
-        return;
-    }
-    if (ep && ep->act == EMBER_ACT_GELU && !ep->transposed) {
-        store_gelu((const ember_v16 (*)[2])acc, mr, c, ldc, ncols, ep, row0, col0);
+    if (ep && (ep->grid_w || (ep->act == EMBER_ACT_GELU && !ep->transposed))) {
+        /* A copy goes out to memory, so that `acc` itself never has its address taken and
+         * stays in registers from the zeroing to the stores. */
+        ember_v16 held[EMBER_MR][2];
+        #pragma GCC unroll 8
+        for (int i = 0; i < EMBER_MR; i++)
+            if (i < mr) { held[i][0] = acc[i][0]; held[i][1] = acc[i][1]; }
+        if (ep->grid_w) store_grid((const ember_v16 (*)[2])held, mr, c, ldc, ncols, ep, row0, col0);
+        else store_gelu((const ember_v16 (*)[2])held, mr, c, ldc, ncols, ep, row0, col0);
         return;
     }
     if (ncols == EMBER_NR && !(ep && ep->transposed)) {
@@ -262,30 +307,76 @@ static inline __attribute__((always_inline)) void tile(
     store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
 }
 
-#define EMBER_TILE_CASES(HALVES, KOFF) \
-    switch (mr) { \
-    case 8: tile(8, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 7: tile(7, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 6: tile(6, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 5: tile(5, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 4: tile(4, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 3: tile(3, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    case 2: tile(2, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    default: tile(1, HALVES, kc, a, a_rs, a_ks, bp, b_ks, KOFF, c, ldc, ncols, ep, row0, col0); break; \
-    }
+/* The half-width tiles (a last panel of at most 16 columns), one function per row count: out of
+ * line, since inlined beside the full ones they cost those a register (gcc then spilled A's row
+ * offsets, 5% slower). */
+#define EMBER_HALF_PARAMS \
+    long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks, float *c, long ldc, int ncols, \
+    const ember_epilogue *ep, long row0, long col0
+#define EMBER_HALF_TILE(MR) \
+    EMBER_TILE_LINKAGE __attribute__((noipa)) void ember_tile_half_##MR(EMBER_HALF_PARAMS) \
+    { tile(MR, 1, kc, a, a_rs, a_ks, bp, b_ks, (const int32_t *)0, c, ldc, ncols, ep, row0, col0); }
+EMBER_TILE_LINKAGE void ember_tile_half_1(EMBER_HALF_PARAMS), ember_tile_half_2(EMBER_HALF_PARAMS),
+    ember_tile_half_3(EMBER_HALF_PARAMS), ember_tile_half_4(EMBER_HALF_PARAMS), ember_tile_half_5(EMBER_HALF_PARAMS),
+    ember_tile_half_6(EMBER_HALF_PARAMS), ember_tile_half_7(EMBER_HALF_PARAMS), ember_tile_half_8(EMBER_HALF_PARAMS);
+#if EMBER_GEMM_TILES(EMBER_TILES_HALF)
+EMBER_HALF_TILE(1) EMBER_HALF_TILE(2) EMBER_HALF_TILE(3) EMBER_HALF_TILE(4)
+EMBER_HALF_TILE(5) EMBER_HALF_TILE(6) EMBER_HALF_TILE(7) EMBER_HALF_TILE(8)
+#endif
 
-/* The half-width tiles, out of line: inlined beside the full ones they cost those a register
- * (gcc then spilled A's row offsets, 5% slower). */
-static __attribute__((noinline)) void tile_rows_half(int mr, long kc, const float *a, long a_rs, long a_ks,
-                                                     const float *bp, long b_ks, float *c, long ldc, int ncols,
-                                                     const ember_epilogue *ep, long row0, long col0)
+/* The tiles of one block of mr rows of A (at `ab`; mr a constant) against panels [p0, p1) of
+ * B: the inner loop of the sweep, in a function per row count, so the per-tile cost is a loop
+ * step, not a call. `offsets`: B's rows come from the offset table (the direct convolution's;
+ * its narrow last panels are rare and take the full-width tile). */
+static inline __attribute__((always_inline)) void row_block(int mr, int offsets, EMBER_ROWS_PARAMS)
 {
-    EMBER_TILE_CASES(1, (const int32_t *)0)
+    for (long p = p0; p < p1; p++) {
+        long col0 = p * EMBER_NR;
+        int ncols = N - col0 < EMBER_NR ? (int)(N - col0) : EMBER_NR;
+        float *ct = ep && ep->transposed ? c + col0 * ldc + r : c + r * ldc + col0;
+        if (offsets) {
+            tile(mr, 2, K, ab, a_rs, a_ks, b->direct + col0, 0, b->koff, ct, ldc, ncols, ep, r, col0);
+            continue;
+        }
+        const float *bp;
+        long b_ks;
+        if (b->panels) { bp = b->panels + (p - p0) * K * EMBER_NR; b_ks = EMBER_NR; }
+        else if (ncols == EMBER_NR) { bp = b->direct + col0; b_ks = b->ldb; }
+        else { bp = b->tail; b_ks = EMBER_NR; }
+        if (ncols > EMBER_NR / 2) {
+            tile(mr, 2, K, ab, a_rs, a_ks, bp, b_ks, (const int32_t *)0, ct, ldc, ncols, ep, r, col0);
+            continue;
+        }
+        switch (mr) {  /* mr is a constant: one call remains */
+        case 8: ember_tile_half_8(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        case 7: ember_tile_half_7(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        case 6: ember_tile_half_6(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        case 5: ember_tile_half_5(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        case 4: ember_tile_half_4(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        case 3: ember_tile_half_3(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        case 2: ember_tile_half_2(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        default: ember_tile_half_1(K, ab, a_rs, a_ks, bp, b_ks, ct, ldc, ncols, ep, r, col0); break;
+        }
+    }
 }
+
+#define EMBER_ROWS(FAMILY, MR, OFFSETS) \
+    EMBER_TILE_LINKAGE __attribute__((noipa)) void ember_rows_##FAMILY##_##MR(EMBER_ROWS_PARAMS) \
+    { row_block(MR, OFFSETS, K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); }
+#define EMBER_ROWS_FAMILY(FAMILY, OFFSETS) \
+    EMBER_ROWS(FAMILY, 1, OFFSETS) EMBER_ROWS(FAMILY, 2, OFFSETS) EMBER_ROWS(FAMILY, 3, OFFSETS) \
+    EMBER_ROWS(FAMILY, 4, OFFSETS) EMBER_ROWS(FAMILY, 5, OFFSETS) EMBER_ROWS(FAMILY, 6, OFFSETS) \
+    EMBER_ROWS(FAMILY, 7, OFFSETS) EMBER_ROWS(FAMILY, 8, OFFSETS)
+#if EMBER_GEMM_TILES(EMBER_TILES_FULL)
+EMBER_ROWS_FAMILY(plain, 0)
+#endif
+#if EMBER_GEMM_TILES(EMBER_TILES_OFFSETS)
+EMBER_ROWS_FAMILY(offsets, 1)
+#endif
 
 #endif
 
-#ifdef EMBER_PORTABLE_TILE
+#if defined(EMBER_PORTABLE_TILE) && EMBER_GEMM_CORE
 /* The tile for targets without 512-bit vectors (AVX2, SSE, NEON, Cortex-M, RV64), where the
  * 16 x 16-lane accumulators of `tile` split into more values than the registers hold (and GCC
  * takes minutes and ~0.5 MB of code per instantiation). In native vectors (ember_vn: 8 lanes
@@ -337,26 +428,27 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
 }
 #endif
 
-void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
-                     const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
-                     long row0, long col0)
-{
-    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE && !ep->grid_w && !ep->transposed) ep = NULL;
-#ifdef EMBER_PORTABLE_TILE
-    tile_portable(mr, kc, a, a_rs, a_ks, bp, b_ks, koff, c, ldc, ncols, ep, row0, col0);
-#else
-    /* Separate instantiations, so the common path carries no offset-table load; the
-     * half-width tile only where B is read row by row (the offset-table path is the direct
-     * convolution's, whose narrow last panels are rare). */
-    if (koff) {
-        EMBER_TILE_CASES(2, koff)
-    } else if (ncols <= EMBER_NR / 2) {
-        tile_rows_half(mr, kc, a, a_rs, a_ks, bp, b_ks, c, ldc, ncols, ep, row0, col0);
-    } else {
-        EMBER_TILE_CASES(2, (const int32_t *)0)
+#if EMBER_GEMM_CORE
+#ifndef EMBER_PORTABLE_TILE
+#define EMBER_ROWS_DECLARE(FAMILY) \
+    EMBER_TILE_LINKAGE void ember_rows_##FAMILY##_1(EMBER_ROWS_PARAMS), ember_rows_##FAMILY##_2(EMBER_ROWS_PARAMS), \
+        ember_rows_##FAMILY##_3(EMBER_ROWS_PARAMS), ember_rows_##FAMILY##_4(EMBER_ROWS_PARAMS), \
+        ember_rows_##FAMILY##_5(EMBER_ROWS_PARAMS), ember_rows_##FAMILY##_6(EMBER_ROWS_PARAMS), \
+        ember_rows_##FAMILY##_7(EMBER_ROWS_PARAMS), ember_rows_##FAMILY##_8(EMBER_ROWS_PARAMS);
+EMBER_ROWS_DECLARE(plain)
+EMBER_ROWS_DECLARE(offsets)
+#define EMBER_ROWS_CALL(FAMILY) \
+    switch (mr) { \
+    case 8: ember_rows_##FAMILY##_8(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    case 7: ember_rows_##FAMILY##_7(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    case 6: ember_rows_##FAMILY##_6(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    case 5: ember_rows_##FAMILY##_5(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    case 4: ember_rows_##FAMILY##_4(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    case 3: ember_rows_##FAMILY##_3(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    case 2: ember_rows_##FAMILY##_2(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
+    default: ember_rows_##FAMILY##_1(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
     }
 #endif
-}
 
 void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, long col0)
 {
@@ -412,15 +504,6 @@ long ember_gemm_scratch_bytes(long N, long K, int nthreads)
     return threaded > shared ? threaded : shared;
 }
 
-/* B's source for one chunk of panels: pre-packed, packed into scratch, or read in place. */
-typedef struct {
-    const float *panels; /* packed panels of this chunk, or NULL when reading in place */
-    const float *direct; /* row-major B for in-place reads of full panels */
-    long ldb;
-    const float *tail;   /* packed copy of a partial last panel (in-place mode) */
-    const int32_t *koff; /* in-place rows at direct + koff[k] (any column count; caller pads) */
-} ember_bsource;
-
 static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, long a_block,
                          const ember_bsource *b, long p0, long p1, long N, float *c, long ldc,
                          const ember_epilogue *ep, long m0, long m1)
@@ -428,6 +511,7 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
     for (long r = m0; r < m1; r += EMBER_MR) {
         int mr = M - r < EMBER_MR ? (int)(M - r) : EMBER_MR;
         const float *ab = a + (r / EMBER_MR) * a_block;
+#ifdef EMBER_PORTABLE_TILE
         for (long p = p0; p < p1; p++) {
             long col0 = p * EMBER_NR;
             int ncols = N - col0 < EMBER_NR ? (int)(N - col0) : EMBER_NR;
@@ -439,8 +523,13 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
             else if (ncols == EMBER_NR) { bp = b->direct + col0; b_ks = b->ldb; }
             else { bp = b->tail; b_ks = EMBER_NR; }
             float *ct = ep && ep->transposed ? c + col0 * ldc + r : c + r * ldc + col0;
-            ember_tile_rows(mr, K, ab, a_rs, a_ks, bp, b_ks, koff, ct, ldc, ncols, ep, r, col0);
+            tile_portable(mr, K, ab, a_rs, a_ks, bp, b_ks, koff, ct, ldc, ncols, ep, r, col0);
         }
+#else
+        /* Separate instantiations, so the common path carries no offset-table load. */
+        if (b->koff) { EMBER_ROWS_CALL(offsets) }
+        else { EMBER_ROWS_CALL(plain) }
+#endif
     }
 }
 
@@ -465,6 +554,8 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads)
 {
     if (M <= 0 || N <= 0) return; /* nothing to store (and no chunk to divide by) */
+    /* An epilogue that does nothing: the tiles skip it. */
+    if (ep && !ep->bias && !ep->residual && ep->act == EMBER_ACT_NONE && !ep->grid_w && !ep->transposed) ep = NULL;
     long panels = (N + EMBER_NR - 1) / EMBER_NR;
     long panel_floats = K * EMBER_NR;
     if (b_direct) {
@@ -530,3 +621,5 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
             sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, m0, m1);
         }
 }
+
+#endif

@@ -45,12 +45,6 @@ typedef struct {
     int transposed;
 } ember_epilogue;
 
-/* C[mr x ncols] (leading dimension ldc) = A * B, B's row k at bp + k * b_ks, then the epilogue; row0/col0 locate the
- * tile in the whole output for bias and residual. */
-void ember_tile_rows(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
-                     const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
-                     long row0, long col0);
-
 /* Packs columns [col0, col0 + 32) of a row-major K x N matrix into one zero-padded panel. */
 void ember_pack_panel(float *panel, const float *b, long ldb, long K, long N, long col0);
 

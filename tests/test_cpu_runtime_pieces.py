@@ -1,0 +1,121 @@
+"""The cpu backend's kernel library in pieces (backends/cpu/build.py, runtime_files.PIECES): a
+model links only the library files its C names; each piece is cached under a key that changes
+with its file, any header, its -D flags, the compiler and the flags; ember_gemm.c compiled in
+pieces exports exactly what it exports whole (its tile functions stay hidden); a corrupted
+piece is rebuilt; two processes building the same pieces at once both succeed."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ember.backends.cpu.build as build
+from ember.codegen.runtime_files import PIECES, RUNTIME_SOURCES, pieces, runtime_source, sources_named_by
+
+FLAGS = build.BASE_FLAGS + build.target_flags()
+USES_GEMM = '#include "ember_gemm.h"\nlong probe(long n, long k) { return ember_gemm_scratch_bytes(n, k, 1); }\n'
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "cpu"
+
+
+def test_a_source_selects_the_files_it_names_and_their_callees():
+    assert sources_named_by("int main(void) { return 0; }") == []
+    assert sources_named_by("ember_gemm(...);") == ["ember_gemm.c"]
+    assert sources_named_by("g.pack = ember_pack_im2col;") == ["ember_gemm.c", "ember_conv.c"]
+    assert sources_named_by("ember_winograd_bf16(&g);") == [
+        "ember_gemm.c", "ember_winograd.c", "ember_gemm_bf16.c", "ember_winograd_bf16.c"]
+    assert sources_named_by("ember_not_a_library_function(); ember_gemmx();") == []
+
+
+def test_piece_keys_change_with_every_input(cache, monkeypatch):
+    compiler = build.find_compiler()
+    gemm = build._piece_path(compiler, FLAGS, "ember_gemm.c", pieces("ember_gemm.c")[0])
+    conv = build._piece_path(compiler, FLAGS, "ember_conv.c", ())
+    assert len({build._piece_path(compiler, FLAGS, "ember_gemm.c", d) for d in pieces("ember_gemm.c")}) == 4
+    assert build._piece_path(compiler, [*FLAGS, "-O2"], "ember_gemm.c", pieces("ember_gemm.c")[0]) != gemm
+    monkeypatch.setattr(build, "compiler_identity", lambda _: "another compiler 1.0")
+    assert build._piece_path(compiler, FLAGS, "ember_conv.c", ()) != conv
+    monkeypatch.undo()
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(cache.parent))
+
+    def edited(target: str):
+        return lambda name: runtime_source(name) + ("\n/* edited */\n" if name == target else "")
+
+    monkeypatch.setattr(build, "runtime_source", edited("ember_gemm.h"))  # a header: every piece
+    assert build._piece_path(compiler, FLAGS, "ember_gemm.c", pieces("ember_gemm.c")[0]) != gemm
+    assert build._piece_path(compiler, FLAGS, "ember_conv.c", ()) != conv
+    monkeypatch.setattr(build, "runtime_source", edited("ember_conv.c"))  # a .c file: its own pieces only
+    assert build._piece_path(compiler, FLAGS, "ember_gemm.c", pieces("ember_gemm.c")[0]) == gemm
+    assert build._piece_path(compiler, FLAGS, "ember_conv.c", ()) != conv
+
+
+def _exports(library: Path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True,
+                         check=True).stdout
+    return {line.split()[-1] for line in out.splitlines() if " T " in line}
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm not found (binutils)")
+@pytest.mark.parametrize("name", sorted(PIECES))
+def test_a_file_in_pieces_exports_what_it_exports_whole(name, tmp_path):
+    compiler = build.find_compiler().split()
+    for header in RUNTIME_SOURCES:
+        (tmp_path / header).write_text(runtime_source(header))
+    flags = ["-O1", "-std=gnu11", "-fPIC", "-fopenmp", *build.target_flags()]
+    objects = []
+    for index, defines in enumerate(pieces(name)):
+        objects.append(str(tmp_path / f"piece{index}.o"))
+        subprocess.run([*compiler, *flags, *defines, f"-I{tmp_path}", "-c", str(tmp_path / name), "-o", objects[-1]],
+                       check=True)
+    subprocess.run([*compiler, "-shared", *objects, "-o", str(tmp_path / "pieces.so")], check=True)
+    subprocess.run([*compiler, *flags, "-shared", f"-I{tmp_path}", str(tmp_path / name), "-o",
+                    str(tmp_path / "whole.so")], check=True)
+    whole = _exports(tmp_path / "whole.so")
+    assert whole and _exports(tmp_path / "pieces.so") == whole
+    assert not any("_tile_" in symbol or "_rows_" in symbol for symbol in whole)
+
+
+def test_a_model_links_only_the_files_it_names_and_a_bad_piece_is_rebuilt(cache):
+    library = ctypes.CDLL(str(build.build_library(USES_GEMM)))
+    assert library.probe(64, 8) > 0
+    built = sorted(path.name for path in cache.glob("runtime-ember_*.o"))
+    assert len(built) == len(pieces("ember_gemm.c")) and all(n.startswith("runtime-ember_gemm-") for n in built)
+    assert not build.library_is_built()  # the other files of the library are not built
+    piece = next(cache.glob("runtime-ember_gemm-*.o"))
+    piece.write_bytes(b"garbage")
+    for entry in cache.glob("*.so"):
+        entry.unlink()
+    for entry in cache.glob("runtime-*.o"):
+        if not entry.name.startswith("runtime-ember_"):
+            entry.unlink()  # the combined object: relinked from the pieces
+    rebuilt = build.build_library(USES_GEMM)
+    assert build.intact(piece) and piece.read_bytes() != b"garbage"
+    assert ctypes.CDLL(str(rebuilt)).probe(64, 8) == library.probe(64, 8)
+
+
+_BUILD = """
+import sys
+sys.path[:0] = [{root!r}]
+import ember.backends.cpu.build as build
+print(build._runtime_object(build.find_compiler(), build.BASE_FLAGS + build.target_flags(), ["ember_winograd_bf16.c"]))
+"""
+
+
+def test_two_processes_building_the_same_pieces_both_succeed(cache):
+    root = str(Path(__file__).resolve().parents[1])
+    runs = [subprocess.Popen([sys.executable, "-c", _BUILD.format(root=root)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ)) for _ in range(2)]
+    outputs = [run.communicate(timeout=300) for run in runs]
+    assert all(run.returncode == 0 for run in runs), [err[-2000:] for _, err in outputs]
+    paths = {out.strip() for out, _ in outputs}
+    assert len(paths) == 1 and build.intact(Path(paths.pop()))
+    assert not list(cache.glob("build-*"))  # no build folder left behind
