@@ -42,6 +42,38 @@ def test_json_and_npz_bodies_decode_to_the_inputs_types():
     np.testing.assert_array_equal(np.load(io.BytesIO(data))["y"], outputs["y"])
 
 
+def _npz_of_member(data: bytes) -> bytes:
+    """An .npz whose one member, x.npy, holds `data` as given."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("x.npy", data)
+    return buffer.getvalue()
+
+
+def _npy(array: np.ndarray, **options) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, **options)
+    return buffer.getvalue()
+
+
+def test_npz_members_read_as_numpy_reads_them():
+    specs = [InputSpec("x", np.dtype(np.float64), (None, 3))]
+    x = np.asfortranarray(np.arange(12.0).reshape(4, 3))  # stored column-major in the .npy
+    feeds = decode(_npz(x=x), "npz", specs, 1 << 20)
+    np.testing.assert_array_equal(feeds["x"], x)
+    assert feeds["x"].flags.c_contiguous and feeds["x"].flags.writeable  # its own copy, not the body's bytes
+    big_endian = decode(_npz(x=x.astype(">f8")), "npz", [InputSpec("x", np.dtype(">f8"), (None, 3))], 1 << 20)
+    np.testing.assert_array_equal(big_endian["x"], x)
+    # The same member bytes refused: data cut short, an object array, no .npy at all.
+    whole = _npy(np.ones((2, 3)))
+    for data, words in [(whole[:-8], "header says 6 x 8"),
+                        (_npy(np.array([1, "a"], dtype=object), allow_pickle=True), "object arrays"),
+                        (b"not an npy file", "magic string")]:
+        with pytest.raises(RequestError, match=words) as caught:
+            decode(_npz_of_member(data), "npz", specs, 1 << 20)
+        assert caught.value.status == 400
+
+
 @pytest.mark.parametrize("body, fmt, status, words", [
     (b"{", "json", 400, "not valid JSON"),
     (b"[1, 2]", "json", 400, '{"inputs"'),
