@@ -48,7 +48,7 @@ EMBER_STEP step6(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t
     (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 267264));
-        float *y = ((float *)(A + 18176));
+        float *y = ((float *)(A + 22592));
         const float *bias = ((const float *)(W + 128));
         const float *res = NULL;
         (void)bias; (void)res;
@@ -66,8 +66,8 @@ EMBER_STEP step11(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
 {
     (void)W; (void)in; (void)out; (void)A;
     {
-        const float *x = ((const float *)(A + 18176));
-        float *y = ((float *)(A + 26368));
+        const float *x = ((const float *)(A + 22592));
+        float *y = ((float *)(A + 18176));
         const float *bias = ((const float *)(W + 1408));
         const float *res = NULL;
         (void)bias; (void)res;
@@ -136,7 +136,7 @@ EMBER_STEP step16(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
 {
     (void)W; (void)in; (void)out; (void)A;
     {
-        const float *x = ((const float *)(A + 26368));
+        const float *x = ((const float *)(A + 18176));
         float *y = ((float *)(A + 10240));
         const float *bias = ((const float *)(W + 75392));
         const float *res = NULL;
