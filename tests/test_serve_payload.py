@@ -68,7 +68,7 @@ def test_npz_members_read_as_numpy_reads_them():
     whole = _npy(np.ones((2, 3)))
     for data, words in [(whole[:-8], "header says 6 x 8"),
                         (_npy(np.array([1, "a"], dtype=object), allow_pickle=True), "object arrays"),
-                        (b"not an npy file", "magic string")]:
+                        (b"not an npy file", "magic string"), (whole[:9], "magic string")]:
         with pytest.raises(RequestError, match=words) as caught:
             decode(_npz_of_member(data), "npz", specs, 1 << 20)
         assert caught.value.status == 400
