@@ -1,10 +1,11 @@
-"""Unfusing: FusedConv and FullyConnected back into their parts, for backends that do not
+"""Unfusing: FusedConv, FullyConnected and InvertedResidual back into their parts, for backends that do not
 run them natively (the interpreter among them, so the oracle checks the fusion passes)."""
 from __future__ import annotations
 
 from ember.graph import Graph, Node, Value
 from ember.lowering.engine import lowering
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs, get_activation
+from ember.ops.inverted_residual import InvertedResidualAttrs
 
 
 def _activation(graph: Graph, y: Value, activation: str, alpha: float, beta: float, name: str) -> Value:
@@ -35,3 +36,15 @@ def lower_fully_connected(graph: Graph, node: Node) -> list[Value]:
     if residual is not None:
         y = graph.add("Add", y, residual, name=f"{node.name}.residual")
     return [_activation(graph, y, attrs.activation, attrs.alpha, attrs.beta, f"{node.name}.act")]
+
+
+@lowering("InvertedResidual")
+def lower_inverted_residual(graph: Graph, node: Node) -> list[Value]:
+    """Back into its expansion, depthwise and projection FusedConvs."""
+    x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = node.inputs
+    attrs: InvertedResidualAttrs = node.attrs
+    e = graph.add("FusedConv", x, w_expand, b_expand, None, attrs=attrs.expand(), name=f"{node.name}.expand")
+    d = graph.add("FusedConv", e, w_depthwise, b_depthwise, None, attrs=attrs.depthwise(e.type.shape[1]),
+                  name=f"{node.name}.depthwise")
+    return [graph.add("FusedConv", d, w_project, b_project, residual, attrs=attrs.project(),
+                      name=f"{node.name}.project")]

@@ -7,6 +7,7 @@ from ember.ops import (  # noqa: F401  (registration)
     elementwise,
     fused,
     indexing,
+    inverted_residual,
     linalg,
     loss,
     math,

@@ -91,6 +91,14 @@ class CpuBackend(Backend):
         return analytic_seconds(graph, flops_per_second=40e9 * self.num_threads, bytes_per_second=10e9,
                                 per_node=1e-6)
 
+    def pipeline(self) -> list[str]:
+        # MobileNetV2 blocks as one step with channels-last intermediates: fp32 and Ember's own
+        # kernels only (a library backend keeps its convolutions).
+        passes = super().pipeline()
+        if self.precision == "fp32" and self.kernels is C_KERNELS:
+            passes.insert(passes.index("fuse-activations") + 1, "fuse-inverted-residual")
+        return passes
+
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and
         # activation ops: fold them back into FullyConnected epilogues.

@@ -11,6 +11,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     gemm_bf16,
     gemm_mapped,
     indexing,
+    inverted_residual,
     linalg,
     normalization,
     pooling,

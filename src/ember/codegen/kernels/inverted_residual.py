@@ -1,0 +1,193 @@
+"""The cpu kernel of InvertedResidual (ops/inverted_residual.py): MobileNetV2's expansion,
+depthwise and projection in one step, channels last inside it.
+
+NCHW x is transposed into [pixels][C_in] (kernels/transpose_tiles.py); the expansion is a GEMM
+with the pixels as rows, storing E [pixels][C_e] row-major with its bias and activation in
+registers; the depthwise convolution reads E 16 channels at a time, one vector per output
+pixel and tap with no lane wasted on narrow rows and no masked edge vectors, into
+D [out pixels][C_e]; the projection is a GEMM from D into [out pixels][C_out] with its bias
+(and activation when there is no residual), transposed into NCHW y; a residual and the
+activation after it come last. The intermediates live in the step's scratch."""
+from __future__ import annotations
+
+import numpy as np
+
+from ember.codegen.c_writer import CWriter
+from ember.codegen.emitter import Emitter, param
+from ember.codegen.kernels.gemm import Epilogue, gemm_call
+from ember.codegen.kernels.layouts import MR, pack_panels, threads_for
+from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
+from ember.codegen.kernels.table import C_KERNELS
+from ember.codegen.kernels.transpose_tiles import define_transpose
+from ember.lir.ir import Buffer, Instr
+from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.types import DType
+
+DEPTHWISE = "ember_depthwise_nhwc"
+LANES = 16
+# Blocks on larger input maps stay three steps: on 56x56 (24 -> 144 -> 24) the fused step took
+# 788 us against 652 for the three (the 24-wide projection fills 3/4 of a 32-column panel,
+# and the 1.8 MB expanded tensor leaves L2); from 28x28 down it is as fast or faster
+# (thread CPU time, 1 thread, AMD EPYC Zen 4).
+MAX_PIXELS = 28 * 28
+
+_DEPTHWISE_C = r"""
+/* Depthwise convolution of channels-last e [H][W][C] into d [OH][OW][C] (C a multiple of 16),
+ * 16 channels at a time with their taps in registers; pixels whose taps all lie inside the
+ * input skip the bounds checks. KH, KW and S are constants where the caller specializes. */
+typedef float ember_dn_v16 __attribute__((vector_size(64)));
+typedef int ember_dn_i16 __attribute__((vector_size(64)));
+static inline ember_dn_v16 ember_dn_load(const float *p) { ember_dn_v16 v; memcpy(&v, p, sizeof v); return v; }
+/* `bound` where `past` says so, else v (a NaN in v stays, as in np.maximum / np.minimum). */
+static inline ember_dn_v16 ember_dn_pick(ember_dn_i16 past, ember_dn_v16 bound, ember_dn_v16 v)
+{
+    return (ember_dn_v16)(((ember_dn_i16)bound & past) | ((ember_dn_i16)v & ~past));
+}
+static inline __attribute__((always_inline)) void
+ember_depthwise_nhwc_block(const float *e, long H, long W, long C, const float *wt, const float *bias, float *d,
+                           long OH, long OW, const long KH, const long KW, const long S, long PH, long PW,
+                           const ember_epilogue *ep, long c0)
+{
+    ember_dn_v16 w[64], zero = {0}, lo = zero + (ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = zero + ep->beta;
+    for (long t = 0; t < KH * KW; t++) w[t] = ember_dn_load(wt + t * C + c0);
+    ember_dn_v16 b = bias ? ember_dn_load(bias + c0) : zero;
+    for (long i = 0; i < OH; i++) {
+        long ih0 = i * S - PH;
+        int rows_inside = ih0 >= 0 && ih0 + KH <= H;
+        for (long j = 0; j < OW; j++) {
+            long iw0 = j * S - PW;
+            ember_dn_v16 acc0 = b, acc1 = zero;
+            const float *base = e + (ih0 * W + iw0) * C + c0;
+            if (rows_inside && iw0 >= 0 && iw0 + KW <= W) {
+                #pragma GCC unroll 8
+                for (long u = 0; u < KH; u++)
+                    #pragma GCC unroll 8
+                    for (long v = 0; v < KW; v++) {
+                        ember_dn_v16 in = ember_dn_load(base + (u * W + v) * C);
+                        if (u % 2) acc1 += w[u * KW + v] * in;
+                        else acc0 += w[u * KW + v] * in;
+                    }
+            } else {
+                for (long u = 0; u < KH; u++) {
+                    if (ih0 + u < 0 || ih0 + u >= H) continue;
+                    for (long v = 0; v < KW; v++)
+                        if (iw0 + v >= 0 && iw0 + v < W) acc0 += w[u * KW + v] * ember_dn_load(base + (u * W + v) * C);
+                }
+            }
+            ember_dn_v16 out = acc0 + acc1;
+            if (ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(lo > out, lo, out);
+            if (ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(hi < out, hi, out);
+            else if (ep->act != EMBER_ACT_RELU && ep->act != EMBER_ACT_NONE)
+                for (int l = 0; l < 16; l++) out[l] = ember_activate(out[l], ep);
+            memcpy(d + (i * OW + j) * C + c0, &out, sizeof out);
+        }
+    }
+}
+static void ember_depthwise_nhwc(const float *e, long H, long W, long C, const float *wt, const float *bias,
+                                 float *d, long OH, long OW, long KH, long KW, long S, long PH, long PW,
+                                 const ember_epilogue *ep, int nthreads)
+{
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    for (long c0 = 0; c0 < C; c0 += 16) {
+        if (KH == 3 && KW == 3 && S == 1)
+            ember_depthwise_nhwc_block(e, H, W, C, wt, bias, d, OH, OW, 3, 3, 1, PH, PW, ep, c0);
+        else if (KH == 3 && KW == 3 && S == 2)
+            ember_depthwise_nhwc_block(e, H, W, C, wt, bias, d, OH, OW, 3, 3, 2, PH, PW, ep, c0);
+        else
+            ember_depthwise_nhwc_block(e, H, W, C, wt, bias, d, OH, OW, KH, KW, S, PH, PW, ep, c0);
+    }
+}
+"""
+
+
+def _accepts(view: OpView) -> str | None:
+    if view.results[0].dtype is not DType.FLOAT32:
+        return "the InvertedResidual kernel runs float32"
+    if not all(view.constant[i] for i in (1, 3, 5)) or not all(
+            view.operands[i] is None or view.constant[i] for i in (2, 4, 6)):
+        return "the InvertedResidual kernel packs its weights and reads its biases at compile time: they must be " \
+               "constants"
+    if view.operand(1).shape[0] % LANES:
+        return f"the InvertedResidual kernel needs a multiple of {LANES} expanded channels"
+    x = view.operand(0)
+    if x.rank != 4 or x.shape[2] * x.shape[3] > MAX_PIXELS:
+        return f"input maps over {MAX_PIXELS} pixels run as three convolution steps (measured faster)"
+    return None
+
+
+class _Block:
+    """The geometry of one InvertedResidual instruction."""
+
+    def __init__(self, instr: Instr) -> None:
+        base = instr.base_operands
+        self.out, self.x, self.w_expand = instr.operand(0), instr.operand(1), instr.operand(2)
+        self.w_depthwise, self.w_project = instr.operand(4), instr.operand(6)
+        self.b_expand, self.b_depthwise, self.b_project = base[3], base[5], base[7]
+        self.residual = base[8] if len(base) > 8 else None
+        self.attrs: InvertedResidualAttrs = instr.attrs
+        self.n_batch, self.c_in, self.h, self.w = (int(d) for d in self.x.type.shape)
+        self.expanded = int(self.w_expand.type.shape[0])
+        self.kh, self.kw = (int(d) for d in self.w_depthwise.type.shape[2:])
+        self.c_out, self.oh, self.ow = (int(d) for d in self.out.type.shape[1:])
+        self.pixels, self.out_pixels = self.h * self.w, self.oh * self.ow
+
+    def scratch_floats(self) -> int:
+        return self.pixels * (self.c_in + self.expanded) + self.out_pixels * (self.expanded + self.c_out)
+
+    def macs(self) -> int:
+        taps = self.kh * self.kw
+        return self.pixels * self.c_in * self.expanded + self.out_pixels * self.expanded * (self.c_out + taps)
+
+
+def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = _Block(instr)
+    expand = pack_panels(s.w_expand.constant().reshape(s.expanded, s.c_in).T.astype(np.float32))
+    taps = np.ascontiguousarray(s.w_depthwise.constant().reshape(s.expanded, s.kh * s.kw).T.astype(np.float32))
+    project = pack_panels(s.w_project.constant().reshape(s.c_out, s.expanded).T.astype(np.float32))
+    return KernelPlan({"threads": threads_for(options.num_threads, s.macs())},
+                      packed=[(s.w_expand, "expand_panels32", expand), (s.w_depthwise, "depthwise_taps", taps),
+                              (s.w_project, "project_panels32", project)],
+                      scratch_bytes=s.scratch_floats() * 4)
+
+
+def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue:
+    return Epilogue(bias=bias, activation=activation, alpha=alpha, beta=beta)
+
+
+@C_KERNELS.kernel("inverted_residual", "InvertedResidual", accepts=_accepts, plan=_plan)
+def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
+    s, a = _Block(instr), instr.attrs
+    transpose = define_transpose(em)
+    em.define(DEPTHWISE, _DEPTHWISE_C)
+    threads = int(param(instr, "threads", 1))
+
+    def pointer(buffer: Buffer | None) -> str:
+        return em.pointer(buffer, const=True) if buffer is not None else "NULL"
+
+    w = CWriter().line(f"const float *x = {pointer(s.x)};", f"float *y = {em.pointer(s.out)};",
+                       f"const float *res = {pointer(s.residual)};", "(void)res;")
+    last = "none" if s.residual is not None else a.project_activation
+    expand = gemm_call(m=s.pixels, n=s.expanded, k=s.c_in, a="xt", a_layout=(s.c_in, 1, MR * s.c_in),
+                       b_packed=em.packed(instr, 0), ldb=0, c="e", ldc=s.expanded, epilogue="&ep_expand",
+                       threads=threads)
+    project = gemm_call(m=s.out_pixels, n=s.c_out, k=s.expanded, a="d", a_layout=(s.expanded, 1, MR * s.expanded),
+                        b_packed=em.packed(instr, 2), ldb=0, c="t", ldc=s.c_out, epilogue="&ep_project",
+                        threads=threads)
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {s.pixels * s.c_in}, *d = e + {s.pixels * s.expanded}, "
+               f"*t = d + {s.out_pixels * s.expanded}, *yn = y + nb * {s.c_out * s.out_pixels};",
+               f"{transpose}(x + nb * {s.c_in * s.pixels}, {s.c_in}, {s.pixels}, {s.pixels}, xt, {s.c_in});",
+               _epilogue(pointer(s.b_expand), a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
+               expand,
+               _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
+               f"{DEPTHWISE}(e, {s.h}, {s.w}, {s.expanded}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, d, "
+               f"{s.oh}, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, {threads});",
+               _epilogue(pointer(s.b_project), last, a.project_alpha, a.project_beta).c_init("ep_project"),
+               project,
+               f"{transpose}(t, {s.out_pixels}, {s.c_out}, {s.c_out}, yn, {s.out_pixels});")
+        if s.residual is not None:
+            w.line(_epilogue("NULL", a.project_activation, a.project_alpha, a.project_beta).c_init("ep_finish"),
+                   f"ember_finish_span(yn, res + nb * {s.c_out * s.out_pixels}, {s.c_out * s.out_pixels}, "
+                   "&ep_finish);")
+    return w.text()
+

@@ -1,0 +1,112 @@
+"""fuse-inverted-residual (before/after IR text, numerically through the reference) and the
+cpu backend's InvertedResidual kernel against the interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.backends.cpu import CpuBackend
+from ember.driver import compile_graph
+from ember.graph import Graph
+from ember.ops.fused import FusedConvAttrs
+from ember.types import DType, TensorType
+from tests.filecheck import check_pass
+from tests.helpers import relative_error
+
+PW = "{strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1]}"
+CLIP6 = '{strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], activation="clip", beta=6.0}'
+
+
+def _block_ir(stride: int, residual: bool, expanded: int = 16, group: int | None = None) -> str:
+    group = expanded if group is None else group
+    out = 4 if residual else 6
+    dw = f'{{strides=[{stride}, {stride}], pads=[1, 1, 1, 1], dilations=[1, 1], group={group}, activation="relu"}}'
+    size = 6 // stride
+    tail = (f'%p: f32[1,4,{size},{size}] = FusedConv(%d, @w3, @b3, %x) {PW} name="p"' if residual else
+            f'%p: f32[1,6,{size},{size}] = FusedConv(%d, @w3, @b3, none) {PW} name="p"')
+    return f"""graph "g" {{
+      input %x: f32[1,4,6,6]
+      const @w1: f32[{expanded},4,1,1]
+      const @b1: f32[{expanded}]
+      const @w2: f32[{expanded},{expanded // group},3,3]
+      const @b2: f32[{expanded}]
+      const @w3: f32[{out},{expanded},1,1]
+      const @b3: f32[{out}]
+      %e: f32[1,{expanded},6,6] = FusedConv(%x, @w1, @b1, none) {CLIP6} name="e"
+      %d: f32[1,{expanded},{size},{size}] = FusedConv(%e, @w2, @b2, none) {dw} name="d"
+      {tail}
+      output "y" = %p
+    }}"""
+
+
+def test_expand_depthwise_project_with_residual_becomes_one_node():
+    check_pass(_block_ir(1, True), "fuse-inverted-residual", """
+      CHECK-NOT: FusedConv
+      CHECK: %p: f32[1,4,6,6] = InvertedResidual(%x, @w1, @b1, @w2, @b2, @w3, @b3, %x)
+      CHECK-SAME: strides=[1, 1], pads=[1, 1, 1, 1], expand_activation="clip"
+      CHECK-SAME: expand_beta=6.0, depthwise_activation="relu"
+      CHECK-NEXT: output "y" = %p""")
+
+
+def test_strided_block_without_residual_becomes_one_node():
+    check_pass(_block_ir(2, False), "fuse-inverted-residual", """
+      CHECK: %p: f32[1,6,3,3] = InvertedResidual(%x, @w1, @b1, @w2, @b2, @w3, @b3, none)
+      CHECK-SAME: strides=[2, 2]""")
+
+
+def test_blocks_the_kernel_cannot_take_stay_apart():
+    # 24 expanded channels (not a multiple of 16), and a grouped (not depthwise) middle stage.
+    for ir in (_block_ir(1, True, expanded=24), _block_ir(1, True, group=8)):
+        check_pass(ir, "fuse-inverted-residual", """
+          CHECK: %e: {{.*}} = FusedConv
+          CHECK-NEXT: %d: {{.*}} = FusedConv
+          CHECK-NEXT: %p: {{.*}} = FusedConv
+          CHECK-NOT: InvertedResidual""")
+
+
+def test_intermediate_with_another_reader_stays_apart():
+    ir = _block_ir(1, False).replace('output "y" = %p', 'output "y" = %p\n      output "e" = %e')
+    check_pass(ir, "fuse-inverted-residual", """
+      CHECK-NOT: InvertedResidual""")
+
+
+def _block_graph(channels, expanded, out, hw, stride, kernel, residual, activations) -> Graph:
+    rng = np.random.default_rng(expanded * 10 + hw[1])
+    g = Graph("block")
+    x = g.add_input("x", TensorType(DType.FLOAT32, (2, channels, *hw)))
+
+    def weights(*shape):
+        return g.add_constant(rng.standard_normal(shape).astype(np.float32) * 0.3)
+
+    pad = kernel // 2
+    (ea, da, pa) = activations
+    clip = {"clip": (0.0, 6.0)}
+    e = g.add("FusedConv", x, weights(expanded, channels, 1, 1), weights(expanded), None,
+              attrs=FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, ea, *clip.get(ea, (0.0, 0.0))), name="e")
+    d = g.add("FusedConv", e, weights(expanded, 1, kernel, kernel), weights(expanded), None,
+              attrs=FusedConvAttrs((stride, stride), (pad,) * 4, (1, 1), expanded, da, *clip.get(da, (0.0, 0.0))),
+              name="d")
+    r = x if residual else None
+    y = g.add("FusedConv", d, weights(out, expanded, 1, 1), weights(out), r,
+              attrs=FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, pa, *clip.get(pa, (0.0, 0.0))), name="p")
+    g.set_outputs([("y", y)])
+    return g
+
+
+BLOCKS = [
+    # in, expanded, out, (H, W), stride, kernel, residual, activations (expand, depthwise, project)
+    (16, 96, 16, (9, 11), 1, 3, True, ("clip", "clip", "none")),   # MobileNetV2's, odd map
+    (24, 144, 32, (14, 14), 2, 3, False, ("clip", "clip", "none")),  # strided, even map
+    (5, 32, 7, (7, 5), 2, 3, False, ("relu", "sigmoid", "tanh")),   # odd counts, other activations
+    (8, 48, 8, (6, 6), 1, 5, True, ("none", "relu", "relu")),       # 5x5 taps, activation after the residual
+]
+
+
+@pytest.mark.parametrize("case", BLOCKS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}x{c[3][0]}s{c[4]}k{c[5]}")
+def test_block_kernel_matches_interpreter(case):
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, case[0], *case[3])).astype(np.float32)}
+    expected = compile_graph(_block_graph(*case), "interpreter").run(feeds)["y"]
+    for threads in (1, 2):
+        model = compile_graph(_block_graph(*case), CpuBackend(num_threads=threads))
+        assert "ember_depthwise_nhwc(" in model._executable.source
+        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, threads
