@@ -114,7 +114,7 @@ def deploy(model: Any, replicas: int = 1, max_batch: int = 1, batch_wait_ms: flo
     handle = serve.run(build_application(shipped, options), name=name, route_prefix=route_prefix)
     url = f"http://{host}:{port}{route_prefix.rstrip('/')}"
     ingress = 1 if failover else replicas  # with failover the front is the ingress: one replica
-    urls = replica_urls(name, host, ingress, timeout=60.0 if direct_ingress else 0.0)
+    urls = replica_urls(name, host, ingress, timeout=10.0 if direct_ingress else 0.0)
     if direct_ingress and not urls:
         serve.delete(name)
         remove_store(name)
