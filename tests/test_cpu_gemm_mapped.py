@@ -115,8 +115,8 @@ def test_shared_weight_and_shape_define_the_kernel_once():
 
 
 @pytest.mark.parametrize("threads,rows,k,n,mapped", [
-    (2, 2, 512, 512, True),     # 512K multiply-adds: below GEMM_PARALLEL_MIN_MACS, one thread anyway
-    (2, 4, 1024, 512, False),   # 2M multiply-adds: the hand-written kernel runs it on both cores
+    (2, 2, 256, 128, True),     # 64K multiply-adds: below GEMM_PARALLEL_MIN_MACS, one thread anyway
+    (2, 2, 512, 512, False),    # 512K multiply-adds: the hand-written kernel runs it on both cores
     (1, 4, 1024, 512, True),
     (1, 1, 512, 1024, False),   # one row: the hand-written kernel splits K, as fast
     (1, MAPPED_MAX_ROWS + 1, 64, 64, False),

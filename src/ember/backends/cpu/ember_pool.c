@@ -1,5 +1,5 @@
 /* Ember's thread pool: the OpenMP entry points GCC's `#pragma omp parallel for` compiles to,
- * implemented for the cpu backend's model libraries (backends/cpu/pool.py says why).
+ * implemented for the cpu backend's model libraries (backends/cpu/threads.py says why).
  *
  * A parallel region of N threads is N tasks, task t being "OpenMP thread t". The calling
  * thread publishes the region and then claims tasks itself, as do the pool's workers; a task
@@ -9,10 +9,10 @@
  * has already started.
  *
  * Idle workers spin (PAUSE) for a short budget after each region, since a model's regions
- * come microseconds apart, then sleep on a futex. The spin stops early when the worker finds
- * it was descheduled during it (the cores are not ours: spinning would take time from
- * whoever we wait for), and each such finding halves the next budget, which grows back
- * while regions find workers awake.
+ * come microseconds apart, then sleep on a futex. Spinning is free only while the cores are
+ * ours: when a thread of the pool finds it was descheduled while runnable (an involuntary
+ * context switch, or a long gap in its spin), nobody spins for the next 100 ms, and regions
+ * wake sleeping workers instead (what OMP_WAIT_POLICY=PASSIVE does, always).
  *
  * Every function here has hidden visibility: the model library's own references bind to
  * them at link time, dlsym never sees them, and another OpenMP runtime in the process (one a
@@ -26,6 +26,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -37,6 +38,8 @@
 #define POOL_MAX_THREADS 256
 #define POOL_MAX_LOOPS 8          /* worksharing loops in one region (generated code has one) */
 #define POOL_PREEMPTED_NS 200000  /* a gap this long between two spin checks: we were descheduled */
+#define POOL_CHECK_NS 100000      /* a thread looks for involuntary context switches at most this often */
+#define POOL_COOLDOWN_NS 100000000 /* after one, nobody spins for this long (100 ms) */
 
 typedef void (*pool_task_fn)(void *);
 
@@ -54,14 +57,23 @@ static struct {
     _Atomic uint32_t finished;     /* tasks of the current region done (futex word of the caller) */
     _Atomic int caller_asleep;
     _Atomic int busy;              /* a region is in flight: another caller runs its own inline */
-    _Atomic int spin_ns;           /* the current spin budget (halved on preemption) */
+    _Atomic int64_t spin_again_at; /* CLOCK_MONOTONIC ns before which nobody spins (contention seen) */
     pool_task_fn fn;
     void *data;
     pool_loop loops[POOL_MAX_LOOPS];
     pthread_mutex_t start_lock;
     int workers;
-    int max_spin_ns;
-} pool = {.start_lock = PTHREAD_MUTEX_INITIALIZER, .spin_ns = -1};
+    int spin_ns;                   /* the spin budget, from EMBER_SPIN_US */
+} pool = {.start_lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* Per parallel region (its outlined function's address, hashed): about how long it takes on one
+ * thread. While the cores are contended, a region shorter than POOL_WAKE_WORTH_NS runs on the
+ * caller alone: waking a sleeping worker (a futex call, then the cache lines it pulls over)
+ * would cost more than the worker saves. Without contention workers spin, and every region runs
+ * on its threads. */
+#define POOL_SITES 256
+#define POOL_WAKE_WORTH_NS 30000
+static _Atomic int64_t pool_sites[POOL_SITES];
 
 static __thread int task_id, task_count = 1, loop_index, in_region;
 static __thread pool_loop *current_loop;           /* the worksharing loop _next takes chunks from */
@@ -97,11 +109,33 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
 static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)count; }
 #endif
 
-/* Spins until *word != value or the budget is spent; true when it changed. A descheduled
- * spin (a long gap between checks) ends at once and halves the pool's budget. */
+/* Contention: a thread of ours was runnable but the scheduler ran someone else (an
+ * involuntary context switch), or a spin check came long after the previous one. Then spinning
+ * takes CPU time from the threads we wait for, and the scheduler charges it to us: nobody
+ * spins for POOL_COOLDOWN_NS, and regions fall back to sleeping and futex wake-ups. */
+static void note_contention(int64_t t) {
+    atomic_store_explicit(&pool.spin_again_at, t + POOL_COOLDOWN_NS, memory_order_relaxed);
+}
+
+static void check_contention(void) {
+    static __thread int64_t last_check;
+    static __thread long last_switches = -1;
+    int64_t t = now_ns();
+    if (t - last_check < POOL_CHECK_NS) return;
+    last_check = t;
+#if defined(__linux__)
+    struct rusage usage;
+    if (getrusage(RUSAGE_THREAD, &usage) != 0) return;
+    if (last_switches >= 0 && usage.ru_nivcsw != last_switches) note_contention(t);
+    last_switches = usage.ru_nivcsw;
+#endif
+}
+
+/* Spins until *word != value or the budget is spent; true when it changed. */
 static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value) {
-    int budget = atomic_load_explicit(&pool.spin_ns, memory_order_relaxed);
     int64_t start = now_ns(), last = start;
+    if (start < atomic_load_explicit(&pool.spin_again_at, memory_order_relaxed))
+        return atomic_load_explicit(word, memory_order_acquire) != value;
     for (;;) {
         for (int i = 0; i < 16; i++) {
             if (atomic_load_explicit(word, memory_order_acquire) != value) return true;
@@ -109,10 +143,10 @@ static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value) {
         }
         int64_t t = now_ns();
         if (t - last > POOL_PREEMPTED_NS) {
-            atomic_store_explicit(&pool.spin_ns, budget / 2, memory_order_relaxed);
+            note_contention(t);
             return atomic_load_explicit(word, memory_order_acquire) != value;
         }
-        if (t - start > budget) return false;
+        if (t - start > pool.spin_ns) return false;
         last = t;
     }
 }
@@ -132,16 +166,18 @@ static void run_task(int id, int count) {
     current_loop = saved_loop;
 }
 
-/* Claims and runs tasks of the region of `generation` until none is left. */
-static void claim_tasks(uint32_t generation) {
+/* Claims and runs tasks of the region of `generation` until none is left; how many it ran. */
+static int claim_tasks(uint32_t generation) {
     uint64_t word = atomic_load_explicit(&pool.claim, memory_order_acquire);
+    int ran = 0;
     for (;;) {
         uint32_t tasks = (uint32_t)(word >> 16) & 0xffff, next = (uint32_t)word & 0xffff;
-        if ((uint32_t)(word >> 32) != generation || next >= tasks) return;
+        if ((uint32_t)(word >> 32) != generation || next >= tasks) return ran;
         if (!atomic_compare_exchange_weak_explicit(&pool.claim, &word, word + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
         run_task((int)next, (int)tasks);
+        ran++;
         if (atomic_fetch_add(&pool.finished, 1) + 1 == tasks &&
             atomic_load(&pool.caller_asleep))
             futex_wake(&pool.finished, 1);
@@ -159,6 +195,7 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
         claim_tasks(seen);
+        check_contention();
     }
     return NULL;
 }
@@ -177,8 +214,7 @@ static void configure(void) {
     long spin_us = text ? strtol(text, NULL, 10) : 100;
     if (spin_us < 0) spin_us = 0;
     if (spin_us > 100000) spin_us = 100000;
-    pool.max_spin_ns = (int)(spin_us * 1000);
-    atomic_store(&pool.spin_ns, pool.max_spin_ns);
+    pool.spin_ns = (int)(spin_us * 1000);
     pthread_atfork(NULL, NULL, reset_after_fork);
 }
 
@@ -229,8 +265,13 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     (void)flags;
     int tasks = num_threads == 0 ? 1 : (int)(num_threads > POOL_MAX_THREADS ? POOL_MAX_THREADS : num_threads);
     int expected = 0;
-    if (tasks == 1 || in_region || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+    _Atomic int64_t *site = &pool_sites[((uintptr_t)fn >> 4) % POOL_SITES];
+    int64_t start = now_ns();
+    if (tasks == 1 || in_region || (start < atomic_load_explicit(&pool.spin_again_at, memory_order_relaxed) &&
+                                    atomic_load_explicit(site, memory_order_relaxed) < POOL_WAKE_WORTH_NS) ||
+        !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
         run_inline(fn, data, tasks);
+        if (!in_region && tasks > 1) atomic_store_explicit(site, now_ns() - start, memory_order_relaxed);
         return;
     }
     if (pool.workers < tasks - 1) start_workers(tasks - 1);
@@ -242,7 +283,7 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     atomic_store_explicit(&pool.claim, ((uint64_t)generation << 32) | ((uint64_t)tasks << 16), memory_order_release);
     atomic_store(&pool.generation, generation);
     if (atomic_load(&pool.sleepers) > 0) futex_wake(&pool.generation, tasks - 1);
-    claim_tasks(generation);
+    int ran = claim_tasks(generation);
     uint32_t done = atomic_load_explicit(&pool.finished, memory_order_acquire);
     if (done != (uint32_t)tasks) {
         /* Only tasks a worker started are left: spin a little, then sleep until the last one ends. */
@@ -253,12 +294,10 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
             while ((done = atomic_load(&pool.finished)) != (uint32_t)tasks) futex_wait(&pool.finished, done);
             atomic_store(&pool.caller_asleep, 0);
         }
-    } else {
-        /* Every task ended without the caller sleeping: let the budget grow back. */
-        int budget = atomic_load_explicit(&pool.spin_ns, memory_order_relaxed);
-        if (budget < pool.max_spin_ns)
-            atomic_store_explicit(&pool.spin_ns, budget + (pool.max_spin_ns >> 6) + 1, memory_order_relaxed);
     }
+    /* The region's one-thread time, roughly: the caller's share of the tasks took this long. */
+    atomic_store_explicit(site, (now_ns() - start) * tasks / (ran > 0 ? ran : 1), memory_order_relaxed);
+    check_contention();
     atomic_store(&pool.busy, 0);
 }
 

@@ -11,16 +11,16 @@ import numpy as np
 from ember.codegen.c_constants import GEMM_CHUNK_BYTES, LINE_FLOATS, MAX_VECTOR_LANES, MR, NR, WINOGRAD_BLOCK
 
 __all__ = ["MR", "NR", "DirectLayout", "WinogradLayout", "depthwise_scratch_bytes", "gemm_scratch_bytes", "pack_panels"]
-# Below this many multiply-adds a parallel region costs more than it saves (a warm OpenMP
-# region costs about a microsecond; 256K multiply-adds take a few).
+# Below this many multiply-adds a parallel region costs more than it saves (a region of
+# Ember's pool with its workers spinning costs about a microsecond; 256K multiply-adds take a few).
 PARALLEL_MIN_MACS = 1 << 18
-# GEMMs and GEMVs (MatMul, FullyConnected) take more: the cpu backend's OpenMP threads wait
-# passively (backends/cpu/threads.py: spinning ruins latency on a shared machine), so each
-# region wakes a sleeping thread, 7-20 us measured on a 2-core AMD EPYC VM, about what a
-# 1M multiply-add GEMM saves on the second core. A 2-thread GRU (per step, GEMVs of 262K and
-# 524K multiply-adds) ran at 2.0 ms with 256K, 1.46 ms with 1M; ResNet-18, MobileNetV2 and
-# BERT unchanged (bench/compare.py).
-GEMM_PARALLEL_MIN_MACS = 1 << 20
+# GEMMs and GEMVs (MatMul, FullyConnected) from 128K multiply-adds (a few microseconds). With
+# libgomp's passive waiting every region woke a sleeping thread (7-20 us on a 2-core AMD EPYC
+# VM) and this was 1M; Ember's pool (backends/cpu/ember_pool.c) keeps its workers spinning
+# while the cores are free, and while they are not it runs short regions on the caller alone,
+# so the split pays off from here (a 2-thread GRU, per step GEMVs of 262K and 524K
+# multiply-adds, bench/compare.py).
+GEMM_PARALLEL_MIN_MACS = 1 << 17
 
 
 def pack_panels(b: np.ndarray) -> np.ndarray:
