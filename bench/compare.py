@@ -54,12 +54,59 @@ def gemm_model(folder: Path) -> Path:
     return path
 
 
-def find_models(spec: str, scratch: Path) -> dict[str, Path]:
+# Real pretrained models from PyPI wheels (no download at run time; tests/pretrained_models.py
+# names the wheels .ci/run installs): a sentence encoder and OCR networks. Each runs with
+# realistic inputs at the shapes given, which every engine compiles for.
+PRETRAINED = ("minilm", "rapidocr_rec", "rapidocr_det", "rapidocr_cls")
+MINILM_SEQ = 128
+
+
+def pretrained_model(name: str, scratch: Path) -> tuple[Path, dict[str, tuple[int, ...]], dict[str, np.ndarray]] | None:
+    """(model file, input shapes, inputs) of a pretrained model, or None where its wheel is
+    not installed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ and bench/ as packages
+    if name == "minilm":
+        import onnx
+
+        from bench.quant_bert import minilm_path, token_samples
+
+        path = minilm_path()
+        if path is None:
+            return None
+        inputs = [i.name for i in onnx.load(str(path), load_external_data=False).graph.input]
+        feeds = token_samples(1, MINILM_SEQ, 30522, inputs, seed=0)[0]
+        return path, {k: v.shape for k, v in feeds.items()}, feeds
+    from tests.pretrained_models import MODELS
+
+    model = next(m for m in MODELS if m.name == name)
+    path = model.path()
+    if path is None:
+        return None
+    if model.fixups:
+        import onnx
+
+        path = scratch / f"{name}.onnx"
+        onnx.save(model.proto(), path)
+    feeds = {k: np.asarray(v) for k, v in dict(model.make_inputs()).items()}
+    return path, dict(model.input_shapes) or {k: v.shape for k, v in feeds.items()}, feeds
+
+
+def find_models(spec: str, scratch: Path, pretrained: dict[str, tuple[dict, dict]] | None = None) -> dict[str, Path]:
     """Model name -> path for a comma list of: a folder (each .onnx in it), an .onnx file,
-    gemm1024 (generated) or a name of the shared models folder."""
+    gemm1024 (generated), a pretrained model (PRETRAINED: its input shapes and inputs go to
+    `pretrained`) or a name of the shared models folder."""
     paths: dict[str, Path] = {}
     for item in (part.strip() for part in spec.split(",") if part.strip()):
         candidate = Path(item)
+        if item in PRETRAINED:
+            found = pretrained_model(item, scratch)
+            if found is None:
+                print(f"skipping {item}: its wheel is not installed (see tests/pretrained_models.py)", file=sys.stderr)
+                continue
+            paths[item], shapes, feeds = found
+            if pretrained is not None:
+                pretrained[item] = (shapes, feeds)
+            continue
         if candidate.is_dir():
             found = sorted(candidate.glob("*.onnx"))
             if not found:
@@ -92,7 +139,8 @@ def available_peers(spec: str) -> list[str]:
 
 
 
-def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], args: argparse.Namespace) -> None:
+def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], args: argparse.Namespace,
+                  pretrained: dict[str, tuple[dict, dict]]) -> None:
     engines = ("ember", *peers)
     header = f"{'model':16} {'thr':>3} {'load':>4} " + " ".join(
         f"{SHORT.get(e, e) + ' p50':>9} {SHORT.get(e, e) + ' p99':>9}" for e in engines)
@@ -102,8 +150,9 @@ def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], 
     print(header + ratios + f" {'GFLOP/s':>8} {'compile s':>9} {'cached s':>8}   (times in ms)")
     for thread_count in threads:
         for name, path in paths.items():
+            shapes, feeds = pretrained.get(name, (None, None))
             r = compare(str(path), thread_count, rounds=args.rounds, seconds=args.seconds, engines=engines,
-                        load=args.load, fresh_cache=not args.cached)
+                        load=args.load, fresh_cache=not args.cached, input_shapes=shapes, feeds=feeds)
             line = f"{name:16} {thread_count:>3} {args.load:>4} " + " ".join(
                 f"{r['p50'][e] * 1e3:>9.3f} {r['p99'][e] * 1e3:>9.3f}" for e in engines)
             if "onnxruntime" in peers:
@@ -132,7 +181,8 @@ def rss_table(paths: dict[str, Path], peers: list[str], threads: list[int]) -> N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=DEFAULT_MODELS,
-                        help="comma list of shared model names, .onnx files, folders of .onnx files, gemm1024")
+                        help="comma list of shared model names, .onnx files, folders of .onnx files, gemm1024, "
+                             f"pretrained models from wheels ({', '.join(PRETRAINED)})")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=15, help="timing blocks per engine")
     parser.add_argument("--seconds", type=float, default=0.3, help="length of one timing block")
@@ -148,14 +198,15 @@ def main() -> int:
     threads = [int(t) for t in args.threads.split(",")]
     print(f"# {cpu_name()}; {', '.join(('ember', *peers))}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        paths = find_models(args.models, Path(tmp))
+        pretrained: dict[str, tuple[dict, dict]] = {}
+        paths = find_models(args.models, Path(tmp), pretrained)
         if not paths:
             print("no models to measure", file=sys.stderr)
             return 1
         if args.rss:
             rss_table(paths, peers, threads)
         else:
-            latency_table(paths, peers, threads, args)
+            latency_table(paths, peers, threads, args, pretrained)
     return 0
 
 
