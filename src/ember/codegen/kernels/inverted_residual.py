@@ -15,7 +15,7 @@ import numpy as np
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.gemm import Epilogue, gemm_call
-from ember.codegen.kernels.layouts import MR, pack_panels, threads_for
+from ember.codegen.kernels.layouts import MR, NR, pack_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.codegen.kernels.transpose_tiles import define_transpose
@@ -43,58 +43,89 @@ static inline ember_dn_v16 ember_dn_pick(ember_dn_i16 past, ember_dn_v16 bound, 
 {
     return (ember_dn_v16)(((ember_dn_i16)bound & past) | ((ember_dn_i16)v & ~past));
 }
+static inline ember_dn_v16 ember_dn_finish(ember_dn_v16 out, const ember_epilogue *ep, ember_dn_v16 lo, ember_dn_v16 hi)
+{
+    if (ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(lo > out, lo, out);
+    if (ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(hi < out, hi, out);
+    else if (ep->act != EMBER_ACT_RELU && ep->act != EMBER_ACT_NONE)
+        for (int l = 0; l < 16; l++) out[l] = ember_activate(out[l], ep);
+    return out;
+}
+/* Output pixels [j0, j0 + 4) of row i, every tap inside the input: four pixels at a time so
+ * that eight chains of multiply-adds (two per pixel) cover the FMA latency. */
 static inline __attribute__((always_inline)) void
-ember_depthwise_nhwc_block(const float *e, long H, long W, long C, const float *wt, const float *bias, float *d,
-                           long OH, long OW, const long KH, const long KW, const long S, long PH, long PW,
+ember_dn_four(const float *e, long ldE, long W, const ember_dn_v16 *w, ember_dn_v16 b, float *d, long C,
+              const long KH, const long KW, const long S, long ih0, long iw0, long at, const ember_epilogue *ep,
+              ember_dn_v16 lo, ember_dn_v16 hi)
+{
+    ember_dn_v16 zero = {0}, acc[4][2];
+    for (int q = 0; q < 4; q++) { acc[q][0] = b; acc[q][1] = zero; }
+    #pragma GCC unroll 8
+    for (long u = 0; u < KH; u++) {
+        const float *row = e + ((ih0 + u) * W + iw0) * ldE;
+        #pragma GCC unroll 8
+        for (long v = 0; v < KW; v++)
+            #pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) acc[q][u % 2] += w[u * KW + v] * ember_dn_load(row + (q * S + v) * ldE);
+    }
+    for (int q = 0; q < 4; q++) {
+        ember_dn_v16 out = ember_dn_finish(acc[q][0] + acc[q][1], ep, lo, hi);
+        memcpy(d + (at + q) * C, &out, sizeof out);
+    }
+}
+/* One output pixel, taps outside the input skipped. */
+static inline void ember_dn_one(const float *e, long ldE, long H, long W, const ember_dn_v16 *w, ember_dn_v16 b,
+                                float *d, long C, long KH, long KW, long ih0, long iw0, long at,
+                                const ember_epilogue *ep, ember_dn_v16 lo, ember_dn_v16 hi)
+{
+    ember_dn_v16 acc = b;
+    for (long u = 0; u < KH; u++) {
+        if (ih0 + u < 0 || ih0 + u >= H) continue;
+        for (long v = 0; v < KW; v++)
+            if (iw0 + v >= 0 && iw0 + v < W)
+                acc += w[u * KW + v] * ember_dn_load(e + ((ih0 + u) * W + iw0 + v) * ldE);
+    }
+    ember_dn_v16 out = ember_dn_finish(acc, ep, lo, hi);
+    memcpy(d + at * C, &out, sizeof out);
+}
+static inline __attribute__((always_inline)) void
+ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
+                           float *d, long OH, long OW, const long KH, const long KW, const long S, long PH, long PW,
                            const ember_epilogue *ep, long c0)
 {
     ember_dn_v16 w[64], zero = {0}, lo = zero + (ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = zero + ep->beta;
     for (long t = 0; t < KH * KW; t++) w[t] = ember_dn_load(wt + t * C + c0);
     ember_dn_v16 b = bias ? ember_dn_load(bias + c0) : zero;
+    e += c0;
+    d += c0;
+    /* Output columns [j_lo, j_hi) have every tap inside the row. */
+    long j_lo = (PW + S - 1) / S, j_hi = W - KW + PW >= 0 ? (W - KW + PW) / S + 1 : 0;
+    if (j_hi > OW) j_hi = OW;
+    if (j_lo > j_hi) j_lo = j_hi;
     for (long i = 0; i < OH; i++) {
-        long ih0 = i * S - PH;
-        int rows_inside = ih0 >= 0 && ih0 + KH <= H;
-        for (long j = 0; j < OW; j++) {
-            long iw0 = j * S - PW;
-            ember_dn_v16 acc0 = b, acc1 = zero;
-            const float *base = e + (ih0 * W + iw0) * C + c0;
-            if (rows_inside && iw0 >= 0 && iw0 + KW <= W) {
-                #pragma GCC unroll 8
-                for (long u = 0; u < KH; u++)
-                    #pragma GCC unroll 8
-                    for (long v = 0; v < KW; v++) {
-                        ember_dn_v16 in = ember_dn_load(base + (u * W + v) * C);
-                        if (u % 2) acc1 += w[u * KW + v] * in;
-                        else acc0 += w[u * KW + v] * in;
-                    }
-            } else {
-                for (long u = 0; u < KH; u++) {
-                    if (ih0 + u < 0 || ih0 + u >= H) continue;
-                    for (long v = 0; v < KW; v++)
-                        if (iw0 + v >= 0 && iw0 + v < W) acc0 += w[u * KW + v] * ember_dn_load(base + (u * W + v) * C);
-                }
-            }
-            ember_dn_v16 out = acc0 + acc1;
-            if (ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(lo > out, lo, out);
-            if (ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(hi < out, hi, out);
-            else if (ep->act != EMBER_ACT_RELU && ep->act != EMBER_ACT_NONE)
-                for (int l = 0; l < 16; l++) out[l] = ember_activate(out[l], ep);
-            memcpy(d + (i * OW + j) * C + c0, &out, sizeof out);
+        long ih0 = i * S - PH, j = 0;
+        if (ih0 >= 0 && ih0 + KH <= H) {
+            for (; j < j_lo; j++)
+                ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
+            for (; j + 4 <= j_hi; j += 4)
+                ember_dn_four(e, ldE, W, w, b, d, C, KH, KW, S, ih0, j * S - PW, i * OW + j, ep, lo, hi);
         }
+        for (; j < OW; j++) ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
     }
 }
-static void ember_depthwise_nhwc(const float *e, long H, long W, long C, const float *wt, const float *bias,
+/* e: [H][W] pixels ldE floats apart, its first C channels read; d: [OH][OW][C]; wt: [taps][C]. */
+static void ember_depthwise_nhwc(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
                                  float *d, long OH, long OW, long KH, long KW, long S, long PH, long PW,
                                  const ember_epilogue *ep, int nthreads)
 {
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
     for (long c0 = 0; c0 < C; c0 += 16) {
         if (KH == 3 && KW == 3 && S == 1)
-            ember_depthwise_nhwc_block(e, H, W, C, wt, bias, d, OH, OW, 3, 3, 1, PH, PW, ep, c0);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 1, PH, PW, ep, c0);
         else if (KH == 3 && KW == 3 && S == 2)
-            ember_depthwise_nhwc_block(e, H, W, C, wt, bias, d, OH, OW, 3, 3, 2, PH, PW, ep, c0);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 2, PH, PW, ep, c0);
         else
-            ember_depthwise_nhwc_block(e, H, W, C, wt, bias, d, OH, OW, KH, KW, S, PH, PW, ep, c0);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, KH, KW, S, PH, PW, ep, c0);
     }
 }
 """
@@ -131,8 +162,17 @@ class _Block:
         self.c_out, self.oh, self.ow = (int(d) for d in self.out.type.shape[1:])
         self.pixels, self.out_pixels = self.h * self.w, self.oh * self.ow
 
+    @property
+    def expanded_padded(self) -> int:
+        """E's row length: whole 32-column panels, so that every GEMM tile stores from registers."""
+        return -(-self.expanded // NR) * NR
+
+    @property
+    def out_padded(self) -> int:
+        return -(-self.c_out // NR) * NR
+
     def scratch_floats(self) -> int:
-        return self.pixels * (self.c_in + self.expanded) + self.out_pixels * (self.expanded + self.c_out)
+        return (self.pixels * (self.c_in + self.expanded_padded) + self.out_pixels * (self.expanded + self.out_padded))
 
     def macs(self) -> int:
         taps = self.kh * self.kw
@@ -144,9 +184,16 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     expand = pack_panels(s.w_expand.constant().reshape(s.expanded, s.c_in).T.astype(np.float32))
     taps = np.ascontiguousarray(s.w_depthwise.constant().reshape(s.expanded, s.kh * s.kw).T.astype(np.float32))
     project = pack_panels(s.w_project.constant().reshape(s.c_out, s.expanded).T.astype(np.float32))
-    return KernelPlan({"threads": threads_for(options.num_threads, s.macs())},
-                      packed=[(s.w_expand, "expand_panels32", expand), (s.w_depthwise, "depthwise_taps", taps),
-                              (s.w_project, "project_panels32", project)],
+    packed = [(s.w_expand, "expand_panels32", expand), (s.w_depthwise, "depthwise_taps", taps),
+              (s.w_project, "project_panels32", project)]
+    # The GEMMs' biases padded to whole panels (their tiles read 32 columns of bias).
+    for bias, columns, layout in ((s.b_expand, s.expanded_padded, "expand_bias32"),
+                                  (s.b_project, s.out_padded, "project_bias32")):
+        if bias is not None:
+            padded = np.zeros(columns, np.float32)
+            padded[:bias.type.shape[0]] = bias.constant().astype(np.float32)
+            packed.append((bias, layout, padded))
+    return KernelPlan({"threads": threads_for(options.num_threads, s.macs())}, packed=packed,
                       scratch_bytes=s.scratch_floats() * 4)
 
 
@@ -167,24 +214,29 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     w = CWriter().line(f"const float *x = {pointer(s.x)};", f"float *y = {em.pointer(s.out)};",
                        f"const float *res = {pointer(s.residual)};", "(void)res;")
     last = "none" if s.residual is not None else a.project_activation
-    expand = gemm_call(m=s.pixels, n=s.expanded, k=s.c_in, a="xt", a_layout=(s.c_in, 1, MR * s.c_in),
-                       b_packed=em.packed(instr, 0), ldb=0, c="e", ldc=s.expanded, epilogue="&ep_expand",
+    biases = iter(range(3, 5))  # the padded biases follow the three packed weights, when present
+    b_expand = em.packed(instr, next(biases)) if s.b_expand is not None else "NULL"
+    b_project = em.packed(instr, next(biases)) if s.b_project is not None else "NULL"
+    ce, ce_padded, co_padded = s.expanded, s.expanded_padded, s.out_padded
+    expand = gemm_call(m=s.pixels, n=ce_padded, k=s.c_in, a="xt", a_layout=(s.c_in, 1, MR * s.c_in),
+                       b_packed=em.packed(instr, 0), ldb=0, c="e", ldc=ce_padded, epilogue="&ep_expand",
                        threads=threads)
-    project = gemm_call(m=s.out_pixels, n=s.c_out, k=s.expanded, a="d", a_layout=(s.expanded, 1, MR * s.expanded),
-                        b_packed=em.packed(instr, 2), ldb=0, c="t", ldc=s.c_out, epilogue="&ep_project",
+    project = gemm_call(m=s.out_pixels, n=co_padded, k=ce, a="d", a_layout=(ce, 1, MR * ce),
+                        b_packed=em.packed(instr, 2), ldb=0, c="t", ldc=co_padded, epilogue="&ep_project",
                         threads=threads)
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {s.pixels * s.c_in}, *d = e + {s.pixels * s.expanded}, "
-               f"*t = d + {s.out_pixels * s.expanded}, *yn = y + nb * {s.c_out * s.out_pixels};",
+        w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {s.pixels * s.c_in}, *d = e + {s.pixels * ce_padded}, "
+               f"*t = d + {s.out_pixels * ce}, *yn = y + nb * {s.c_out * s.out_pixels};",
                f"{transpose}(x + nb * {s.c_in * s.pixels}, {s.c_in}, {s.pixels}, {s.pixels}, xt, {s.c_in});",
-               _epilogue(pointer(s.b_expand), a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
+               _epilogue(b_expand, a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
                expand,
                _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
-               f"{DEPTHWISE}(e, {s.h}, {s.w}, {s.expanded}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, d, "
-               f"{s.oh}, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, {threads});",
-               _epilogue(pointer(s.b_project), last, a.project_alpha, a.project_beta).c_init("ep_project"),
+               f"{DEPTHWISE}(e, {ce_padded}, {s.h}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
+               f"d, {s.oh}, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, "
+               f"{threads});",
+               _epilogue(b_project, last, a.project_alpha, a.project_beta).c_init("ep_project"),
                project,
-               f"{transpose}(t, {s.out_pixels}, {s.c_out}, {s.c_out}, yn, {s.out_pixels});")
+               f"{transpose}(t, {s.out_pixels}, {s.c_out}, {co_padded}, yn, {s.out_pixels});")
         if s.residual is not None:
             w.line(_epilogue("NULL", a.project_activation, a.project_alpha, a.project_beta).c_init("ep_finish"),
                    f"ember_finish_span(yn, res + nb * {s.c_out * s.out_pixels}, {s.c_out * s.out_pixels}, "
