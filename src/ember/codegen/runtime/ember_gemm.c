@@ -70,9 +70,13 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
 #endif
 
 /* A finished tile held in memory (`out`, 32 floats a row) into C's rows (or columns, when
- * transposed), bias, residual and activation applied on the way. */
-static __attribute__((noinline, unused)) void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols, const ember_epilogue *ep,
-                       long row0, long col0)
+ * transposed), bias, residual and activation applied on the way. This and the tiles' other
+ * out-of-line stores are noclone: a copy specialised for each row count (gcc's choice, for
+ * the constant mr of each tile function) bought nothing measurable and cost 40% of the
+ * tiles' compile time. */
+static __attribute__((noinline, noclone, unused)) void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc,
+                                                                  int ncols, const ember_epilogue *ep, long row0,
+                                                                  long col0)
 {
     if (ep && ep->transposed) {  /* c points at (row0, col0) of the transposed C */
         /* Bias (per column), residual (read transposed) and activation on the tile in memory,
@@ -170,7 +174,7 @@ static __attribute__((noinline)) ember_v16 gelu_v16(ember_v16 v)
 
 /* The tile's rows onto the output grid: each run's kept columns are contiguous in C, so they
  * go out as masked vector stores, the residual coming in the same way. */
-static __attribute__((noinline)) void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+static __attribute__((noinline, noclone)) void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
                        const ember_epilogue *ep, long row0, long col0)
 {
     ember_epilogue rest = *ep;
@@ -202,7 +206,7 @@ static __attribute__((noinline)) void store_grid(const ember_v16 (*acc)[2], int 
  * vector loop over the whole tile (mr x 32 independent values), then stored. A case of its
  * own in `finish` cost every other tile 10% (register allocation); per-value calls through
  * ember_activate are 10x slower. */
-static __attribute__((noinline)) void store_gelu(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+static __attribute__((noinline, noclone)) void store_gelu(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
                                                  const ember_epilogue *ep, long row0, long col0)
 {
     float out[EMBER_MR][EMBER_NR];
