@@ -10,9 +10,10 @@
  *
  * Idle workers spin (PAUSE) for a short budget after each region, since a model's regions
  * come microseconds apart, then sleep on a futex. Spinning is free only while the cores are
- * ours: when a thread of the pool finds it was descheduled while runnable (an involuntary
- * context switch, or a long gap in its spin), nobody spins for the next 100 ms, and regions
- * wake sleeping workers instead (what OMP_WAIT_POLICY=PASSIVE does, always).
+ * ours: when threads of the pool find themselves descheduled while runnable (involuntary
+ * context switches, or long gaps in a spin) twice within 20 ms, nobody spins for the next
+ * 100 ms, and regions wake sleeping workers instead (what OMP_WAIT_POLICY=PASSIVE does,
+ * always), or run on the caller alone when they are too short to be worth a wake-up.
  *
  * Every function here has hidden visibility: the model library's own references bind to
  * them at link time, dlsym never sees them, and another OpenMP runtime in the process (one a
@@ -39,7 +40,8 @@
 #define POOL_MAX_LOOPS 8          /* worksharing loops in one region (generated code has one) */
 #define POOL_PREEMPTED_NS 200000  /* a gap this long between two spin checks: we were descheduled */
 #define POOL_CHECK_NS 100000      /* a thread looks for involuntary context switches at most this often */
-#define POOL_COOLDOWN_NS 100000000 /* after one, nobody spins for this long (100 ms) */
+#define POOL_EVENT_PAIR_NS 20000000 /* two of those this close (20 ms): the cores are shared */
+#define POOL_COOLDOWN_NS 100000000 /* then nobody spins for this long (100 ms) */
 
 typedef void (*pool_task_fn)(void *);
 
@@ -58,6 +60,7 @@ static struct {
     _Atomic int caller_asleep;
     _Atomic int busy;              /* a region is in flight: another caller runs its own inline */
     _Atomic int64_t spin_again_at; /* CLOCK_MONOTONIC ns before which nobody spins (contention seen) */
+    _Atomic int64_t last_contention; /* when a thread of the pool last found itself descheduled */
     pool_task_fn fn;
     void *data;
     pool_loop loops[POOL_MAX_LOOPS];
@@ -111,10 +114,14 @@ static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)co
 
 /* Contention: a thread of ours was runnable but the scheduler ran someone else (an
  * involuntary context switch), or a spin check came long after the previous one. Then spinning
- * takes CPU time from the threads we wait for, and the scheduler charges it to us: nobody
- * spins for POOL_COOLDOWN_NS, and regions fall back to sleeping and futex wake-ups. */
+ * takes CPU time from the threads we wait for, and the scheduler charges it to us. One such
+ * event now and then is the kernel's own housekeeping; two within POOL_EVENT_PAIR_NS mean the
+ * cores are shared: nobody spins for POOL_COOLDOWN_NS, and regions fall back to sleeping
+ * workers and futex wake-ups. */
 static void note_contention(int64_t t) {
-    atomic_store_explicit(&pool.spin_again_at, t + POOL_COOLDOWN_NS, memory_order_relaxed);
+    int64_t previous = atomic_exchange_explicit(&pool.last_contention, t, memory_order_relaxed);
+    if (t - previous < POOL_EVENT_PAIR_NS)
+        atomic_store_explicit(&pool.spin_again_at, t + POOL_COOLDOWN_NS, memory_order_relaxed);
 }
 
 static void check_contention(void) {
