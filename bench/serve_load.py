@@ -5,7 +5,7 @@ batching against one request at a time at a fixed p99 bound, and a replica kille
     python bench/serve_load.py                        # all three parts
     python bench/serve_load.py --parts kill --requests 10000
     python bench/serve_load.py --parts replicas,batching --ingress proxy   # through Serve's HTTP proxy
-    python bench/serve_load.py --parts overhead       # CPU per request, with and without the failover front
+    python bench/serve_load.py --parts overhead       # CPU per request: direct ingress, proxy, failover front
     python bench/serve_load.py --parts model          # the batching MLP alone: ms per row at each batch size
 
 Everything runs on this machine over loopback: a local Ray cluster and a client in this
@@ -167,10 +167,6 @@ class Load:
                 "p99": float(np.percentile(ms, 99)) if ok else float("nan")}
 
 
-def measure(url: str, bodies: list[bytes], concurrency: int, seconds: float) -> dict[str, float]:
-    return asyncio.run(Load(url, bodies, concurrency, seconds=seconds).run()).summary()
-
-
 def measure_handle(handle, feeds: list[dict[str, np.ndarray]], concurrency: int, seconds: float) -> dict[str, float]:
     """The same closed loop through a Ray Serve handle (app.handle.predict.remote): no HTTP,
     no proxy; what a caller inside the cluster (another deployment) sees."""
@@ -308,23 +304,6 @@ def measure_raw(urls: list[str], application: str, bodies: list[bytes], concurre
     return result
 
 
-def replica_cpu_seconds(application: str) -> float:
-    """CPU seconds used so far by the replica processes of `application` (from /proc): how
-    many cores the replicas actually got while the machine is shared."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-            if f"ServeReplica:{application}:" not in command:
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks
-        except OSError:
-            continue
-    return total
-
-
 def actor_cpu_seconds(names: set[str]) -> float:
     """CPU seconds used so far by this machine's Ray worker processes running the actors
     `names` ("ServeReplica:app:deployment", "ProxyActor"), from /proc."""
@@ -340,14 +319,6 @@ def actor_cpu_seconds(names: set[str]) -> float:
         except OSError:
             continue
     return total
-
-
-def measure_with_cpu(url: str, application: str, bodies: list[bytes], concurrency: int,
-                     seconds: float) -> dict[str, float]:
-    before, started = replica_cpu_seconds(application), time.perf_counter()
-    result = measure(url, bodies, concurrency, seconds)
-    result["cores"] = (replica_cpu_seconds(application) - before) / (time.perf_counter() - started)
-    return result
 
 
 def ingress_urls(app, args) -> list[str]:
@@ -435,41 +406,45 @@ def part_replicas(args, ember_serve) -> dict:
 
 def part_overhead(args, ember_serve) -> dict:
     """Serving cost per request of the shared MLP (a tiny model: the rest is Serve's and
-    Ember's request handling): one replica straight behind Serve's proxy, against the same
-    behind the failover front; alternating blocks at --concurrency, CPU per answered request
-    of the proxy, the front and the model replica."""
+    Ember's request handling), one replica three ways: straight to the replica (direct
+    ingress), through Serve's proxy, and through the proxy and the failover front; alternating
+    blocks at --concurrency (RawLoad), CPU per answered request of the client, the proxy, the
+    front and the model replica."""
     model = str(SHARED / "mlp.onnx")
     rng = np.random.default_rng(3)
     bodies = [_npz(input=rng.standard_normal((1, 784)).astype(np.float32)) for _ in range(8)]
-    apps = {"direct": ember_serve.deploy(model, replicas=1, port=args.port, name="direct", route_prefix="/direct",
-                                         replica_cpus=0.5),
-            "front": ember_serve.deploy(model, replicas=1, port=args.port, name="front", route_prefix="/front",
-                                        replica_cpus=0.5, failover=True)}
-    for app in apps.values():
-        measure(app.url + "/", bodies, args.concurrency, 2.0)  # warm up
-    rows: dict[str, list[dict[str, float]]] = {"direct": [], "front": []}
+    plain = ember_serve.deploy(model, replicas=1, port=args.port, name="plain", route_prefix="/plain",
+                               replica_cpus=0.5, direct_ingress=args.ingress == "direct")
+    front = ember_serve.deploy(model, replicas=1, port=args.port, name="front", route_prefix="/front",
+                               replica_cpus=0.5, failover=True)
+    ways = {"proxy": (plain, [plain.url]), "front": (front, [front.url])}
+    if plain.replica_urls:
+        ways = {"direct": (plain, plain.replica_urls), **ways}
+    rows: dict[str, list[dict[str, float]]] = {label: [] for label in ways}
+    for _, urls in ways.values():
+        asyncio.run(RawLoad(urls, bodies, args.concurrency, 2.0).run())  # warm up
     for round_ in range(args.rounds):
-        for label, app in apps.items():
-            parts = {"proxy": {"ProxyActor"}, "model replica": {f"ServeReplica:{label}:{label}"},
-                     "front": {f"ServeReplica:{label}:{label}-front"}}
+        for label, (app, urls) in ways.items():
+            parts = {"proxy": {"ProxyActor"}, "model replica": {f"ServeReplica:{app.name}:{app.name}"},
+                     "front": {f"ServeReplica:{app.name}:{app.name}-front"}}
             before = {part: actor_cpu_seconds(names) for part, names in parts.items()}
-            load = asyncio.run(Load(app.url + "/", bodies, args.concurrency, seconds=args.seconds).run())
-            result = load.summary()
+            result = asyncio.run(RawLoad(urls, bodies, args.concurrency, args.seconds).run()).summary()
             for part, names in parts.items():
                 result[part] = (actor_cpu_seconds(names) - before[part]) / max(result["ok"], 1) * 1e3
             rows[label].append(result)
             print(f"  round {round_} {label:6s}: {result['rps']:6.1f} req/s, p50 {result['p50']:5.1f} ms, p99 "
-                  f"{result['p99']:6.1f} ms; CPU ms per request: proxy {result['proxy']:.2f}, front "
-                  f"{result['front']:.2f}, model replica {result['model replica']:.2f}", flush=True)
-    for app in apps.values():
-        app.shutdown()
+                  f"{result['p99']:6.1f} ms; CPU ms per request: client {result['client_ms']:.2f}, proxy "
+                  f"{result['proxy']:.2f}, front {result['front']:.2f}, model replica {result['model replica']:.2f}",
+                  flush=True)
+    plain.shutdown()
+    front.shutdown()
     summary = {label: {key: statistics.median(r[key] for r in results) for key in results[0]}
                for label, results in rows.items()}
     for label, result in summary.items():
         print(f"overhead ({label}, medians of {args.rounds} rounds, concurrency {args.concurrency}): "
-              f"{result['rps']:.1f} req/s, p99 {result['p99']:.1f} ms; CPU ms per request: proxy "
-              f"{result['proxy']:.2f}, front {result['front']:.2f}, model replica {result['model replica']:.2f}",
-              flush=True)
+              f"{result['rps']:.1f} req/s, p99 {result['p99']:.1f} ms; CPU ms per request: client "
+              f"{result['client_ms']:.2f}, proxy {result['proxy']:.2f}, front {result['front']:.2f}, model replica "
+              f"{result['model replica']:.2f}", flush=True)
     return summary
 
 
