@@ -110,3 +110,15 @@ def test_block_kernel_matches_interpreter(case):
         model = compile_graph(_block_graph(*case), CpuBackend(num_threads=threads))
         assert "ember_depthwise_nhwc(" in model._executable.source
         assert relative_error(model.run(feeds)["y"], expected) < 1e-5, threads
+
+
+def test_profiles_count_the_blocks_work_as_its_three_convolutions(monkeypatch):
+    import ember.codegen.kernels.inverted_residual as kernel
+
+    case = BLOCKS[1]
+    fused = compile_graph(_block_graph(*case), CpuBackend(num_threads=1))._executable.steps
+    monkeypatch.setattr(kernel, "MAX_PIXELS", 0)  # refused: lowered back into its three FusedConvs
+    parts = compile_graph(_block_graph(*case), CpuBackend(num_threads=1))._executable.steps
+    assert [s.op for s in fused if s.flops] == ["InvertedResidual"]
+    assert [s.op for s in parts if s.flops] == ["FusedConv"] * 3
+    assert sum(s.flops or 0 for s in fused) == sum(s.flops or 0 for s in parts) > 0

@@ -50,6 +50,8 @@ def instr_flops(instr: Instr) -> float | None:
     """Floating-point operations of a matrix or convolution instruction (a multiply-add
     counts two), None for the others."""
     base = instr.base_operands
+    if instr.name == "InvertedResidual":
+        return _inverted_residual_flops(base)
     if instr.name not in _MATRIX_OPS + _CONV_OPS or len(base) < 3 or base[0] is None:
         return None
     result = base[0].type
@@ -60,6 +62,17 @@ def instr_flops(instr: Instr) -> float | None:
         depth = first.type.shape[-1] if first.type.shape else 1
         return 2.0 * result.size * depth
     return 2.0 * result.size * math.prod(second.type.shape[1:])
+
+
+def _inverted_residual_flops(base: Sequence[Buffer | None]) -> float | None:
+    """An InvertedResidual's three convolutions: expansion, depthwise, projection."""
+    out, x, w_expand, w_depthwise = base[0], base[1], base[2], base[4]
+    if out is None or x is None or w_expand is None or w_depthwise is None:
+        return None
+    pixels, out_pixels = math.prod(x.type.shape[2:]), math.prod(out.type.shape[2:])
+    expanded, taps = w_expand.type.shape[0], math.prod(w_depthwise.type.shape[2:])
+    per_image = pixels * x.type.shape[1] * expanded + out_pixels * expanded * (taps + out.type.shape[1])
+    return 2.0 * x.type.shape[0] * per_image
 
 
 def step_infos(program: Program, indices: list[int] | None = None) -> list[StepInfo]:
