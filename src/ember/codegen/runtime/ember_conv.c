@@ -1,5 +1,6 @@
 /* Convolution pieces of the kernel library: im2col panels and direct convolution through
  * phase planes (depthwise convolution lives in ember_depthwise.c). See ember_gemm.h. */
+#define EMBER_SIMD_BUILTINS 1 /* ember_simd.h: no <immintrin.h> needed (compile time) */
 #include "ember_gemm.h"
 #include "ember_math.h"
 #include "ember_simd.h"

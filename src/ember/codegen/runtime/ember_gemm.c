@@ -1,4 +1,5 @@
 /* Definitions for ember_gemm.h (see there). */
+#define EMBER_SIMD_BUILTINS 1 /* ember_simd.h: no <immintrin.h> needed (compile time) */
 #include "ember_gemm.h"
 #include "ember_math.h"
 #include "ember_simd.h"

@@ -12,7 +12,15 @@
 #include <stdint.h>
 #include <string.h>
 #include "ember_config.h"
-#if defined(__AVX512F__) || defined(__AVX2__)
+/* The few x86 intrinsics below come from <immintrin.h>, which alone costs ~0.15 CPU s of every
+ * compile including it; a file defining EMBER_SIMD_BUILTINS first (the kernel library's GEMM
+ * and im2col pieces, compiled on a fresh machine) takes them straight from GCC's builtins
+ * instead, as <immintrin.h> calls them. Other compilers include the header anyway. */
+#if (defined(__AVX512F__) || defined(__AVX2__)) && defined(EMBER_SIMD_BUILTINS) && defined(__GNUC__) \
+    && !defined(__clang__)
+#define EMBER_GCC_BUILTINS 1
+#endif
+#if defined(__AVX512F__) && !defined(EMBER_GCC_BUILTINS) || defined(__AVX2__) && !defined(EMBER_GCC_BUILTINS)
 #include <immintrin.h>
 #endif
 
@@ -47,24 +55,46 @@ static inline ember_vn vn_select(ember_vni mask, ember_vn a, ember_vn b) {
     return (ember_vn)(((ember_vni)a & mask) | ((ember_vni)b & ~mask));
 }
 
+#if defined(EMBER_GCC_BUILTINS) && EMBER_VN_LANES == 16
+/* The operands <immintrin.h> passes to the builtins: an undefined vector where every lane is
+ * computed (_mm512_undefined_ps), a zero one where masked-off lanes read as zero. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-self"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+static inline __attribute__((always_inline)) ember_vn vn_undefined(void) { ember_vn y = y; return y; }
+#pragma GCC diagnostic pop
+static inline __attribute__((always_inline)) ember_vn vn_zero(void) {
+    return (ember_vn){0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F, 0.0F};
+}
+#endif
+
 /* Lane-wise max and min; a NaN in `b` comes through (as np.maximum / np.minimum keep NaNs
  * when `b` is the data). */
 static inline ember_vn vn_max(ember_vn a, ember_vn b) {
-#if EMBER_VN_LANES == 16
+#if EMBER_VN_LANES == 16 && defined(EMBER_GCC_BUILTINS)
+    return __builtin_ia32_maxps512_mask(a, b, vn_undefined(), (unsigned short)-1, 4 /* _MM_FROUND_CUR_DIRECTION */);
+#elif EMBER_VN_LANES == 16
     return (ember_vn)_mm512_max_ps((__m512)a, (__m512)b);
 #else
     return vn_select(a > b, a, b);
 #endif
 }
 static inline ember_vn vn_min(ember_vn a, ember_vn b) {
-#if EMBER_VN_LANES == 16
+#if EMBER_VN_LANES == 16 && defined(EMBER_GCC_BUILTINS)
+    return __builtin_ia32_minps512_mask(a, b, vn_undefined(), (unsigned short)-1, 4 /* _MM_FROUND_CUR_DIRECTION */);
+#elif EMBER_VN_LANES == 16
     return (ember_vn)_mm512_min_ps((__m512)a, (__m512)b);
 #else
     return vn_select(a < b, a, b);
 #endif
 }
 
-#if EMBER_VN_LANES == 8 && defined(__AVX2__)
+#if EMBER_VN_LANES == 8 && defined(__AVX2__) && defined(EMBER_GCC_BUILTINS)
+static inline ember_vni vn_lane_mask(uint32_t mask) {
+    const ember_vni bit = {1, 2, 4, 8, 16, 32, 64, 128};
+    return (bit & (int32_t)mask) != 0;
+}
+#elif EMBER_VN_LANES == 8 && defined(__AVX2__)
 static inline __m256i vn_lane_mask(uint32_t mask) {
     const ember_vni bit = {1, 2, 4, 8, 16, 32, 64, 128};
     return (__m256i)((bit & (int32_t)mask) != 0);
@@ -74,8 +104,12 @@ static inline __m256i vn_lane_mask(uint32_t mask) {
 /* Lanes whose bit is set in `mask` read p[l] (the others are zero) / are written to p[l];
  * only those lanes touch memory. */
 static inline ember_vn vn_load_masked(const float *p, uint32_t mask) {
-#if EMBER_VN_LANES == 16
+#if EMBER_VN_LANES == 16 && defined(EMBER_GCC_BUILTINS)
+    return __builtin_ia32_loadups512_mask(p, vn_zero(), (unsigned short)mask);
+#elif EMBER_VN_LANES == 16
     return (ember_vn)_mm512_maskz_loadu_ps((__mmask16)mask, p);
+#elif EMBER_VN_LANES == 8 && defined(__AVX2__) && defined(EMBER_GCC_BUILTINS)
+    return __builtin_ia32_maskloadps256((const ember_vn *)p, vn_lane_mask(mask));
 #elif EMBER_VN_LANES == 8 && defined(__AVX2__)
     return (ember_vn)_mm256_maskload_ps(p, vn_lane_mask(mask));
 #else
@@ -86,8 +120,12 @@ static inline ember_vn vn_load_masked(const float *p, uint32_t mask) {
 #endif
 }
 static inline void vn_store_masked(float *p, uint32_t mask, ember_vn v) {
-#if EMBER_VN_LANES == 16
+#if EMBER_VN_LANES == 16 && defined(EMBER_GCC_BUILTINS)
+    __builtin_ia32_storeups512_mask(p, v, (unsigned short)mask);
+#elif EMBER_VN_LANES == 16
     _mm512_mask_storeu_ps(p, (__mmask16)mask, (__m512)v);
+#elif EMBER_VN_LANES == 8 && defined(__AVX2__) && defined(EMBER_GCC_BUILTINS)
+    __builtin_ia32_maskstoreps256((ember_vn *)p, vn_lane_mask(mask), v);
 #elif EMBER_VN_LANES == 8 && defined(__AVX2__)
     _mm256_maskstore_ps(p, vn_lane_mask(mask), (__m256)v);
 #else
