@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ember.backends.cpu.build import build_library, find_compiler
+from ember.backends.cpu.build import build_library, find_compiler, speaks_libgomp_abi
 
-pytestmark = pytest.mark.skipif(shutil.which(find_compiler().split()[0]) is None, reason="no C compiler")
+pytestmark = pytest.mark.skipif(not speaks_libgomp_abi(find_compiler()),
+                                reason="the C compiler is not GCC: its own OpenMP runtime runs the regions")
 
 SOURCE = r"""
 #include <omp.h>
@@ -157,3 +158,15 @@ print(int(counts.min()), int(counts.max()))
                             check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["300", "300"]
+
+
+@pytest.mark.parametrize(("defines", "pool"), [("__GNUC__ 12", True), ("__GNUC__ 4\n#define __clang__ 1", False)])
+def test_only_gcc_built_libraries_use_the_pool(tmp_path, defines, pool):
+    fake = tmp_path / "fake-cc"
+    fake.write_text(f"#!/bin/sh\nprintf '#define {defines}\\n'\n")
+    fake.chmod(0o755)
+    speaks_libgomp_abi.cache_clear()
+    try:
+        assert speaks_libgomp_abi(str(fake)) is pool
+    finally:
+        speaks_libgomp_abi.cache_clear()

@@ -62,6 +62,16 @@ def compiler_identity(compiler: str) -> str:
     return result.stdout.splitlines()[0] if result.stdout else compiler
 
 
+@cache
+def speaks_libgomp_abi(compiler: str) -> bool:
+    """Whether `compiler` is GCC, whose `#pragma omp parallel` calls the GOMP entry points
+    Ember's pool implements. Clang (and compilers built on it) call libomp's __kmpc_* instead:
+    their model libraries link their own OpenMP runtime, as before the pool."""
+    result = subprocess.run([*compiler.split(), "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True,
+                            check=False)
+    return "__GNUC__" in result.stdout and "__clang__" not in result.stdout
+
+
 def target_flags(march: str | None = None) -> list[str]:
     """ISA flags: the host's (-march=native) unless a target names another."""
     machine = platform.machine().lower()
@@ -190,20 +200,21 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     extra_sources (name -> C text) are compiled along (a library backend's own kernels);
     link_flags come last on the link line (-L, -l of a vendor library).
 
-    The code compiles with -fopenmp but links Ember's pool instead of an OpenMP runtime
-    (ember_pool.c, backends/cpu/pool.py says why); -z defs makes an entry point the pool
-    lacks a link error rather than a silent second runtime. A vendor library that uses
+    The code compiles with -fopenmp but, built by GCC, links Ember's pool instead of an OpenMP
+    runtime (ember_pool.c, backends/cpu/threads.py says why); -z defs makes an entry point the
+    pool lacks a link error rather than a silent second runtime. Other compilers link their
+    own OpenMP runtime (speaks_libgomp_abi). A vendor library that uses
     OpenMP itself names its runtime in link_flags (-fopenmp or -lgomp)."""
     compiler = find_compiler()
     flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
     runtime = _runtime_object(compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
-    pool = _pool_object(compiler, flags)
+    pool = _pool_object(compiler, flags) if speaks_libgomp_abi(compiler) else None
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])
     folder = cache_folder("cpu")
-    key_parts = [source, runtime.name, pool.name, compiler_identity(compiler), *flags, *links]
+    key_parts = [source, runtime.name, pool.name if pool else "", compiler_identity(compiler), *flags, *links]
     for name, text in extras.items():
         key_parts += [name, text]
     library = folder / f"{_key(*key_parts)}.so"
@@ -223,9 +234,12 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
         compile_flags = [f for f in flags if f != "-shared"]
         _run_compiler([*compiler.split(), *compile_flags, f"-I{work}", "-c", *map(str, sources)], cwd=Path(work))
         objects = [str(path.with_suffix(".o")) for path in sources]
-        link = [f for f in flags if f != "-fopenmp"]
         tmp_lib = Path(work) / "model.so"
-        _run_compiler([*compiler.split(), *link, *objects, str(runtime), str(pool), "-o", str(tmp_lib),
-                       "-Wl,-z,defs", "-pthread", *links, "-lm"])
+        if pool is not None:
+            link = [*(f for f in flags if f != "-fopenmp"), *objects, str(runtime), str(pool), "-o", str(tmp_lib),
+                    "-Wl,-z,defs", "-pthread"]
+        else:
+            link = [*flags, *objects, str(runtime), "-o", str(tmp_lib)]
+        _run_compiler([*compiler.split(), *link, *links, "-lm"])
         commit(tmp_lib, library)
     return library
