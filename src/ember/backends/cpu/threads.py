@@ -90,6 +90,10 @@ def pool_spin_us() -> int:
 def wait_policy() -> str:
     """How this process's threads wait: Ember's pool, and the OpenMP runtime a vendor library
     brought in, as decided at the first model library load."""
+    from ember.backends.cpu.build import find_compiler, speaks_libgomp_abi
+
+    if not speaks_libgomp_abi(find_compiler()):
+        return f"the compiler's OpenMP runtime: {_policy or 'not decided yet (no model library loaded)'}"
     pool = f"Ember's pool (idle workers spin up to {pool_spin_us()} us, EMBER_SPIN_US, then sleep)"
     if _policy is None or not _runtime_loaded():
         return pool
