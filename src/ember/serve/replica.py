@@ -266,14 +266,24 @@ def store_artifacts(served: ServedModel, name: str) -> ServedModel:
     return served.stored_in(store_name)
 
 
-def remove_store(name: str) -> None:
-    """Ends the artifact actor of the application `name`, if there is one."""
+def remove_store(name: str, timeout: float = 10.0) -> None:
+    """Ends the artifact actor of the application `name`, if there is one, and waits (up to
+    `timeout` seconds) until its name is free: ray.kill returns before the actor is gone, and
+    a redeploy under the same name, or a check that it is gone, came too early under load."""
     import ray
 
+    store_name = f"ember-artifacts-{name}"
     try:
-        ray.kill(ray.get_actor(f"ember-artifacts-{name}", namespace=STORE_NAMESPACE))
+        ray.kill(ray.get_actor(store_name, namespace=STORE_NAMESPACE))
     except ValueError:
-        pass
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(store_name, namespace=STORE_NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.05)
 
 
 def _request_id(value: str | None) -> str | None:
