@@ -631,7 +631,7 @@ def main() -> int:
     parser.add_argument("--model", default="resnet18", help="shared model of the replicas part (default resnet18)")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--ingress", choices=("direct", "proxy"), default="direct",
-                        help="replicas and batching parts: HTTP straight to each replica (Serve's direct "
+                        help="replicas, batching, overhead parts: HTTP straight to each replica (Serve's direct "
                              "ingress; default) or through Serve's proxy")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (replicas and kill parts)")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of one measurement block")
