@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,22 @@ def test_concurrent_callers_share_the_pool_correctly(library):
     for caller in callers:
         caller.join(timeout=120)
     assert len(results) == 4 and all((counts == 2 * rounds).all() for counts in results)
+
+
+def test_idle_workers_end_and_come_back(library):
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("no /proc/self/task to count threads by")
+    counts = _ints(1000)
+    library.dynamic_loop(1000, 2, 10, _ptr(counts))
+    busy = threads()
+    time.sleep(3)  # ember_pool.c's POOL_IDLE_EXIT_S is 2
+    assert threads() < busy
+    for _ in range(10):
+        library.dynamic_loop(1000, 2, 10, _ptr(counts))
+    assert (counts == 11).all()
 
 
 def _child_runs_regions(path: str, queue) -> None:

@@ -20,6 +20,7 @@
  * vendor library brings) is left alone. The library links no OpenMP runtime: a pragma that
  * needs an entry point this file lacks fails the link (-z defs), never silently mixing two. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -65,7 +66,7 @@ static struct {
     void *data;
     pool_loop loops[POOL_MAX_LOOPS];
     pthread_mutex_t start_lock;
-    int workers;
+    _Atomic int workers;           /* started and not yet ended (changed under start_lock) */
     int spin_ns;                   /* the spin budget, from EMBER_SPIN_US */
 } pool = {.start_lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -97,9 +98,12 @@ static inline int64_t now_ns(void) {
 }
 
 #if defined(__linux__)
-static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, NULL, NULL, 0);
+/* Sleeps while *word == expected, at most `timeout` (NULL: no limit); false once timed out. */
+static bool futex_wait_for(_Atomic uint32_t *word, uint32_t expected, const struct timespec *timeout) {
+    return syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, expected, timeout, NULL, 0) == 0 ||
+           errno != ETIMEDOUT;
 }
+static void futex_wait(_Atomic uint32_t *word, uint32_t expected) { futex_wait_for(word, expected, NULL); }
 static void futex_wake(_Atomic uint32_t *word, int count) {
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
 }
@@ -108,6 +112,11 @@ static void futex_wait(_Atomic uint32_t *word, uint32_t expected) {
     (void)word; (void)expected;
     struct timespec pause_for = {0, 50000};
     nanosleep(&pause_for, NULL);
+}
+static bool futex_wait_for(_Atomic uint32_t *word, uint32_t expected, const struct timespec *timeout) {
+    (void)timeout;
+    futex_wait(word, expected);
+    return true;
 }
 static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)count; }
 #endif
@@ -192,12 +201,28 @@ static int claim_tasks(uint32_t generation) {
     }
 }
 
+/* A worker idle this long ends: every model library has a pool of its own, and a process that
+ * loads many (a test run, a server of many models) should not keep threads for the idle ones.
+ * The next region starts it again (tens of microseconds, which that region does not wait for). */
+#define POOL_IDLE_EXIT_S 2
+
 static void *worker_main(void *arg) {
     uint32_t seen = (uint32_t)(uintptr_t)arg;
+    const struct timespec idle = {POOL_IDLE_EXIT_S, 0};
     for (;;) {
         if (!spin_until_changed(&pool.generation, seen)) {
             atomic_fetch_add(&pool.sleepers, 1);
-            while (atomic_load(&pool.generation) == seen) futex_wait(&pool.generation, seen);
+            while (atomic_load(&pool.generation) == seen) {
+                if (futex_wait_for(&pool.generation, seen, &idle)) continue;
+                pthread_mutex_lock(&pool.start_lock);
+                bool still_idle = atomic_load(&pool.generation) == seen;
+                if (still_idle) pool.workers--;
+                pthread_mutex_unlock(&pool.start_lock);
+                if (still_idle) {
+                    atomic_fetch_sub(&pool.sleepers, 1);
+                    return NULL;
+                }
+            }
             atomic_fetch_sub(&pool.sleepers, 1);
         }
         seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
