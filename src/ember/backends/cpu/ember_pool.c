@@ -62,6 +62,8 @@ static struct {
     _Atomic int busy;              /* a region is in flight: another caller runs its own inline */
     _Atomic int64_t spin_again_at; /* CLOCK_MONOTONIC ns before which nobody spins (contention seen) */
     _Atomic int64_t last_contention; /* when a thread of the pool last found itself descheduled */
+    _Atomic int64_t published_at;  /* when the current region began */
+    _Atomic int64_t task_ns;       /* about how long one of its tasks takes (0: not known yet) */
     pool_task_fn fn;
     void *data;
     pool_loop loops[POOL_MAX_LOOPS];
@@ -182,13 +184,21 @@ static void run_task(int id, int count) {
     current_loop = saved_loop;
 }
 
-/* Claims and runs tasks of the region of `generation` until none is left; how many it ran. */
-static int claim_tasks(uint32_t generation) {
+/* Claims and runs tasks of the region of `generation` until none is left; how many it ran.
+ * A worker arriving late (woken after a long sleep, or queued behind another process) leaves
+ * a task alone when the threads already at work would start it before it could finish it:
+ * task `next` is reached about next x (one task's time) after the region began. */
+static int claim_tasks(uint32_t generation, bool worker) {
     uint64_t word = atomic_load_explicit(&pool.claim, memory_order_acquire);
     int ran = 0;
     for (;;) {
         uint32_t tasks = (uint32_t)(word >> 16) & 0xffff, next = (uint32_t)word & 0xffff;
         if ((uint32_t)(word >> 32) != generation || next >= tasks) return ran;
+        if (worker && ran == 0) {
+            int64_t task_ns = atomic_load_explicit(&pool.task_ns, memory_order_relaxed);
+            int64_t late = now_ns() - atomic_load_explicit(&pool.published_at, memory_order_relaxed);
+            if (task_ns > 0 && late > task_ns * next * 3 / 4) return ran;
+        }
         if (!atomic_compare_exchange_weak_explicit(&pool.claim, &word, word + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
@@ -226,7 +236,7 @@ static void *worker_main(void *arg) {
             atomic_fetch_sub(&pool.sleepers, 1);
         }
         seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
-        claim_tasks(seen);
+        claim_tasks(seen, true);
         check_contention();
     }
     return NULL;
@@ -311,11 +321,14 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     pool.data = data;
     for (int i = 0; i < POOL_MAX_LOOPS; i++) atomic_store_explicit(&pool.loops[i].state, 0, memory_order_relaxed);
     atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool.task_ns, atomic_load_explicit(site, memory_order_relaxed) / tasks,
+                          memory_order_relaxed);
+    atomic_store_explicit(&pool.published_at, start, memory_order_relaxed);
     uint32_t generation = atomic_load_explicit(&pool.generation, memory_order_relaxed) + 1;
     atomic_store_explicit(&pool.claim, ((uint64_t)generation << 32) | ((uint64_t)tasks << 16), memory_order_release);
     atomic_store(&pool.generation, generation);
     if (atomic_load(&pool.sleepers) > 0) futex_wake(&pool.generation, tasks - 1);
-    int ran = claim_tasks(generation);
+    int ran = claim_tasks(generation, false);
     uint32_t done = atomic_load_explicit(&pool.finished, memory_order_acquire);
     if (done != (uint32_t)tasks) {
         /* Only tasks a worker started are left: spin a little, then sleep until the last one ends. */
