@@ -635,7 +635,9 @@ def main() -> int:
                              "ingress; default) or through Serve's proxy")
     parser.add_argument("--concurrency", type=int, default=8, help="requests in flight (replicas and kill parts)")
     parser.add_argument("--seconds", type=float, default=6.0, help="length of one measurement block")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating blocks per replicas configuration")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="alternating blocks per configuration (replicas, overhead parts); the median of 5 "
+                             "rides out a burst of other work on a shared machine")
     parser.add_argument("--levels", type=lambda t: [int(v) for v in t.split(",")], default=[1, 4, 16, 32],
                         help="concurrency levels of the batching part")
     parser.add_argument("--max-batch", type=int, default=16)
