@@ -63,7 +63,8 @@ static struct {
     _Atomic int64_t spin_again_at; /* CLOCK_MONOTONIC ns before which nobody spins (contention seen) */
     _Atomic int64_t last_contention; /* when a thread of the pool last found itself descheduled */
     _Atomic int64_t published_at;  /* when the current region began */
-    _Atomic int64_t task_ns;       /* about how long one of its tasks takes (0: not known yet) */
+    _Atomic int64_t task_ns;       /* about how long one of its tasks takes (0: not known, or a shared loop) */
+    unsigned site_index;           /* its entry in pool_sites */
     pool_task_fn fn;
     void *data;
     pool_loop loops[POOL_MAX_LOOPS];
@@ -80,6 +81,9 @@ static struct {
 #define POOL_SITES 256
 #define POOL_WAKE_WORTH_NS 30000
 static _Atomic int64_t pool_sites[POOL_SITES];
+/* Regions whose tasks share a schedule(dynamic) loop: a late worker still helps there (it
+ * takes the chunks left), so it always joins them. */
+static _Atomic unsigned char pool_site_shares_loop[POOL_SITES];
 
 static __thread int task_id, task_count = 1, loop_index, in_region;
 static __thread pool_loop *current_loop;           /* the worksharing loop _next takes chunks from */
@@ -307,7 +311,8 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     (void)flags;
     int tasks = num_threads == 0 ? 1 : (int)(num_threads > POOL_MAX_THREADS ? POOL_MAX_THREADS : num_threads);
     int expected = 0;
-    _Atomic int64_t *site = &pool_sites[((uintptr_t)fn >> 4) % POOL_SITES];
+    unsigned site_index = (unsigned)(((uintptr_t)fn >> 4) % POOL_SITES);
+    _Atomic int64_t *site = &pool_sites[site_index];
     int64_t start = now_ns();
     if (tasks == 1 || in_region || (start < atomic_load_explicit(&pool.spin_again_at, memory_order_relaxed) &&
                                     atomic_load_explicit(site, memory_order_relaxed) < POOL_WAKE_WORTH_NS) ||
@@ -321,7 +326,9 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     pool.data = data;
     for (int i = 0; i < POOL_MAX_LOOPS; i++) atomic_store_explicit(&pool.loops[i].state, 0, memory_order_relaxed);
     atomic_store_explicit(&pool.finished, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool.task_ns, atomic_load_explicit(site, memory_order_relaxed) / tasks,
+    pool.site_index = site_index;
+    bool shares_loop = atomic_load_explicit(&pool_site_shares_loop[site_index], memory_order_relaxed);
+    atomic_store_explicit(&pool.task_ns, shares_loop ? 0 : atomic_load_explicit(site, memory_order_relaxed) / tasks,
                           memory_order_relaxed);
     atomic_store_explicit(&pool.published_at, start, memory_order_relaxed);
     uint32_t generation = atomic_load_explicit(&pool.generation, memory_order_relaxed) + 1;
@@ -369,6 +376,7 @@ POOL_API bool GOMP_loop_nonmonotonic_dynamic_start(long start, long end, long in
     int index = loop_index++ % POOL_MAX_LOOPS;
     pool_loop *loop;
     if (in_region == 1) {
+        atomic_store_explicit(&pool_site_shares_loop[pool.site_index], 1, memory_order_relaxed);
         loop = &pool.loops[index];
         int expected = 0;
         if (atomic_compare_exchange_strong(&loop->state, &expected, 1)) {
