@@ -248,3 +248,29 @@ def test_failover_retries_a_replica_death_once_and_nothing_else():
     with pytest.raises(ReplicaLostError, match="died .* and so did the replica it was retried on"):
         asyncio.run(call_with_retry(call, counts, died))
     assert len(made) == 2 and counts.summary() == {"replica_died_retried": 1, "replica_died_failed": 1}
+
+
+def test_serve_command_passes_direct_ingress_and_failover_to_deploy(monkeypatch, tmp_path):
+    import ember.serve
+    from ember.cli import main
+
+    class Deployed(Exception):
+        pass
+
+    seen: dict = {}
+
+    def fake_deploy(model, **options):
+        seen.update(options, model=model)
+        raise Deployed
+
+    model = tmp_path / "model.onnx"
+    model.write_bytes(_batch_mlp().SerializeToString())
+    monkeypatch.setattr(ember.serve, "require_ray", lambda serve=False: None)
+    monkeypatch.setattr(ember.serve, "deploy", fake_deploy)
+    with pytest.raises(Deployed):
+        main(["serve", str(model), "--direct-ingress", "--failover", "--replicas", "2"])
+    assert seen["direct_ingress"] is True and seen["failover"] is True and seen["replicas"] == 2
+    seen.clear()
+    with pytest.raises(Deployed):
+        main(["serve", str(model)])
+    assert seen["direct_ingress"] is False
