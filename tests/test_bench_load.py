@@ -141,8 +141,8 @@ def _matmul_source(k: int, n: int) -> str:
     return compiled._executable.source
 
 
-def test_gemv_regions_below_a_million_multiply_adds_stay_on_one_thread():
-    # With passive waiting a region costs a thread wake-up (7-20 us): a GRU step's GEMVs are
-    # not worth one; a GEMV of 1M multiply-adds is.
-    assert "/*nthreads*/ 1)" in _matmul_source(512, 1024)   # 524K multiply-adds
-    assert "/*nthreads*/ 2)" in _matmul_source(1024, 1024)  # 1M
+def test_gemv_regions_below_128k_multiply_adds_stay_on_one_thread():
+    # A region of Ember's pool costs about a microsecond with its workers at hand: a GEMV of
+    # 64K multiply-adds (about 1.5 us) is not worth one; one of 128K is (layouts.GEMM_PARALLEL_MIN_MACS).
+    assert "/*nthreads*/ 1)" in _matmul_source(256, 256)  # 64K multiply-adds
+    assert "/*nthreads*/ 2)" in _matmul_source(512, 256)  # 128K
