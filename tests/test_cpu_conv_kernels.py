@@ -47,11 +47,12 @@ def _depthwise_graph(channels, hw, kernel, stride, pads, dilation, activation, r
     x = g.add_input("x", TensorType(DType.FLOAT32, (1, channels, *hw)))
     w = g.add_constant(rng.standard_normal((channels, 1, *kernel)).astype(np.float32), "w")
     b = g.add_constant(rng.standard_normal(channels).astype(np.float32), "b") if activation != "none" else None
-    oh = (hw[0] + pads[0] + pads[2] - dilation * (kernel[0] - 1) - 1) // stride + 1
-    ow = (hw[1] + pads[1] + pads[3] - dilation * (kernel[1] - 1) - 1) // stride + 1
+    sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
+    oh = (hw[0] + pads[0] + pads[2] - dilation * (kernel[0] - 1) - 1) // sh + 1
+    ow = (hw[1] + pads[1] + pads[3] - dilation * (kernel[1] - 1) - 1) // sw + 1
     r = g.add_input("r", TensorType(DType.FLOAT32, (1, channels, oh, ow))) if residual else None
     alpha, beta = (-0.5, 0.75) if activation == "clip" else (0.0, 0.0)
-    attrs = FusedConvAttrs((stride, stride), pads, (dilation, dilation), channels, activation, alpha, beta)
+    attrs = FusedConvAttrs((sh, sw), pads, (dilation, dilation), channels, activation, alpha, beta)
     g.set_outputs([("y", g.add("FusedConv", x, w, b, r, attrs=attrs, name="conv"))])
     return g
 
@@ -79,6 +80,12 @@ DEPTHWISE = [
     (16, (8, 6), (5, 5), 1, (2, 2, 2, 2), 1, "sigmoid", False),
     (18, (9, 9), (3, 3), 1, (2, 2, 2, 2), 2, "none", True),
     (17, (5, 6), (3, 2), 2, (0, 1, 1, 0), 1, "relu", False),
+    # Unequal strides (text recognisers: 2x1 and 1x2), straight from the input and blocked.
+    (6, (12, 40), (3, 3), (2, 1), (1, 1, 1, 1), 1, "relu", False),
+    (4, (9, 50), (3, 3), (1, 2), (1, 1, 1, 1), 1, "none", True),
+    (5, (10, 41), (5, 5), (2, 1), (2, 2, 2, 2), 1, "clip", True),
+    (3, (7, 67), (5, 5), (1, 2), (2, 2, 2, 2), 1, "sigmoid", False),
+    (20, (8, 8), (3, 3), (2, 1), (1, 1, 1, 1), 1, "relu", False),
 ]
 
 

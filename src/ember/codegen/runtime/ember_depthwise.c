@@ -1,10 +1,10 @@
 /* Depthwise convolution (one filter per channel), NCHW, channels spread over threads.
  * See ember_gemm.h.
  *
- * Without dilation and with equal strides of 1 or 2, each output row is computed L outputs
- * at a time straight from the input: tap (u, v) of outputs (i, j..j+L-1) reads input row
- * i * S - PH + u at columns (j + l) * S - PW + v, one vector load (S = 1) or two loads and an
- * even-lane shuffle (S = 2). Rows that fall in the padding read a row of zeros; vectors that
+ * Without dilation and with strides of 1 or 2 along each axis, each output row is computed L
+ * outputs at a time straight from the input: tap (u, v) of outputs (i, j..j+L-1) reads input
+ * row i * SH - PH + u at columns (j + l) * SW - PW + v, one vector load (SW = 1) or two loads
+ * and an even-lane shuffle (SW = 2). Rows that fall in the padding read a row of zeros; vectors that
  * touch the left or right padding load a window with the out-of-range lanes zeroed (a masked
  * load on AVX-512). Every vector accumulates all taps in registers and is stored once with
  * the bias and activation applied, so the input is read once and the output written once,
@@ -51,7 +51,8 @@ static inline ember_vn dw_even_lanes(ember_vn lo, ember_vn hi)
 
 static int dw_direct(const ember_conv_geom *g)
 {
-    return g->SH == g->SW && (g->SH == 1 || g->SH == 2) && g->DH == 1 && g->DW == 1 && g->KH <= 8 && g->KW <= 8;
+    return (g->SH == 1 || g->SH == 2) && (g->SW == 1 || g->SW == 2) && g->DH == 1 && g->DW == 1 && g->KH <= 8 &&
+           g->KW <= 8;
 }
 
 #if DW_L == 16
@@ -114,7 +115,7 @@ static inline void dw_store(float *yr, long j, long ow, ember_vn v)
 /* The taps of outputs (i, j..j+L-1) from row pointers (rows in the padding point at zeros);
  * `masks` (KW pairs, one per L-float half) is NULL where every read lies inside the row. */
 static inline __attribute__((always_inline)) ember_vn
-dw_vector(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long S, long start,
+dw_vector(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long SW, long start,
           const uint32_t *masks, ember_vn sum)
 {
     /* One accumulator per kernel row (up to three) shortens the chain of dependent
@@ -126,7 +127,7 @@ dw_vector(const float *const *rows, const ember_vn *wt, const long KH, const lon
         #pragma GCC unroll 8
         for (long v = 0; v < KW; v++) {
             ember_vn in;
-            if (S == 1)
+            if (SW == 1)
                 in = masks ? vn_load_masked(row + start + v, masks[2 * v]) : vn_load(row + start + v);
             else if (masks)
                 in = dw_even_lanes(vn_load_masked(row + start + v, masks[2 * v]),
@@ -141,11 +142,11 @@ dw_vector(const float *const *rows, const ember_vn *wt, const long KH, const lon
     return sum + (acc1 + acc2);
 }
 
-static inline void dw_rows(const ember_conv_geom *g, const float *xc, const float *zeros, long i, long KH, long S,
+static inline void dw_rows(const ember_conv_geom *g, const float *xc, const float *zeros, long i, long KH, long SH,
                            const float **rows)
 {
     for (long u = 0; u < KH; u++) {
-        long ih = i * S - g->PH + u;
+        long ih = i * SH - g->PH + u;
         rows[u] = ih >= 0 && ih < g->H ? xc + ih * g->W : zeros;
     }
 }
@@ -156,17 +157,17 @@ static inline void dw_rows(const ember_conv_geom *g, const float *xc, const floa
 #define DW_ROWS 4
 
 static inline __attribute__((always_inline)) void
-dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long S, long start,
-               const uint32_t *masks, ember_vn bias, ember_vn *acc)
+dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long SH,
+               const long SW, long start, const uint32_t *masks, ember_vn bias, ember_vn *acc)
 {
     for (int r = 0; r < DW_ROWS; r++) acc[r] = bias;
     #pragma GCC unroll 16
-    for (long t = 0; t < S * (DW_ROWS - 1) + KH; t++) {
+    for (long t = 0; t < SH * (DW_ROWS - 1) + KH; t++) {
         const float *row = rows[t];
         #pragma GCC unroll 8
         for (long v = 0; v < KW; v++) {
             ember_vn in;
-            if (S == 1)
+            if (SW == 1)
                 in = masks ? vn_load_masked(row + start + v, masks[2 * v]) : vn_load(row + start + v);
             else if (masks)
                 in = dw_even_lanes(vn_load_masked(row + start + v, masks[2 * v]),
@@ -175,7 +176,7 @@ dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, cons
                 in = dw_even_lanes(vn_load(row + start + v), vn_load(row + start + v + DW_L));
             #pragma GCC unroll 4
             for (int r = 0; r < DW_ROWS; r++) {
-                long u = t - S * r;
+                long u = t - SH * r;
                 if (u >= 0 && u < KH) acc[r] += wt[u * KW + v] * in;
             }
         }
@@ -184,18 +185,18 @@ dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, cons
 
 /* Output rows [i, i + DW_ROWS) at columns [j, j + L) for every j in [j0, j1) (step L). */
 static inline __attribute__((always_inline)) void
-dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long S, const float *xc,
+dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long SH, const long SW, const float *xc,
              const float *zeros, long i, long j0, long j1, const uint32_t *masks, const ember_vn *wt, ember_vn bias,
              int act, ember_vn lo, ember_vn hi, float *yc)
 {
-    const float *rows[S * (DW_ROWS - 1) + 8];
-    for (long t = 0; t < S * (DW_ROWS - 1) + KH; t++) {
-        long ih = i * S - g->PH + t;
+    const float *rows[SH * (DW_ROWS - 1) + 8];
+    for (long t = 0; t < SH * (DW_ROWS - 1) + KH; t++) {
+        long ih = i * SH - g->PH + t;
         rows[t] = ih >= 0 && ih < g->H ? xc + ih * g->W : zeros;
     }
     for (long j = j0; j < j1; j += DW_L) {
         ember_vn acc[DW_ROWS];
-        dw_vector_rows(rows, wt, KH, KW, S, j * S - g->PW, masks, bias, acc);
+        dw_vector_rows(rows, wt, KH, KW, SH, SW, j * SW - g->PW, masks, bias, acc);
         for (int r = 0; r < DW_ROWS; r++) {
             float *yr = yc + (i + r) * g->OW;
             if (masks) dw_store(yr, j, g->OW, dw_act(acc[r], act, lo, hi));
@@ -204,12 +205,12 @@ dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long 
     }
 }
 
-/* One channel, straight from the input (see the top of this file). KH, KW and S are passed
+/* One channel, straight from the input (see the top of this file). KH, KW, SH, SW are passed
  * as constants by the callers that specialize on them, so the tap loops unroll. Vectors
  * that touch the padding go column by column, their load masks computed once per column. */
 static inline __attribute__((always_inline)) void
-dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const long S, const float *xc,
-                  const float *wc, float b0, float *yc, const float *rc, const ember_epilogue *ep,
+dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const long SH, const long SW,
+                  const float *xc, const float *wc, float b0, float *yc, const float *rc, const ember_epilogue *ep,
                   const float *zeros)
 {
     ember_vn wt[64];
@@ -221,35 +222,36 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     long W = g->W, PW = g->PW, OW = g->OW, OH = g->OH;
     long blocked_rows = OH / DW_ROWS * DW_ROWS;
     /* Output vectors [j_in, j_out) read only inside the row; the others take masked windows. */
-    long j_in = (PW + S - 1) / S;
+    long j_in = (PW + SW - 1) / SW;
     j_in = (j_in + DW_L - 1) / DW_L * DW_L;
     if (j_in > OW) j_in = (OW + DW_L - 1) / DW_L * DW_L;
     long j_out = j_in;
-    while (j_out + DW_L <= OW && j_out * S - PW + DW_L * S - 1 + KW <= W) j_out += DW_L;
+    while (j_out + DW_L <= OW && j_out * SW - PW + DW_L * SW - 1 + KW <= W) j_out += DW_L;
     const float *rows[8];
     for (long j = 0; j < OW; j += DW_L) {
         if (j == j_in) j = j_out;
         if (j >= OW) break;
         uint32_t masks[16];
         for (long v = 0; v < KW; v++) {
-            masks[2 * v] = dw_window_mask(j * S - PW + v, W);
-            masks[2 * v + 1] = dw_window_mask(j * S - PW + v + DW_L, W);
+            masks[2 * v] = dw_window_mask(j * SW - PW + v, W);
+            masks[2 * v + 1] = dw_window_mask(j * SW - PW + v + DW_L, W);
         }
         for (long i = 0; i < blocked_rows; i += DW_ROWS)
-            dw_row_block(g, KH, KW, S, xc, zeros, i, j, j + DW_L, masks, wt, bias, act, lo, hi, yc);
+            dw_row_block(g, KH, KW, SH, SW, xc, zeros, i, j, j + DW_L, masks, wt, bias, act, lo, hi, yc);
         for (long i = blocked_rows; i < OH; i++) {
-            dw_rows(g, xc, zeros, i, KH, S, rows);
-            dw_store(yc + i * OW, j, OW, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, masks, bias), act, lo, hi));
+            dw_rows(g, xc, zeros, i, KH, SH, rows);
+            dw_store(yc + i * OW, j, OW,
+                     dw_act(dw_vector(rows, wt, KH, KW, SW, j * SW - PW, masks, bias), act, lo, hi));
         }
     }
     if (j_out > j_in) {
         for (long i = 0; i < blocked_rows; i += DW_ROWS)
-            dw_row_block(g, KH, KW, S, xc, zeros, i, j_in, j_out, NULL, wt, bias, act, lo, hi, yc);
+            dw_row_block(g, KH, KW, SH, SW, xc, zeros, i, j_in, j_out, NULL, wt, bias, act, lo, hi, yc);
         for (long i = blocked_rows; i < OH; i++) {
-            dw_rows(g, xc, zeros, i, KH, S, rows);
+            dw_rows(g, xc, zeros, i, KH, SH, rows);
             float *yr = yc + i * OW;
             for (long j = j_in; j < j_out; j += DW_L)
-                vn_store(yr + j, dw_act(dw_vector(rows, wt, KH, KW, S, j * S - PW, NULL, bias), act, lo, hi));
+                vn_store(yr + j, dw_act(dw_vector(rows, wt, KH, KW, SW, j * SW - PW, NULL, bias), act, lo, hi));
         }
     }
     if (!in_reg) ember_finish_span(yc, rc, g->OH * g->OW, ep);
@@ -280,13 +282,18 @@ static void dw_channel_general(const ember_conv_geom *g, const float *xc, const 
 static void dw_channel(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
                        const float *rc, const ember_epilogue *ep, const float *zeros)
 {
+    /* Equal strides (MobileNets) get kernels specialised to 3x3 and 5x5; unequal ones (text
+     * recognisers' 2x1 and 1x2) one per stride pair. */
+    long KH = g->KH, KW = g->KW, SH = g->SH, SW = g->SW;
     if (!dw_direct(g)) dw_channel_general(g, xc, wc, b0, yc, rc, ep);
-    else if (g->KH == 3 && g->KW == 3 && g->SH == 1) dw_channel_direct(g, 3, 3, 1, xc, wc, b0, yc, rc, ep, zeros);
-    else if (g->KH == 3 && g->KW == 3) dw_channel_direct(g, 3, 3, 2, xc, wc, b0, yc, rc, ep, zeros);
-    else if (g->KH == 5 && g->KW == 5 && g->SH == 1) dw_channel_direct(g, 5, 5, 1, xc, wc, b0, yc, rc, ep, zeros);
-    else if (g->KH == 5 && g->KW == 5) dw_channel_direct(g, 5, 5, 2, xc, wc, b0, yc, rc, ep, zeros);
-    else if (g->SH == 1) dw_channel_direct(g, g->KH, g->KW, 1, xc, wc, b0, yc, rc, ep, zeros);
-    else dw_channel_direct(g, g->KH, g->KW, 2, xc, wc, b0, yc, rc, ep, zeros);
+    else if (KH == 3 && KW == 3 && SH == 1 && SW == 1) dw_channel_direct(g, 3, 3, 1, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else if (KH == 3 && KW == 3 && SH == 2 && SW == 2) dw_channel_direct(g, 3, 3, 2, 2, xc, wc, b0, yc, rc, ep, zeros);
+    else if (KH == 5 && KW == 5 && SH == 1 && SW == 1) dw_channel_direct(g, 5, 5, 1, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else if (KH == 5 && KW == 5 && SH == 2 && SW == 2) dw_channel_direct(g, 5, 5, 2, 2, xc, wc, b0, yc, rc, ep, zeros);
+    else if (SH == 1 && SW == 1) dw_channel_direct(g, KH, KW, 1, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else if (SH == 2 && SW == 2) dw_channel_direct(g, KH, KW, 2, 2, xc, wc, b0, yc, rc, ep, zeros);
+    else if (SH == 2) dw_channel_direct(g, KH, KW, 2, 1, xc, wc, b0, yc, rc, ep, zeros);
+    else dw_channel_direct(g, KH, KW, 1, 2, xc, wc, b0, yc, rc, ep, zeros);
 }
 
 #ifdef DW_BLOCK
