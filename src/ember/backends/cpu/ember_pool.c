@@ -8,12 +8,12 @@
  * region costs at most what it costs on one thread. The caller waits only for tasks a worker
  * has already started.
  *
- * Idle workers spin (PAUSE) for a short budget after each region, since a model's regions
- * come microseconds apart, then sleep on a futex. Spinning is free only while the cores are
- * ours: when threads of the pool find themselves descheduled while runnable (involuntary
- * context switches, or long gaps in a spin) twice within 20 ms, spins yield the core to
- * whoever wants it for the next 100 ms, and a region too short to be worth waking a worker
- * runs on the caller alone when every worker sleeps.
+ * Idle workers spin (PAUSE) for a short budget after each region (EMBER_SPIN_US, default
+ * 100 us), since a model's regions come microseconds apart, then sleep on a futex. Bounded,
+ * a spin costs a busy machine little, and while the cores are shared a spinning worker is
+ * what lets a region use the slice the scheduler gives it: yielding or sleeping at once
+ * (tried) left 2-thread regions to the caller alone under competing load, at one-thread
+ * speed, where ONNX Runtime's spinning threads kept theirs.
  *
  * Every function here has hidden visibility: the model library's own references bind to
  * them at link time, dlsym never sees them, and another OpenMP runtime in the process (one a
@@ -28,7 +28,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -39,10 +38,6 @@
 #define POOL_API __attribute__((visibility("hidden")))
 #define POOL_MAX_THREADS 256
 #define POOL_MAX_LOOPS 8          /* worksharing loops in one region (generated code has one) */
-#define POOL_PREEMPTED_NS 200000  /* a gap this long between two spin checks: we were descheduled */
-#define POOL_CHECK_NS 100000      /* a thread looks for involuntary context switches at most this often */
-#define POOL_EVENT_PAIR_NS 20000000 /* two of those this close (20 ms): the cores are shared */
-#define POOL_COOLDOWN_NS 100000000 /* then they count as shared for this long (100 ms) */
 
 typedef void (*pool_task_fn)(void *);
 
@@ -60,8 +55,6 @@ static struct {
     _Atomic uint32_t finished;     /* tasks of the current region done (futex word of the caller) */
     _Atomic int caller_asleep;
     _Atomic int busy;              /* a region is in flight: another caller runs its own inline */
-    _Atomic int64_t contended_until; /* CLOCK_MONOTONIC ns until which the cores count as contended */
-    _Atomic int64_t last_contention; /* when a thread of the pool last found itself descheduled */
     _Atomic int64_t published_at;  /* when the current region began */
     _Atomic int64_t task_ns;       /* about how long one of its tasks takes (0: not known, or a shared loop) */
     unsigned site_index;           /* its entry in pool_sites */
@@ -74,11 +67,8 @@ static struct {
 } pool = {.start_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Per parallel region (its outlined function's address, hashed): about how long it takes on one
- * thread. While the cores are contended and every worker sleeps, a region shorter than
- * POOL_WAKE_WORTH_NS runs on the caller alone: waking a worker (a futex call, then the cache
- * lines it pulls over) would cost more than it saves. */
+ * thread, which tells a late worker whether joining still helps (claim_tasks). */
 #define POOL_SITES 256
-#define POOL_WAKE_WORTH_NS 30000
 static _Atomic int64_t pool_sites[POOL_SITES];
 /* Regions whose tasks share a schedule(dynamic) loop: a late worker still helps there (it
  * takes the chunks left), so it always joins them. */
@@ -126,51 +116,15 @@ static bool futex_wait_for(_Atomic uint32_t *word, uint32_t expected, const stru
 static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)count; }
 #endif
 
-/* Contention: a thread of ours was runnable but the scheduler ran someone else (an
- * involuntary context switch), or a spin check came long after the previous one. Then a
- * plain spin takes CPU time from the threads we wait for, and the scheduler charges it to us.
- * One such event now and then is the kernel's own housekeeping; two within POOL_EVENT_PAIR_NS
- * mean the cores are shared: for POOL_COOLDOWN_NS spins yield the core, and short regions
- * skip sleeping workers. */
-static void note_contention(int64_t t) {
-    int64_t previous = atomic_exchange_explicit(&pool.last_contention, t, memory_order_relaxed);
-    if (t - previous < POOL_EVENT_PAIR_NS)
-        atomic_store_explicit(&pool.contended_until, t + POOL_COOLDOWN_NS, memory_order_relaxed);
-}
-
-static void check_contention(void) {
-    static __thread int64_t last_check;
-    static __thread long last_switches = -1;
-    int64_t t = now_ns();
-    if (t - last_check < POOL_CHECK_NS) return;
-    last_check = t;
-#if defined(__linux__)
-    struct rusage usage;
-    if (getrusage(RUSAGE_THREAD, &usage) != 0) return;
-    if (last_switches >= 0 && usage.ru_nivcsw != last_switches) note_contention(t);
-    last_switches = usage.ru_nivcsw;
-#endif
-}
-
-/* Spins until *word != value or the budget is spent; true when it changed. While the cores
- * are contended the spin yields the core after every few checks: another process that wants
- * it runs, and this thread comes back after it (or at once, when nobody wants the core). */
+/* Spins until *word != value or the budget is spent; true when it changed. */
 static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value) {
-    int64_t start = now_ns(), last = start;
-    bool contended = start < atomic_load_explicit(&pool.contended_until, memory_order_relaxed);
+    int64_t start = now_ns();
     for (;;) {
         for (int i = 0; i < 16; i++) {
             if (atomic_load_explicit(word, memory_order_acquire) != value) return true;
             cpu_relax();
         }
-        if (contended) sched_yield();
-        int64_t t = now_ns();
-        if (!contended && t - last > POOL_PREEMPTED_NS) {
-            note_contention(t);
-            return atomic_load_explicit(word, memory_order_acquire) != value;
-        }
-        if (t - start > pool.spin_ns) return false;
-        last = t;
+        if (now_ns() - start > pool.spin_ns) return false;
     }
 }
 
@@ -242,7 +196,6 @@ static void *worker_main(void *arg) {
         }
         seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
         claim_tasks(seen, true);
-        check_contention();
     }
     return NULL;
 }
@@ -315,11 +268,7 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     unsigned site_index = (unsigned)(((uintptr_t)fn >> 4) % POOL_SITES);
     _Atomic int64_t *site = &pool_sites[site_index];
     int64_t start = now_ns();
-    if (tasks == 1 || in_region ||
-        (start < atomic_load_explicit(&pool.contended_until, memory_order_relaxed) &&
-         atomic_load_explicit(site, memory_order_relaxed) < POOL_WAKE_WORTH_NS &&
-         atomic_load_explicit(&pool.sleepers, memory_order_relaxed) >= pool.workers) ||
-        !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+    if (tasks == 1 || in_region || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
         run_inline(fn, data, tasks);
         if (!in_region && tasks > 1) atomic_store_explicit(site, now_ns() - start, memory_order_relaxed);
         return;
@@ -352,7 +301,6 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     }
     /* The region's one-thread time, roughly: the caller's share of the tasks took this long. */
     atomic_store_explicit(site, (now_ns() - start) * tasks / (ran > 0 ? ran : 1), memory_order_relaxed);
-    check_contention();
     atomic_store(&pool.busy, 0);
 }
 

@@ -11,10 +11,13 @@ Ember's pool (ember_pool.c) in place of an OpenMP runtime. Why not libgomp:
   2 threads barely beat 1 (GRU 1.46 -> 1.35 ms, where ONNX Runtime halves).
 The pool's region is a set of tasks ("OpenMP thread t" is task t) that the caller and the
 workers claim; the caller runs whatever no worker has claimed, so a region never waits for a
-thread that is asleep or not running, and costs at most its one-thread time. Idle workers spin
-up to EMBER_SPIN_US microseconds (default 100) after each region, then sleep; a worker that
-finds itself descheduled while spinning stops and halves the budget (the cores are busy with
-other work), which grows back while regions find workers awake.
+thread that is asleep or not running, and costs at most its one-thread time; a worker that
+comes late to a region leaves a task to the threads already at work when they would reach it
+first. Idle workers spin up to EMBER_SPIN_US microseconds (default 100) after each region,
+then sleep (and end after 2 s idle). Measured with bench/compare.py --load N against ONNX
+Runtime: spinning only while the cores seemed free (yielding, or running short regions on the
+caller, once involuntary context switches showed other work) left a 2-thread GRU at its
+one-thread speed under load; the bounded spin keeps the second thread in play.
 
 A vendor library a library backend links (oneDNN) brings libgomp with it, for its own threads.
 That runtime reads its wait policy from the environment once, when it is loaded: the first load
