@@ -112,6 +112,16 @@ static inline void dw_store(float *yr, long j, long ow, ember_vn v)
     else vn_store_masked(yr + j, (1u << (ow - j)) - 1u, v);
 }
 
+/* The L inputs one tap (u, v) reads for outputs j..j+L-1, from `from` = row + j*SW - PW + v:
+ * one vector (SW = 1) or the even lanes of two (SW = 2); `masks` (the tap's pair, one per
+ * L-float half) zeroes the lanes outside the row, NULL where all lie inside. */
+static inline __attribute__((always_inline)) ember_vn dw_tap(const float *from, const long SW, const uint32_t *masks)
+{
+    if (SW == 1) return masks ? vn_load_masked(from, masks[0]) : vn_load(from);
+    if (masks) return dw_even_lanes(vn_load_masked(from, masks[0]), vn_load_masked(from + DW_L, masks[1]));
+    return dw_even_lanes(vn_load(from), vn_load(from + DW_L));
+}
+
 /* The taps of outputs (i, j..j+L-1) from row pointers (rows in the padding point at zeros);
  * `masks` (KW pairs, one per L-float half) is NULL where every read lies inside the row. */
 static inline __attribute__((always_inline)) ember_vn
@@ -126,14 +136,7 @@ dw_vector(const float *const *rows, const ember_vn *wt, const long KH, const lon
         const float *row = rows[u];
         #pragma GCC unroll 8
         for (long v = 0; v < KW; v++) {
-            ember_vn in;
-            if (SW == 1)
-                in = masks ? vn_load_masked(row + start + v, masks[2 * v]) : vn_load(row + start + v);
-            else if (masks)
-                in = dw_even_lanes(vn_load_masked(row + start + v, masks[2 * v]),
-                                   vn_load_masked(row + start + v + DW_L, masks[2 * v + 1]));
-            else
-                in = dw_even_lanes(vn_load(row + start + v), vn_load(row + start + v + DW_L));
+            ember_vn in = dw_tap(row + start + v, SW, masks ? masks + 2 * v : NULL);
             if (u % 3 == 1) acc1 += wt[u * KW + v] * in;
             else if (u % 3 == 2) acc2 += wt[u * KW + v] * in;
             else sum += wt[u * KW + v] * in;
@@ -166,14 +169,7 @@ dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, cons
         const float *row = rows[t];
         #pragma GCC unroll 8
         for (long v = 0; v < KW; v++) {
-            ember_vn in;
-            if (SW == 1)
-                in = masks ? vn_load_masked(row + start + v, masks[2 * v]) : vn_load(row + start + v);
-            else if (masks)
-                in = dw_even_lanes(vn_load_masked(row + start + v, masks[2 * v]),
-                                   vn_load_masked(row + start + v + DW_L, masks[2 * v + 1]));
-            else
-                in = dw_even_lanes(vn_load(row + start + v), vn_load(row + start + v + DW_L));
+            ember_vn in = dw_tap(row + start + v, SW, masks ? masks + 2 * v : NULL);
             #pragma GCC unroll 4
             for (int r = 0; r < DW_ROWS; r++) {
                 long u = t - SH * r;
