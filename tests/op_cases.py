@@ -347,6 +347,18 @@ add(Case("FusedConv", [(F32, (1, 24, 7, 7)), _w(64, 24, 1, 1), None, None],
 add(Case("FusedConv", [(F32, (2, 48, 7, 7)), _w(72, 48, 1, 1), _w(72, seed=8), (F32, (2, 72, 7, 7))],
          FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "relu"), name="FusedConv_pointwise_small_map_residual_relu"))
 
+# MobileNetV2's block as one op (the cpu backend keeps both wide intermediates in its kernel):
+# expand 1x1 + clip, depthwise 3x3 + clip, project 1x1 with and without the residual, strides 1
+# and 2.
+from ember.ops.inverted_residual import InvertedResidualAttrs  # noqa: E402
+
+_BLOCK = [_w(96, 16, 1, 1, seed=11), _w(96, seed=12), _w(96, 1, 3, 3, seed=13), _w(96, seed=14),
+          _w(16, 96, 1, 1, seed=15), _w(16, seed=16)]
+add(Case("InvertedResidual", [(F32, (1, 16, 14, 14)), *_BLOCK, (F32, (1, 16, 14, 14))],
+         InvertedResidualAttrs((1, 1), (1, 1, 1, 1), "clip", 0.0, 6.0, "clip", 0.0, 6.0)))
+add(Case("InvertedResidual", [(F32, (2, 16, 9, 11)), *_BLOCK, None],
+         InvertedResidualAttrs((2, 2), (1, 1, 1, 1), "clip", 0.0, 6.0, "relu"), name="InvertedResidual_stride2"))
+
 # A forest of two trees over 3 features: tree 0 splits x0 <= 0.1 then x2 < -0.3 (NaN tracked
 # to the true branch), tree 1 is x1 != 0.5; leaves weigh targets 0 and 1, base values added.
 from ember.ops.ml import TreeEnsembleAttrs  # noqa: E402
