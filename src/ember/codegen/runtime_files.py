@@ -42,6 +42,7 @@ EXPORTS: dict[str, str] = {
     # depthwise convolution
     "ember_depthwise_scratch_bytes": "ember_depthwise.c",
     "ember_depthwise": "ember_depthwise.c",
+    "ember_transpose_f32": "ember_depthwise.c",
     # Winograd F(2x2, 3x3)
     "ember_winograd_scratch_bytes": "ember_winograd.c",
     "ember_winograd": "ember_winograd.c",

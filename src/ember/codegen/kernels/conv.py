@@ -36,7 +36,6 @@ from ember.codegen.kernels.layouts import (
 )
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
 from ember.codegen.kernels.table import C_KERNELS
-from ember.codegen.kernels.transpose_tiles import define_transpose
 from ember.lir.ir import Instr
 from ember.ops.fused import FusedConvAttrs
 from ember.types import DType
@@ -240,11 +239,11 @@ def emit_conv_pointwise_t(em: Emitter, instr: Instr) -> str:
     wastes far less than 49 pixels padded to two 32-column panels. X is transposed into the
     scratch first (A row-major), the GEMM stores Y^T row-major with bias and activation in
     registers, and a second transpose writes NCHW y; the residual, when there is one, comes
-    after it, then the activation (transpose_tiles.py says why this beats strided A and
-    tiles stored transposed)."""
+    after it, then the activation (ember_transpose_f32 in ember_depthwise.c says why this beats
+    strided A and tiles stored transposed)."""
     s = ConvShape(instr)
     m, p, image = s.mg, s.pixels, s.channels * s.height * s.width
-    transpose = define_transpose(em)
+    transpose = "ember_transpose_f32"  # the kernel library's (ember_depthwise.c)
     act, alpha, beta = s.activation
     in_registers = s.residual is None
     epilogue = Epilogue(bias="bias", activation=act if in_registers else "none", alpha=alpha, beta=beta)

@@ -1,7 +1,7 @@
 """The cpu kernel of InvertedResidual (ops/inverted_residual.py): MobileNetV2's expansion,
 depthwise and projection in one step, channels last inside it.
 
-NCHW x is transposed into [pixels][C_in] (kernels/transpose_tiles.py); the expansion is a GEMM
+NCHW x is transposed into [pixels][C_in] (the library's ember_transpose_f32); the expansion is a GEMM
 with the pixels as rows, storing E [pixels][C_e] row-major with its bias and activation in
 registers; the depthwise convolution reads E 16 channels at a time, one vector per output
 pixel and tap with no lane wasted on narrow rows and no masked edge vectors, into
@@ -18,7 +18,6 @@ from ember.codegen.kernels.gemm import Epilogue, gemm_call
 from ember.codegen.kernels.layouts import MR, NR, pack_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
-from ember.codegen.kernels.transpose_tiles import define_transpose
 from ember.lir.ir import Buffer, Instr
 from ember.ops.inverted_residual import InvertedResidualAttrs
 from ember.types import DType
@@ -204,7 +203,7 @@ def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue
 @C_KERNELS.kernel("inverted_residual", "InvertedResidual", accepts=_accepts, plan=_plan)
 def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     s, a = _Block(instr), instr.attrs
-    transpose = define_transpose(em)
+    transpose = "ember_transpose_f32"  # the kernel library's (ember_depthwise.c)
     em.define(DEPTHWISE, _DEPTHWISE_C)
     threads = int(param(instr, "threads", 1))
 

@@ -87,6 +87,10 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads);
 long ember_gemm_scratch_bytes(long N, long K, int nthreads);
 
+/* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols, in 16 x 16 register blocks
+ * (defined in ember_depthwise.c, whose channel-blocked path transposes the same way). */
+void ember_transpose_f32(const float *src, long rows, long cols, long lds, float *dst, long ldd);
+
 /* Depthwise convolution of one image: one input and one output channel per group.
  * `scratch` holds ember_depthwise_scratch_bytes(g, nthreads) bytes. */
 void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
