@@ -128,14 +128,17 @@ static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value) {
     }
 }
 
-static void run_task(int id, int count) {
+/* Runs fn(data) as OpenMP thread `id` of `count`, restoring the thread's own task state after
+ * (a nested region runs inside a task). kind: 1 a task of the pool's region, 2 of an inline one
+ * (its worksharing loops run whole in each task's first call). */
+static void run_as_task(pool_task_fn fn, void *data, int id, int count, int kind) {
     int saved_id = task_id, saved_count = task_count, saved_index = loop_index, saved_in = in_region;
     pool_loop *saved_loop = current_loop;
     task_id = id;
     task_count = count;
     loop_index = 0;
-    in_region = 1;
-    pool.fn(pool.data);
+    in_region = kind;
+    fn(data);
     task_id = saved_id;
     task_count = saved_count;
     loop_index = saved_index;
@@ -161,7 +164,7 @@ static int claim_tasks(uint32_t generation, bool worker) {
         if (!atomic_compare_exchange_weak_explicit(&pool.claim, &word, word + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        run_task((int)next, (int)tasks);
+        run_as_task(pool.fn, pool.data, (int)next, (int)tasks, 1);
         ran++;
         if (atomic_fetch_add(&pool.finished, 1) + 1 == tasks &&
             atomic_load(&pool.caller_asleep))
@@ -245,32 +248,23 @@ static void start_workers(int wanted) {
 static void run_inline(pool_task_fn fn, void *data, int tasks) {
     /* A nested region, or one started while another thread's region holds the pool: its tasks
      * run here, one after another (as OpenMP runs a nested region on a team of one). */
-    for (int t = 0; t < tasks; t++) {
-        int saved_id = task_id, saved_count = task_count, saved_index = loop_index, saved_in = in_region;
-        pool_loop *saved_loop = current_loop;
-        task_id = t;
-        task_count = tasks;
-        loop_index = 0;
-        in_region = 2;  /* worksharing loops of an inline region run whole in each task's first call */
-        fn(data);
-        task_id = saved_id;
-        task_count = saved_count;
-        loop_index = saved_index;
-        in_region = saved_in;
-        current_loop = saved_loop;
-    }
+    for (int t = 0; t < tasks; t++) run_as_task(fn, data, t, tasks, 2);
 }
 
 POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, unsigned flags) {
     (void)flags;
     int tasks = num_threads == 0 ? 1 : (int)(num_threads > POOL_MAX_THREADS ? POOL_MAX_THREADS : num_threads);
-    int expected = 0;
+    if (tasks == 1 || in_region) {
+        run_inline(fn, data, tasks);
+        return;
+    }
     unsigned site_index = (unsigned)(((uintptr_t)fn >> 4) % POOL_SITES);
     _Atomic int64_t *site = &pool_sites[site_index];
     int64_t start = now_ns();
-    if (tasks == 1 || in_region || !atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&pool.busy, &expected, 1)) {
         run_inline(fn, data, tasks);
-        if (!in_region && tasks > 1) atomic_store_explicit(site, now_ns() - start, memory_order_relaxed);
+        atomic_store_explicit(site, now_ns() - start, memory_order_relaxed);
         return;
     }
     if (pool.workers < tasks - 1) start_workers(tasks - 1);
