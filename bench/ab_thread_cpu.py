@@ -23,6 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ember.support.host import cpu_name
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "models"
 
@@ -95,9 +97,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--seconds", type=float, default=0.25)
     args = parser.parse_args()
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU") if Path("/proc/cpuinfo").exists() else "unknown CPU"
-    print(f"# {cpu}; {args.head} (head) vs {args.base} (base); 1 thread: thread CPU time, more: wall; "
+    print(f"# {cpu_name()}; {args.head} (head) vs {args.base} (base); 1 thread: thread CPU time, more: wall; "
           "ratio < 1: head is faster")
     with tempfile.TemporaryDirectory() as folder:
         trees = {label: Path(folder) / label for label in ("base", "head")}
