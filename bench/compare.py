@@ -64,7 +64,9 @@ MINILM_SEQ = 128
 def pretrained_model(name: str, scratch: Path) -> tuple[Path, dict[str, tuple[int, ...]], dict[str, np.ndarray]] | None:
     """(model file, input shapes, inputs) of a pretrained model, or None where its wheel is
     not installed."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ and bench/ as packages
+    repo = str(Path(__file__).resolve().parents[1])  # tests/ and bench/ as packages
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
     if name == "minilm":
         import onnx
 
