@@ -176,10 +176,15 @@ def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
     return combined
 
 
+@cache
+def _pool_source() -> str:
+    return resources.files("ember.backends.cpu").joinpath(POOL_SOURCE).read_text()
+
+
 def _pool_object(compiler: str, flags: list[str]) -> Path:
     """Ember's thread pool (ember_pool.c: the OpenMP entry points the generated code calls),
     compiled once per (source, compiler, flags) and linked into every model library."""
-    source = resources.files("ember.backends.cpu").joinpath(POOL_SOURCE).read_text()
+    source = _pool_source()
     pool_flags = ["-O2", "-std=gnu11", "-fPIC", *(f for f in flags if f.startswith(("-m", "-fsanitize")))]
     obj = cache_folder("cpu") / f"pool-{_key(source, compiler_identity(compiler), *pool_flags)}.o"
     if intact(obj):
