@@ -74,7 +74,7 @@ def test_garbage_from_optimizing_is_collected_before_packing():
     assert counts["lowered"] < 200 < counts["optimized"], counts
 
 
-def test_freed_heap_pages_are_handed_back_after_kernel_selection(monkeypatch):
+def test_freed_heap_pages_are_handed_back_after_lowering_packing_and_the_compile(monkeypatch):
     import platform
 
     import ember.driver
@@ -87,5 +87,47 @@ def test_freed_heap_pages_are_handed_back_after_kernel_selection(monkeypatch):
     stages = []
     ember.driver.compile_model(LENET, "cpu", observer=lambda stage, _: stages.append((stage, len(calls))),
                                backend_options={"num_threads": 1})
-    # Once per compile, after the kernels' packed weights are made (the "lir" stage), not before.
-    assert ("lowered", 0) in stages and ("lir", 1) in stages and len(calls) == 1
+    # After lowering (folding's replaced constants), after the kernels' packed weights are made
+    # (the "lir" stage), and once the compile has dropped its graph and program.
+    assert ("optimized", 0) in stages and ("lowered", 1) in stages and ("lir", 2) in stages, stages
+    assert len(calls) == 3
+
+
+def test_a_compile_leaves_no_cyclic_garbage_holding_weights():
+    """The IR's node/value cycles hold the graph's weights and the packed copies after a
+    compile; the compile collects them itself rather than leaving them resident until the
+    collector's next full pass (ResNet-18: 164 -> 112 MB resident after a cached compile)."""
+    import gc
+
+    from ember.driver import compile_model
+
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        compiled = compile_model(LENET, "cpu", backend_options={"num_threads": 1})
+        leftover = gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert compiled is not None
+    assert leftover < 20, f"{leftover} unreachable objects were left for the collector"
+
+
+def test_a_file_read_for_one_compile_hands_its_proto_back_after_import():
+    from ember.frontends.onnx.importer import load_onnx
+    from ember.frontends.onnx.loader import load_model as read_onnx
+    from ember.support.errors import ModelImportError
+
+    loaded = read_onnx(LENET, single_use=True)
+    assert loaded.model.ByteSize() > 0
+    graph = load_onnx(loaded)
+    assert graph.constants and loaded.released and loaded.model.ByteSize() == 0
+    with pytest.raises(ModelImportError, match="read for one compile"):
+        load_onnx(loaded)
+    # A caller's own ModelProto is never released: it can be imported again.
+    proto = read_onnx(LENET).model
+    given = read_onnx(proto, single_use=True)
+    load_onnx(given)
+    assert not given.released and given.model.ByteSize() > 0
+    assert load_onnx(given).constants

@@ -74,7 +74,9 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
     if isinstance(model, str | os.PathLike):
         from ember.frontends.onnx.loader import load_model
 
-        model = loaded = load_model(model)  # read once, for its inputs' shapes and to import it
+        # Read once, for its inputs' shapes and to import it (the static path's import then
+        # releases the proto: loader.LoadedModel.single_use).
+        model = loaded = load_model(model, single_use=True)
     symbolic = dynamic_inputs(model, input_shapes) if loaded is not None or _is_proto(model) else None
     if symbolic is not None:
         proto, inputs = symbolic

@@ -85,6 +85,13 @@ def compile_model(model: Any, backend: str | Backend = "interpreter",
     if quantize is not None:
         quantize_loaded(graph, quantize, quantize_options, decisions)
     compiled = compile_graph(graph, target, observer)
+    # The graph's weights and the program's packed copies are garbage now (the compiled model
+    # runs from its own blob), held in the IR's reference cycles: collect them and hand their
+    # pages back. After a cached compile on AMD EPYC, resident memory: BERT 104 -> 79 MB,
+    # ResNet-18 164 -> 112 MB, for one full collection (about 15 ms).
+    del graph
+    gc.collect()
+    release_freed_memory()
     if quantize is not None:
         compiled.stats["quantization"] = decisions  # per Conv/MatMul/Gemm: int8 or why float
     compiled.stats["compile_seconds"] = time.perf_counter() - started
@@ -152,8 +159,10 @@ def prepare_program(graph: Graph, target: Backend, observer: Observer | None = N
     lower_for_backend(graph, target)
     # Constants that folding replaced sit in reference cycles, and the collector is paused while
     # compiling (support/gc_pause.py): free them before packing allocates the weights' copies
-    # (a GRU's weight slices: peak RSS 106 -> 89 MB). Only the young generation: ~1 ms.
+    # (a GRU's weight slices: peak RSS 106 -> 89 MB). Only the young generation: ~1 ms. Their
+    # pages go back too, or the heap's high-water mark carries them to the compile's peak.
     gc.collect(0)
+    release_freed_memory()
     ops["lowered"] = graph.op_counts()
     notify("lowered", graph)
 

@@ -64,6 +64,9 @@ def load_onnx(model: str | os.PathLike | ModelProto | LoadedModel,
         _convert_node(graph, proto.node[index], names[index], loaded.opset, env, used)
     _set_outputs(graph, proto, env)
     graph.remove_unused()
+    if loaded.single_use:
+        del proto, env, initializers
+        loaded.release()
     try:
         verify_graph(graph)
     except EmberError as err:

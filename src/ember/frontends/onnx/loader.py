@@ -28,10 +28,26 @@ class LoadedModel:
     model: ModelProto
     label: str  # how errors name the model: its path, or "the ModelProto"
     opset: int  # the default-domain opset version
+    # Read for one compile (ember.compile reading a file): the importer hands the ModelProto
+    # back once the graph holds its weights, so a compile's peak memory holds them once, not
+    # twice (BERT: the proto's 20 MB outlived the import until the compile returned).
+    single_use: bool = False
+    released: bool = False
+
+    def release(self) -> None:
+        """Drops the ModelProto (its memory returns once nothing else holds it); a later
+        import of this LoadedModel is refused."""
+        self.model = ModelProto()
+        self.released = True
 
 
-def load_model(model: str | os.PathLike | ModelProto | LoadedModel) -> LoadedModel:
+def load_model(model: str | os.PathLike | ModelProto | LoadedModel, single_use: bool = False) -> LoadedModel:
+    """The checked ModelProto of a file path or a ModelProto, with its label and opset.
+    single_use: a file read for one compile, whose importer may release the proto."""
     if isinstance(model, LoadedModel):
+        if model.released:
+            raise ModelImportError(f"{model.label} was read for one compile, which has imported it: "
+                                   "read the model again (load_model) to import it again")
         return model  # read and checked already (ember.compile reads a file once)
     if isinstance(model, ModelProto):
         label = "the given ModelProto"
@@ -52,7 +68,7 @@ def load_model(model: str | os.PathLike | ModelProto | LoadedModel) -> LoadedMod
     else:
         raise ModelImportError(f"load_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
     _check_model(proto, label)
-    return LoadedModel(proto, label, _default_opset(proto, label))
+    return LoadedModel(proto, label, _default_opset(proto, label), single_use=single_use and proto is not model)
 
 
 def _read_file(path: Path) -> ModelProto:
