@@ -165,15 +165,27 @@ def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], 
             print(line + f" {gflops:>8} {r['compile_first']:>9.2f} {r['compile_cached']:>8.2f}", flush=True)
 
 
-def rss_table(paths: dict[str, Path], peers: list[str], threads: list[int]) -> None:
+def rss_table(paths: dict[str, Path], peers: list[str], threads: list[int],
+              pretrained: dict[str, tuple[dict, dict]]) -> None:
     engines = ("ember", *peers)
     print(f"{'model':16} {'thr':>3} " + " ".join(f"{SHORT.get(e, e) + ' MB':>9}" for e in engines)
           + (f" {'e/ort':>6}" if "onnxruntime" in peers else "") + "   (process peak RSS, fresh process each)")
     with tempfile.TemporaryDirectory(prefix="ember-rss-cache-") as cache:
         for thread_count in threads:
             for name, path in paths.items():
-                peak_rss("ember", str(path), thread_count, cache_dir=cache)  # fills the cache: compiles cached
-                rss = {e: peak_rss(e, str(path), thread_count, cache_dir=cache) for e in engines}
+                shapes, feeds = pretrained.get(name, (None, None))
+                feeds_path = None
+                if feeds is not None:
+                    feeds_path = str(Path(cache) / f"{name}-inputs.npz")
+                    np.savez(feeds_path, **feeds)
+
+                def measure(engine: str, path: Path = path, shapes: dict | None = shapes,
+                            feeds_path: str | None = feeds_path, thread_count: int = thread_count) -> int:
+                    return peak_rss(engine, str(path), thread_count, cache_dir=cache, input_shapes=shapes,
+                                    feeds_path=feeds_path)
+
+                measure("ember")  # fills the cache: the figures are of cached compiles
+                rss = {e: measure(e) for e in engines}
                 line = f"{name:16} {thread_count:>3} " + " ".join(f"{rss[e] / 2 ** 20:>9.1f}" for e in engines)
                 if "onnxruntime" in peers:
                     line += f" {rss['ember'] / rss['onnxruntime']:>6.2f}"
@@ -206,7 +218,7 @@ def main() -> int:
             print("no models to measure", file=sys.stderr)
             return 1
         if args.rss:
-            rss_table(paths, peers, threads)
+            rss_table(paths, peers, threads, pretrained)
         else:
             latency_table(paths, peers, threads, args, pretrained)
     return 0

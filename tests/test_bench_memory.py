@@ -30,13 +30,77 @@ def test_page_aligned_zeros():
 def test_weight_blob_is_page_aligned_with_each_weight_at_its_offset():
     _, program = _program()
     weights = [w for w in program.weights if w.data is not None]
+    before = {id(w): np.array(w.data) for w in weights}
     blob = WeightBlob(weights)
     assert blob.data.ctypes.data % BLOB_ALIGN == 0
     for weight in weights:
-        raw = np.ascontiguousarray(weight.data).view(np.uint8).reshape(-1)
+        raw = before[id(weight)].view(np.uint8).reshape(-1)
         start = blob.offsets[id(weight)]
         assert start % 64 == 0
         assert np.array_equal(blob.data[start:start + raw.size], raw)
+        # The weight now reads its bytes in the blob: its own array could be freed.
+        assert np.shares_memory(weight.data, blob.data)
+        assert weight.data.dtype == before[id(weight)].dtype and np.array_equal(weight.data, before[id(weight)])
+
+
+def _collector_off(check):
+    import gc
+
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return check()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_constant_folding_frees_each_replaced_weight_at_once():
+    """A chain of folds (transpose, then negate) keeps neither the original weight nor the
+    intermediate once it is folded past, without waiting for the cycle collector."""
+    import weakref
+
+    from ember.graph import parse_graph
+    from ember.passes import PassManager
+
+    text = """graph "g" {
+      input %x: f32[2,64]
+      const @w: f32[64,64]
+      %t: f32[64,64] = Transpose(@w) {perm=[1, 0]} name="t"
+      %n: f32[64,64] = Neg(%t) name="n"
+      %y: f32[2,64] = MatMul(%x, %n) name="y"
+      output "y" = %y
+    }"""
+    weight = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+
+    def fold():
+        graph = parse_graph(text, {"w": weight.copy()})
+        original = weakref.ref(graph.constants["w"].data)
+        PassManager(["constant-fold"]).run(graph)
+        (folded,) = [c for c in graph.constants.values()]
+        np.testing.assert_array_equal(folded.data, -weight.T)
+        return original() is None
+
+    assert _collector_off(fold)
+
+
+def test_lowering_unlinks_the_node_it_replaces():
+    """A lowered node leaves the graph unlinked from its operands: in its reference cycle with
+    its results it would keep its weights alive beside their folded copies."""
+    from ember.graph import parse_graph
+    from ember.lowering import lower_graph
+
+    graph = parse_graph("""graph "g" {
+      input %x: f32[2,8]
+      const @w: f32[8,4]
+      const @b: f32[4]
+      %y: f32[2,4] = Gemm(%x, @w, @b) name="y"
+      output "y" = %y
+    }""", {"w": np.ones((8, 4), np.float32), "b": np.zeros(4, np.float32)})
+    (gemm,) = graph.nodes
+    assert lower_graph(graph)
+    assert gemm not in graph.nodes and all(v is None for v in gemm.inputs)
 
 
 def test_native_program_runs_the_blob_in_place():
@@ -101,16 +165,11 @@ def test_a_compile_leaves_no_cyclic_garbage_holding_weights():
 
     from ember.driver import compile_model
 
-    gc.collect()
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        compiled = compile_model(LENET, "cpu", backend_options={"num_threads": 1})
-        leftover = gc.collect()
-    finally:
-        if was_enabled:
-            gc.enable()
-    assert compiled is not None
+    def compile_and_count() -> int:
+        assert compile_model(LENET, "cpu", backend_options={"num_threads": 1}) is not None
+        return gc.collect()
+
+    leftover = _collector_off(compile_and_count)
     assert leftover < 20, f"{leftover} unreachable objects were left for the collector"
 
 

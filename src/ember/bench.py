@@ -340,30 +340,48 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
     return summary
 
 
-def _peak_rss_child(engine: str, model: str, threads: int, backend: str, runs: int) -> None:
-    """In a fresh process: load the engine, run it `runs` times, print the peak RSS in bytes."""
-    import resource
-
-    run, _ = _load(engine, model, threads, backend)
+def _peak_rss_child(engine: str, model: str, threads: int, backend: str, runs: int, inputs: str = "{}") -> None:
+    """In a fresh process: load the engine, run it `runs` times, print the peak RSS in bytes.
+    inputs: JSON of the input shapes and the .npz of inputs (as _Worker passes them)."""
+    given = json.loads(inputs)
+    run, _ = _load(engine, model, threads, backend, shapes=given.get("shapes"), feeds_path=given.get("feeds_path"))
     for _ in range(runs):
         run()
-    print(json.dumps({"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+    print(json.dumps({"peak_rss": _peak_resident_bytes()}))
+
+
+def _peak_resident_bytes() -> int:
+    """This process's peak resident memory: VmHWM, the high-water mark of its own address
+    space. Not getrusage's ru_maxrss, which Linux carries across exec: a child started from a
+    bench process that had grown to 179 MB reported at least 179 MB whatever it used."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    import resource  # elsewhere: the best there is
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def peak_rss(engine: str, model: str, threads: int = 1, backend: str = "cpu", runs: int = 5,
-             cache_dir: str | None = None) -> int:
+             cache_dir: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
+             feeds_path: str | None = None) -> int:
     """Peak resident memory (bytes) of a fresh process that loads (for Ember: compiles, from
     the cache when it is filled) `model` on `engine` and runs it `runs` times. The Python
     interpreter, NumPy and the engine's own libraries are included, as a user's process
-    would have them."""
+    would have them. input_shapes and feeds_path (an .npz of inputs): for models with
+    symbolic dimensions, as compare() takes them."""
     if engine not in ENGINES:
         raise EmberError(f"unknown engine '{engine}': choose from {', '.join(ENGINES)}")
     code = ("import sys; from ember.bench import _peak_rss_child; "
-            "_peak_rss_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))")
+            "_peak_rss_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6])")
+    shapes = {name: [int(d) for d in dims] for name, dims in (input_shapes or {}).items()}
+    inputs = json.dumps({"shapes": shapes or None, "feeds_path": feeds_path})
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if cache_dir:
         env["EMBER_CACHE_DIR"] = cache_dir
-    result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(runs)],
+    result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(runs), inputs],
                             capture_output=True, text=True, env=env, check=False)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:

@@ -245,6 +245,18 @@ class Graph:
                     stack.append((pending[1], 0))
         self.nodes = order
 
+    def discard(self) -> None:
+        """Empties the graph for good, unlinking each node from its values: the links form
+        reference cycles, which would keep every constant alive until the collector's next
+        pass; unlinked, each is freed as soon as nothing else holds it."""
+        for node in self.nodes:
+            node.inputs = []
+            node.outputs = []
+        self.nodes = []
+        self.constants = {}
+        self.inputs = []
+        self.outputs = []
+
     def fresh_value_name(self, base: str) -> str:
         return self._value_names.unique(base)
 

@@ -53,6 +53,10 @@ def lower_graph(graph: Graph, should_lower: Callable[[Node], bool] = lambda node
                     )
                 graph.replace_all_uses(old, new)
             graph.nodes.remove(node)
+            # Unlinked from its operands: a removed node sits in a reference cycle with its
+            # results, and would keep its weights alive (beside their folded copies) until
+            # the collector's next pass.
+            node.inputs = [None] * len(node.inputs)
             changed = True
         if not changed:
             break
