@@ -18,17 +18,18 @@ def dynamic_inputs(model: Any, input_shapes: Mapping[str, Sequence[int]] | None,
                    ) -> tuple[Any, list[DynamicInput]] | None:
     """(the checked ModelProto, its inputs) when some input dimension stays symbolic after
     `input_shapes`; None for a model of static shapes (compiled the usual way)."""
-    from ember.frontends.onnx.signature import input_signature, read_model
+    from ember.frontends.onnx.loader import load_model as read_onnx
+    from ember.frontends.onnx.signature import input_signature
 
-    proto = read_model(model)
+    loaded = read_onnx(model)
     bound = dict(input_shapes or {})
     inputs = []
-    for item in input_signature(proto):
+    for item in input_signature(loaded.model):  # the inputs: no weight is read for them
         dims = tuple(bound[item.name]) if item.name in bound else item.dims
         inputs.append(DynamicInput(item.name, item.dtype, dims))
     if not any(isinstance(d, str) for item in inputs for d in item.dims):
         return None
-    return proto, inputs
+    return loaded.complete(), inputs
 
 
 def compile_dynamic(proto: Any, inputs: list[DynamicInput], backend: str | Sequence[str],

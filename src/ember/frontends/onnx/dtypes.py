@@ -54,11 +54,31 @@ def to_dtype(elem_type: int, what: str) -> DType:
         ) from None
 
 
-def tensor_to_array(tensor: TensorProto, what: str) -> np.ndarray:
-    """Converts a TensorProto whose data is inline (external data already resolved)."""
+# Element types whose raw_data is the little-endian NumPy layout, one element per item.
+_PLAIN_RAW = {DType.FLOAT32, DType.FLOAT64, DType.FLOAT16, DType.INT8, DType.INT16, DType.INT32, DType.INT64,
+              DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64, DType.BOOL}
+
+
+def tensor_to_array(tensor: TensorProto, what: str, raw: np.ndarray | None = None) -> np.ndarray:
+    """Converts a TensorProto whose data is inline (external data already resolved), or whose
+    raw_data was read apart into `raw` (uint8; the array is then a view of it)."""
     dtype = to_dtype(tensor.data_type, what)
     if any(d < 0 for d in tensor.dims):
         raise ModelImportError(f"{what} has a negative dimension in its shape {list(tensor.dims)}")
+    if raw is not None and dtype in _PLAIN_RAW:
+        element = np.dtype(dtype.numpy).newbyteorder("<")
+        count = int(np.prod(tensor.dims, dtype=np.int64))
+        if raw.size != count * element.itemsize:
+            raise ModelImportError(f"{what} holds {raw.size} bytes of data; its shape {list(tensor.dims)} "
+                                   f"of {dtype} needs {count * element.itemsize}")
+        array = raw.view(element).reshape(tuple(tensor.dims)).astype(dtype.numpy, copy=False)
+        array.flags.writeable = False  # as numpy_helper's arrays are: weights are not written
+        return array
+    if raw is not None:
+        whole = TensorProto()
+        whole.CopyFrom(tensor)
+        whole.raw_data = raw.tobytes()
+        tensor = whole
     try:
         array = numpy_helper.to_array(tensor)
     except Exception as err:  # noqa: BLE001  (any decoding failure is a bad model)

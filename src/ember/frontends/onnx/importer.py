@@ -21,6 +21,7 @@ from ember.frontends.onnx.context import ConstantRequired, NodeContext
 from ember.frontends.onnx.dtypes import onnx_type_name, tensor_to_array, to_dtype
 from ember.frontends.onnx.loader import DEFAULT_DOMAINS, LoadedModel, load_model
 from ember.frontends.onnx.registry import DOMAIN_CONVERTERS, find_converter
+from ember.frontends.onnx.weights import Payloads
 from ember.graph.ir import Graph, Value
 from ember.graph.verify import verify_graph
 from ember.support.errors import (
@@ -57,7 +58,7 @@ def load_onnx(model: str | os.PathLike | ModelProto | LoadedModel,
 
     graph = Graph(proto.name or "main")
     env: dict[str, Value] = {}
-    initializers = _add_initializers(graph, proto, env)
+    initializers = _add_initializers(graph, proto, env, loaded.payloads)
     _add_inputs(graph, proto, initializers, dict(input_shapes or {}), dict(constant_inputs or {}), env)
     used = {name for node in proto.node for name in node.input if name} | {o.name for o in proto.output}
     for index in _topological_order(proto.node, names, set(env)):
@@ -154,15 +155,19 @@ def _first_versions() -> dict[str, int]:
     return first
 
 
-def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value]) -> set[str]:
+def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value], payloads: Payloads | None) -> set[str]:
     names: set[str] = set()
-    for tensor in proto.initializer:
+    for index, tensor in enumerate(proto.initializer):
         what = f"initializer '{tensor.name}'"
         if not tensor.name:
             raise ModelImportError("an initializer has no name")
         if tensor.name in names:
             raise ModelImportError(f"{what} is defined twice")
-        array = tensor_to_array(tensor, what)
+        try:
+            raw = payloads.read(index) if payloads is not None else None
+        except OSError as err:
+            raise ModelImportError(f"cannot read the data of {what}: {err}") from None
+        array = tensor_to_array(tensor, what, raw)
         env[tensor.name] = graph.add_constant(array, tensor.name, exact=True)
         names.add(tensor.name)
     return names

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from onnx import AttributeProto, GraphProto, ModelProto, TensorProto
 
+from ember.frontends.onnx.weights import Payloads, WireFormatError, read_without_payloads
 from ember.support import limits
 from ember.support.errors import ModelImportError, UnsupportedOpError
 
@@ -25,6 +27,8 @@ _DRIVE = re.compile(r"^[A-Za-z]:[\\/]")  # Windows absolute paths
 
 @dataclass
 class LoadedModel:
+    # Read from a file, the main graph's initializers have no raw_data here (`payloads` says
+    # where it lies; the importer reads it into the weights): complete() gives the whole proto.
     model: ModelProto
     label: str  # how errors name the model: its path, or "the ModelProto"
     opset: int  # the default-domain opset version
@@ -33,12 +37,27 @@ class LoadedModel:
     # twice (BERT: the proto's 20 MB outlived the import until the compile returned).
     single_use: bool = False
     released: bool = False
+    # Read from a file: the main graph's initializers come without raw_data, which the
+    # importer reads from the file into each weight's array (weights.py).
+    payloads: Payloads | None = None
 
     def release(self) -> None:
         """Drops the ModelProto (its memory returns once nothing else holds it); a later
         import of this LoadedModel is refused."""
         self.model = ModelProto()
+        self.payloads = None
         self.released = True
+
+    def complete(self) -> ModelProto:
+        """The whole ModelProto, the initializers' raw_data read back in, for callers that
+        hand the proto on (a model compiled per input shape imports it again and again)."""
+        if self.payloads is not None:
+            for index, tensor in enumerate(self.model.graph.initializer):
+                data = self.payloads.read(index)
+                if data is not None:
+                    tensor.raw_data = data.tobytes()
+            self.payloads = None
+        return self.model
 
 
 def load_model(model: str | os.PathLike | ModelProto | LoadedModel, single_use: bool = False) -> LoadedModel:
@@ -63,15 +82,18 @@ def load_model(model: str | os.PathLike | ModelProto | LoadedModel, single_use: 
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
         label = f"'{path}'"
-        proto = _read_file(path)
+        proto, payloads = _read_file(path)
         _resolve_external_data(proto, path)
     else:
         raise ModelImportError(f"load_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
     _check_model(proto, label)
-    return LoadedModel(proto, label, _default_opset(proto, label), single_use=single_use and proto is not model)
+    return LoadedModel(proto, label, _default_opset(proto, label), single_use=single_use and proto is not model,
+                       payloads=payloads if isinstance(model, (str, os.PathLike)) else None)
 
 
-def _read_file(path: Path) -> ModelProto:
+def _read_file(path: Path) -> tuple[ModelProto, Payloads | None]:
+    """The file's ModelProto: without the main graph's initializer payloads (and where they
+    lie) where the wire walk follows the file, else whole through onnx.load."""
     if not path.exists():
         raise ModelImportError(f"ONNX model file '{path}' does not exist")
     if not path.is_file():
@@ -79,7 +101,12 @@ def _read_file(path: Path) -> ModelProto:
     if path.stat().st_size == 0:
         raise ModelImportError(f"cannot read ONNX model '{path}': the file is empty")
     try:
-        return onnx.load(os.fspath(path), load_external_data=False)
+        stripped, payloads = read_without_payloads(path)
+        return ModelProto.FromString(stripped), payloads
+    except (WireFormatError, DecodeError, ValueError, OSError):
+        pass  # onnx.load reads it whole, or says what is wrong with it
+    try:
+        return onnx.load(os.fspath(path), load_external_data=False), None
     except Exception as err:  # noqa: BLE001  (DecodeError and anything else the parser raises)
         reason = str(err).strip() or type(err).__name__
         raise ModelImportError(f"cannot read ONNX model '{path}': {reason} "

@@ -31,8 +31,8 @@ class InputSignature:
 
 
 def read_model(model: str | os.PathLike | ModelProto) -> ModelProto:
-    """The checked ModelProto, external data resolved: imported again for every shape."""
-    return load_model(model).model
+    """The checked ModelProto, external data resolved, whole: imported again for every shape."""
+    return load_model(model).complete()
 
 
 def input_signature(model: ModelProto) -> list[InputSignature]:
