@@ -34,7 +34,7 @@ def test_the_first_build_of_the_kernel_library_is_named(tmp_path, monkeypatch):
     class Stop(Exception):
         pass
 
-    def refuse(command):
+    def refuse(command, cwd=None):
         raise Stop  # the step must have been reported before any compiler runs
 
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path / "empty-cache"))

@@ -19,6 +19,7 @@ import platform
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib import resources
@@ -130,41 +131,60 @@ def _workers(count: int) -> int:
     return max(1, min(count, cores))
 
 
-def _build_pieces(compiler: str, flags: list[str], missing: list[tuple[str, tuple[str, ...], Path]]) -> None:
-    """Compiles the pieces in parallel, one compiler per core, each committed to the cache as
-    soon as it is built (two processes building one piece at once both succeed, one wins)."""
-    folder = missing[0][2].parent
-    step(f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache "
-         f"{folder.parent})")
-    compile_flags = [f for f in flags if f != "-shared"]
-    with build_folder(folder) as work:
-        _write_runtime(Path(work))
+def _piece_job(compiler: str, compile_flags: list[str], work: Path, index: int,
+               piece: tuple[str, tuple[str, ...], Path]) -> Callable[[], None]:
+    """Compiling one missing piece of the kernel library, committed to the cache as soon as it
+    is built (two processes building one piece at once both succeed, one wins)."""
+    name, defines, obj = piece
 
-        def build(index: int) -> None:
-            name, defines, obj = missing[index]
-            tmp = Path(work) / f"piece{index}.o"
-            _run_compiler([*compiler.split(), *compile_flags, *defines, f"-I{work}", "-c", str(Path(work) / name),
-                           "-o", str(tmp)])
-            commit(tmp, obj)
+    def build() -> None:
+        tmp = work / f"piece{index}.o"
+        _run_compiler([*compiler.split(), *compile_flags, *defines, f"-I{work}", "-c", str(work / name),
+                       "-o", str(tmp)])
+        commit(tmp, obj)
 
-        with ThreadPoolExecutor(max_workers=_workers(len(missing))) as pool:
-            for done in [pool.submit(build, index) for index in range(len(missing))]:
-                done.result()
+    return build
+
+
+def _compile_job(command: list[str], cwd: Path) -> Callable[[], None]:
+    return lambda: _run_compiler(command, cwd=cwd)
 
 
 def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
-    """One relocatable object holding the kernel library's files `names` (and what they call
-    into): the cached pieces of each, built first where missing, combined (`-r`) and cached
-    under a name made of theirs. Every model library naming the same files reuses it."""
+    """The combined object of the kernel library's files `names` on its own (its missing
+    pieces built in parallel, then combined): what build_library links, where it needs it."""
     wanted = _pieces_of(compiler, flags, names)
-    missing = [piece for piece in wanted if not intact(piece[2])]
-    if missing:
-        _build_pieces(compiler, flags, missing)
     objects = [obj for _, _, obj in wanted]
-    key = _key(compiler_identity(compiler), *flags, *(obj.name for obj in objects))
-    combined = cache_folder("cpu") / f"runtime-{key}.o"
+    combined = _combined_path(compiler, flags, objects)
     if intact(combined):
         return combined
+    missing = [piece for piece in wanted if not intact(piece[2])]
+    if missing:
+        step(f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache "
+             f"{combined.parent.parent})")
+        compile_flags = [f for f in flags if f != "-shared"]
+        with build_folder(combined.parent) as work:
+            _write_runtime(Path(work))
+            _run_parallel([_piece_job(compiler, compile_flags, Path(work), i, piece)
+                           for i, piece in enumerate(missing)])
+    _combine(compiler, objects, combined)
+    return combined
+
+
+def _run_parallel(jobs: list[Callable[[], None]]) -> None:
+    """The jobs (compiler runs) at once, one per core: the first error is raised after all end."""
+    with ThreadPoolExecutor(max_workers=_workers(len(jobs))) as pool:
+        for done in [pool.submit(job) for job in jobs]:
+            done.result()
+
+
+def _combined_path(compiler: str, flags: list[str], objects: list[Path]) -> Path:
+    return cache_folder("cpu") / f"runtime-{_key(compiler_identity(compiler), *flags, *(o.name for o in objects))}.o"
+
+
+def _combine(compiler: str, objects: list[Path], combined: Path) -> None:
+    """One relocatable object holding the pieces `objects` (-r), cached under a name made of
+    theirs: every model library naming the same files reuses it."""
     with build_folder(combined.parent) as work:
         tmp = Path(work) / "runtime.o"
         if objects:
@@ -173,7 +193,6 @@ def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
             (Path(work) / "empty.c").write_text("typedef int ember_no_library_files;\n")
             _run_compiler([*compiler.split(), "-c", str(Path(work) / "empty.c"), "-o", str(tmp)])
         commit(tmp, combined)
-    return combined
 
 
 @cache
@@ -181,20 +200,24 @@ def _pool_source() -> str:
     return resources.files("ember.backends.cpu").joinpath(POOL_SOURCE).read_text()
 
 
-def _pool_object(compiler: str, flags: list[str]) -> Path:
-    """Ember's thread pool (ember_pool.c: the OpenMP entry points the generated code calls),
-    compiled once per (source, compiler, flags) and linked into every model library."""
-    source = _pool_source()
-    pool_flags = ["-O2", "-std=gnu11", "-fPIC", *(f for f in flags if f.startswith(("-m", "-fsanitize")))]
-    obj = cache_folder("cpu") / f"pool-{_key(source, compiler_identity(compiler), *pool_flags)}.o"
-    if intact(obj):
-        return obj
-    with build_folder(obj.parent) as work:
-        (Path(work) / POOL_SOURCE).write_text(source)
-        tmp = Path(work) / "pool.o"
-        _run_compiler([*compiler.split(), *pool_flags, "-c", str(Path(work) / POOL_SOURCE), "-o", str(tmp)])
+def _pool_flags(flags: list[str]) -> list[str]:
+    return ["-O2", "-std=gnu11", "-fPIC", *(f for f in flags if f.startswith(("-m", "-fsanitize")))]
+
+
+def _pool_path(compiler: str, flags: list[str]) -> Path:
+    """Where Ember's thread pool (ember_pool.c: the OpenMP entry points the generated code
+    calls) is cached, compiled once per (source, compiler, flags) for every model library."""
+    return cache_folder("cpu") / f"pool-{_key(_pool_source(), compiler_identity(compiler), *_pool_flags(flags))}.o"
+
+
+def _pool_job(compiler: str, flags: list[str], work: Path, obj: Path) -> Callable[[], None]:
+    def build() -> None:
+        (work / POOL_SOURCE).write_text(_pool_source())
+        tmp = work / "pool.o"
+        _run_compiler([*compiler.split(), *_pool_flags(flags), "-c", str(work / POOL_SOURCE), "-o", str(tmp)])
         commit(tmp, obj)
-    return obj
+
+    return build
 
 
 def build_library(source: str, extra_flags: list[str] | None = None, sanitize: bool = False,
@@ -214,8 +237,10 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
-    runtime = _runtime_object(compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
-    pool = _pool_object(compiler, flags) if speaks_libgomp_abi(compiler) else None
+    wanted = _pieces_of(compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
+    objects = [obj for _, _, obj in wanted]
+    runtime = _combined_path(compiler, flags, objects)
+    pool = _pool_path(compiler, flags) if speaks_libgomp_abi(compiler) else None
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])
     folder = cache_folder("cpu")
@@ -225,26 +250,41 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     library = folder / f"{_key(*key_parts)}.so"
     if intact(library):
         return library
-    step(f"compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}")
-    with build_folder(folder) as work:
-        _write_runtime(Path(work))
-        src = Path(work) / "model.c"
+    missing = [piece for piece in wanted if not intact(piece[2])] if not intact(runtime) else []
+    if missing:
+        step(f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache "
+             f"{folder.parent}) and compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}")
+    else:
+        step(f"compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}")
+    with build_folder(folder) as work_name:
+        work = Path(work_name)
+        _write_runtime(work)
+        src = work / "model.c"
         src.write_text(source)
         sources = [src]
         for name, text in extras.items():
             if not _SOURCE_NAME.fullmatch(name) or name == "model.c":
                 raise EmberError(f"extra C source name {name!r} is not a plain file name ending in .c")
-            (Path(work) / name).write_text(text)
-            sources.append(Path(work) / name)
+            (work / name).write_text(text)
+            sources.append(work / name)
         compile_flags = [f for f in flags if f != "-shared"]
-        _run_compiler([*compiler.split(), *compile_flags, f"-I{work}", "-c", *map(str, sources)], cwd=Path(work))
-        objects = [str(path.with_suffix(".o")) for path in sources]
-        tmp_lib = Path(work) / "model.so"
+        # One batch, one compiler per core: on a fresh machine the kernel library's pieces,
+        # the pool and the model compile side by side, not the model after the library.
+        jobs = [_compile_job([*compiler.split(), *compile_flags, f"-I{work}", "-c", str(path), "-o",
+                              str(path.with_suffix(".o"))], work) for path in sources]
+        jobs += [_piece_job(compiler, compile_flags, work, index, piece) for index, piece in enumerate(missing)]
+        if pool is not None and not intact(pool):
+            jobs.append(_pool_job(compiler, flags, work, pool))
+        _run_parallel(jobs)
+        if not intact(runtime):
+            _combine(compiler, objects, runtime)
+        objects_built = [str(path.with_suffix(".o")) for path in sources]
+        tmp_lib = work / "model.so"
         if pool is not None:
-            link = [*(f for f in flags if f != "-fopenmp"), *objects, str(runtime), str(pool), "-o", str(tmp_lib),
+            link = [*(f for f in flags if f != "-fopenmp"), *objects_built, str(runtime), str(pool), "-o", str(tmp_lib),
                     "-Wl,-z,defs", "-pthread"]
         else:
-            link = [*flags, *objects, str(runtime), "-o", str(tmp_lib)]
+            link = [*flags, *objects_built, str(runtime), "-o", str(tmp_lib)]
         _run_compiler([*compiler.split(), *link, *links, "-lm"])
         commit(tmp_lib, library)
     return library
