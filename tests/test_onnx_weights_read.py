@@ -145,3 +145,20 @@ def test_a_payload_whose_size_disagrees_with_its_shape_is_refused(tmp_path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     with pytest.raises(ModelImportError, match="initializer 'w' holds 12 bytes"):
         load_onnx(str(path))
+
+
+def test_external_data_and_weights_read_apart_in_one_model(tmp_path):
+    path = tmp_path / "m.onnx"
+    proto = _model(path)
+    reference = onnx.ModelProto()
+    reference.CopyFrom(proto)  # saving as external data changes the proto in place
+    onnx.save(proto, path, save_as_external_data=True, all_tensors_to_one_file=True, location="m.data",
+              size_threshold=1024)  # the big weight goes to m.data, the small ones stay inline
+    assert (tmp_path / "m.data").stat().st_size >= 256 * 256 * 4
+    loaded = load_model(path)
+    assert loaded.payloads is not None
+    apart = load_onnx(loaded)
+    whole = load_onnx(reference)
+    assert set(apart.constants) == set(whole.constants)
+    for name, constant in whole.constants.items():
+        np.testing.assert_array_equal(apart.constants[name].data, constant.data)

@@ -164,7 +164,8 @@ def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value], pa
         if tensor.name in names:
             raise ModelImportError(f"{what} is defined twice")
         try:
-            raw = payloads.read(index) if payloads is not None else None
+            # Resolved external data is in the proto; a payload read apart is not.
+            raw = payloads.read(index) if payloads is not None and not tensor.HasField("raw_data") else None
         except OSError as err:
             raise ModelImportError(f"cannot read the data of {what}: {err}") from None
         array = tensor_to_array(tensor, what, raw)
