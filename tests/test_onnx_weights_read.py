@@ -82,20 +82,23 @@ def test_the_parsed_proto_leaves_the_payloads_out_and_says_where_they_lie(tmp_pa
     assert then.initializer[0].raw_data
 
 
-def test_weights_read_apart_import_as_from_the_whole_proto(tmp_path):
-    path = tmp_path / "m.onnx"
-    proto = _model(path)
+def _imports_alike(path, proto) -> None:
+    """The model file at `path` imports, its weights read apart, as `proto` does whole."""
     loaded = load_model(path)
     assert loaded.payloads is not None
     apart = load_onnx(loaded)
     whole = load_onnx(proto)
-    assert set(apart.constants) == set(whole.constants)
+    assert set(apart.constants) == set(whole.constants) and len(whole.constants) >= 6
     for name, constant in whole.constants.items():
         got = apart.constants[name].data
         assert got.dtype == constant.data.dtype and got.shape == constant.data.shape, name
         np.testing.assert_array_equal(got, constant.data)
         assert not got.flags.writeable
-    assert len(whole.constants) >= 6
+
+
+def test_weights_read_apart_import_as_from_the_whole_proto(tmp_path):
+    path = tmp_path / "m.onnx"
+    _imports_alike(path, _model(path))
 
 
 def test_each_element_type_converts_from_bytes_read_apart(tmp_path):
@@ -155,10 +158,4 @@ def test_external_data_and_weights_read_apart_in_one_model(tmp_path):
     onnx.save(proto, path, save_as_external_data=True, all_tensors_to_one_file=True, location="m.data",
               size_threshold=1024)  # the big weight goes to m.data, the small ones stay inline
     assert (tmp_path / "m.data").stat().st_size >= 256 * 256 * 4
-    loaded = load_model(path)
-    assert loaded.payloads is not None
-    apart = load_onnx(loaded)
-    whole = load_onnx(reference)
-    assert set(apart.constants) == set(whole.constants)
-    for name, constant in whole.constants.items():
-        np.testing.assert_array_equal(apart.constants[name].data, constant.data)
+    _imports_alike(path, reference)
