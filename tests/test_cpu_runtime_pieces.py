@@ -119,3 +119,24 @@ def test_two_processes_building_the_same_pieces_both_succeed(cache):
     paths = {out.strip() for out, _ in outputs}
     assert len(paths) == 1 and build.intact(Path(paths.pop()))
     assert not list(cache.glob("build-*"))  # no build folder left behind
+
+
+def test_a_cold_build_compiles_the_model_beside_the_library_pieces(cache, monkeypatch):
+    """On an empty cache the model's C, the pool and every missing piece are one parallel
+    batch: the model does not wait for the library. A second model reuses everything but
+    compiles its own C alone."""
+    batches: list[int] = []
+    run_parallel = build._run_parallel
+
+    def record(jobs):
+        batches.append(len(jobs))
+        run_parallel(jobs)
+
+    monkeypatch.setattr(build, "_run_parallel", record)
+    library = build.build_library(USES_GEMM)
+    compiler = build.find_compiler()
+    pool = 1 if build.speaks_libgomp_abi(compiler) else 0
+    assert batches == [1 + len(pieces("ember_gemm.c")) + pool]
+    assert ctypes.CDLL(str(library)).probe(64, 8) > 0
+    build.build_library(USES_GEMM.replace("probe", "probe_again"))
+    assert batches[1:] == [1]
