@@ -190,3 +190,32 @@ def test_a_file_read_for_one_compile_hands_its_proto_back_after_import():
     load_onnx(given)
     assert not given.released and given.model.ByteSize() > 0
     assert load_onnx(given).constants
+
+
+def test_a_folded_graph_output_stays_when_a_later_fold_reads_it():
+    from ember.graph import parse_graph
+    from ember.passes import PassManager
+
+    graph = parse_graph("""graph "g" {
+      input %x: f32[4]
+      const @w: f32[4]
+      %n: f32[4] = Neg(@w) name="n"
+      %m: f32[4] = Neg(%n) name="m"
+      %y: f32[4] = Add(%x, %m) name="y"
+      output "n" = %n
+      output "y" = %y
+    }""", {"w": np.arange(4, dtype=np.float32)})
+    PassManager(["constant-fold"], verify=True).run(graph)
+    (n,) = [o.value for o in graph.outputs if o.name == "n"]
+    assert graph.constants.get(n.name) is n
+    np.testing.assert_array_equal(n.data, -np.arange(4, dtype=np.float32))
+
+
+def test_a_scalar_weight_keeps_its_shape_in_the_blob():
+    from ember.lir.ir import Buffer
+
+    _, program = _program()
+    template = next(w for w in program.weights if w.data is not None)
+    scalar = Buffer(**{**{f: getattr(template, f) for f in template.__dataclass_fields__}, "data": np.float32(2.5)})
+    blob = WeightBlob([scalar])
+    assert scalar.data.shape == () and float(scalar.data) == 2.5 and np.shares_memory(scalar.data, blob.data)

@@ -118,11 +118,12 @@ class WeightBlob:
         self.data = page_aligned_zeros(max(size, ALIGN))
         moved = 0
         for weight in weights:
+            shape = np.shape(weight.data)  # (np.ascontiguousarray makes a 0-d array 1-d)
             array = np.ascontiguousarray(weight.data)
             raw = array.view(np.uint8).reshape(-1)
             start = self.offsets[id(weight)]
             self.data[start:start + raw.size] = raw
-            weight.data = self.data[start:start + raw.size].view(array.dtype).reshape(array.shape)
+            weight.data = self.data[start:start + raw.size].view(array.dtype).reshape(shape)
             moved += raw.size
             del array, raw
             # Freed heap pages stay resident until trimmed: the blob's pages, touched as it

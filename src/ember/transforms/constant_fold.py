@@ -21,7 +21,7 @@ class ConstantFold(GraphPass):
     The folded node is left for `dce` to remove, unlinked from its operands; a constant that
     no node reads any more is dropped at once, so a chain of folds (a GRU's weights sliced,
     then transposed) holds each weight about once rather than once per step until the pass
-    ends (GRU compile peak RSS: 89 -> 77 MB on AMD EPYC)."""
+    ends (with lowering's unlinking, GRU compile peak RSS 89 -> 83 MB on AMD EPYC)."""
 
     name = "constant-fold"
 
@@ -43,6 +43,8 @@ class ConstantFold(GraphPass):
                 folded = graph.add_constant(data, out.name)
                 graph.replace_all_uses(out, folded)
                 readers[folded] = readers.pop(out, 0)
+                if out in kept:
+                    kept.add(folded)  # a graph output now: never dropped
             operands, node.inputs = node.inputs, [None] * len(node.inputs)
             for operand in (v for v in operands if v is not None):
                 readers[operand] -= 1
