@@ -118,7 +118,7 @@ class WeightBlob:
         self.data = page_aligned_zeros(max(size, ALIGN))
         moved = 0
         for weight in weights:
-            shape = np.shape(weight.data)  # (np.ascontiguousarray makes a 0-d array 1-d)
+            shape = np.asarray(weight.data).shape  # (np.ascontiguousarray makes a 0-d array 1-d)
             array = np.ascontiguousarray(weight.data)
             raw = array.view(np.uint8).reshape(-1)
             start = self.offsets[id(weight)]
