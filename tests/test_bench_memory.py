@@ -160,7 +160,7 @@ def test_freed_heap_pages_are_handed_back_after_lowering_packing_and_the_compile
 def test_a_compile_leaves_no_cyclic_garbage_holding_weights():
     """The IR's node/value cycles hold the graph's weights and the packed copies after a
     compile; the compile collects them itself rather than leaving them resident until the
-    collector's next full pass (ResNet-18: 164 -> 112 MB resident after a cached compile)."""
+    collector's next full pass (ResNet-18: 164 -> 120 MB resident after a cached compile)."""
     import gc
 
     from ember.driver import compile_model

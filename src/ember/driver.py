@@ -87,8 +87,8 @@ def compile_model(model: Any, backend: str | Backend = "interpreter",
     compiled = compile_graph(graph, target, observer, discard_graph=True)
     # The graph's weights and the program's packed copies are garbage now (the compiled model
     # runs from its own blob), held in the IR's reference cycles: collect them and hand their
-    # pages back. After a cached compile on AMD EPYC, resident memory: BERT 104 -> 79 MB,
-    # ResNet-18 164 -> 112 MB, for one full collection (about 15 ms).
+    # pages back. Resident after a cached compile and five runs (AMD EPYC): BERT 104 -> 84 MB,
+    # ResNet-18 164 -> 120 MB, for one full collection (about 15 ms).
     del graph
     gc.collect()
     release_freed_memory()
