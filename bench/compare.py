@@ -174,18 +174,9 @@ def rss_table(paths: dict[str, Path], peers: list[str], threads: list[int],
         for thread_count in threads:
             for name, path in paths.items():
                 shapes, feeds = pretrained.get(name, (None, None))
-                feeds_path = None
-                if feeds is not None:
-                    feeds_path = str(Path(cache) / f"{name}-inputs.npz")
-                    np.savez(feeds_path, **feeds)
-
-                def measure(engine: str, path: Path = path, shapes: dict | None = shapes,
-                            feeds_path: str | None = feeds_path, thread_count: int = thread_count) -> int:
-                    return peak_rss(engine, str(path), thread_count, cache_dir=cache, input_shapes=shapes,
-                                    feeds_path=feeds_path)
-
-                measure("ember")  # fills the cache: the figures are of cached compiles
-                rss = {e: measure(e) for e in engines}
+                options = {"cache_dir": cache, "input_shapes": shapes, "feeds": feeds}
+                peak_rss("ember", str(path), thread_count, **options)  # fills the cache: compiles cached
+                rss = {e: peak_rss(e, str(path), thread_count, **options) for e in engines}
                 line = f"{name:16} {thread_count:>3} " + " ".join(f"{rss[e] / 2 ** 20:>9.1f}" for e in engines)
                 if "onnxruntime" in peers:
                     line += f" {rss['ember'] / rss['onnxruntime']:>6.2f}"

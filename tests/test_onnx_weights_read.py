@@ -66,14 +66,15 @@ def test_the_parsed_proto_leaves_the_payloads_out_and_says_where_they_lie(tmp_pa
     assert len(stripped) < path.stat().st_size - 256 * 256 * 4  # the big weight is not in it
     data = path.read_bytes()
     whole = onnx.load(str(path))
-    for index, tensor in enumerate(whole.graph.initializer):
-        span = payloads.spans[index]
-        if tensor.HasField("raw_data"):
-            offset, length = span
-            assert data[offset:offset + length] == tensor.raw_data
-            assert payloads.read(index).tobytes() == tensor.raw_data
-        else:
-            assert span is None and payloads.read(index) is None
+    with payloads.reader() as read:
+        for index, tensor in enumerate(whole.graph.initializer):
+            span = payloads.spans[index]
+            if tensor.HasField("raw_data"):
+                offset, length = span
+                assert data[offset:offset + length] == tensor.raw_data
+                assert read(index).tobytes() == tensor.raw_data
+            else:
+                assert span is None and read(index) is None
     parsed = onnx.ModelProto.FromString(stripped)
     assert [t.name for t in parsed.graph.initializer] == [t.name for t in whole.graph.initializer]
     assert not any(t.raw_data for t in parsed.graph.initializer)

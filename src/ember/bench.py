@@ -254,6 +254,18 @@ def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | No
     return worker.info["compile_seconds"]
 
 
+def _worker_inputs(input_shapes: Mapping[str, Sequence[int]] | None, feeds: Mapping[str, np.ndarray] | None,
+                   scratch: str) -> tuple[dict[str, list[int]], str | None]:
+    """What a worker process takes for its inputs: the shapes as lists, and the feeds saved to
+    an .npz in `scratch` (None without feeds)."""
+    shapes = {name: [int(d) for d in dims] for name, dims in (input_shapes or {}).items()}
+    if not feeds:
+        return shapes, None
+    feeds_path = str(Path(scratch) / "feeds.npz")
+    np.savez(feeds_path, **dict(feeds))  # type: ignore[arg-type]  # numpy stubs: allow_pickle
+    return shapes, feeds_path
+
+
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
     ordered = sorted(values)
     if len(ordered) == 1:
@@ -287,13 +299,9 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
         raise EmberError(f"unknown engine(s) {', '.join(unknown)}: choose from {', '.join(ENGINES)}")
     if load < 0:
         raise EmberError(f"load must be a count of busy processes (0 or more), got {load}")
-    shapes = {name: [int(d) for d in dims] for name, dims in (input_shapes or {}).items()}
     with tempfile.TemporaryDirectory(prefix="ember-bench-") as scratch:
         cache = str(Path(scratch) / "cache") if fresh_cache else None
-        feeds_path = None
-        if feeds:
-            feeds_path = str(Path(scratch) / "feeds.npz")
-            np.savez(feeds_path, **dict(feeds))  # type: ignore[arg-type]  # numpy stubs: allow_pickle
+        shapes, feeds_path = _worker_inputs(input_shapes, feeds, scratch)
         workers: list[_Worker] = []
         times: dict[str, list[float]] = {e: [] for e in engines}
         block_medians: dict[str, list[float]] = {e: [] for e in engines}
@@ -366,23 +374,24 @@ def _peak_resident_bytes() -> int:
 
 def peak_rss(engine: str, model: str, threads: int = 1, backend: str = "cpu", runs: int = 5,
              cache_dir: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
-             feeds_path: str | None = None) -> int:
+             feeds: Mapping[str, np.ndarray] | None = None) -> int:
     """Peak resident memory (bytes) of a fresh process that loads (for Ember: compiles, from
     the cache when it is filled) `model` on `engine` and runs it `runs` times. The Python
     interpreter, NumPy and the engine's own libraries are included, as a user's process
-    would have them. input_shapes and feeds_path (an .npz of inputs): for models with
-    symbolic dimensions, as compare() takes them."""
+    would have them. input_shapes and feeds: for models with symbolic dimensions, as
+    compare() takes them."""
     if engine not in ENGINES:
         raise EmberError(f"unknown engine '{engine}': choose from {', '.join(ENGINES)}")
     code = ("import sys; from ember.bench import _peak_rss_child; "
             "_peak_rss_child(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6])")
-    shapes = {name: [int(d) for d in dims] for name, dims in (input_shapes or {}).items()}
-    inputs = json.dumps({"shapes": shapes or None, "feeds_path": feeds_path})
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if cache_dir:
         env["EMBER_CACHE_DIR"] = cache_dir
-    result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(runs), inputs],
-                            capture_output=True, text=True, env=env, check=False)
+    with tempfile.TemporaryDirectory(prefix="ember-rss-") as scratch:
+        shapes, feeds_path = _worker_inputs(input_shapes, feeds, scratch)
+        inputs = json.dumps({"shapes": shapes or None, "feeds_path": feeds_path})
+        result = subprocess.run([sys.executable, "-c", code, engine, model, str(threads), backend, str(runs), inputs],
+                                capture_output=True, text=True, env=env, check=False)
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
     if result.returncode != 0 or not lines:
         raise EmberError(f"{engine} failed measuring peak RSS of {model}: {result.stderr[-3000:]}")

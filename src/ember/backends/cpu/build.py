@@ -111,7 +111,10 @@ def _piece_path(compiler: str, flags: list[str], name: str, defines: tuple[str, 
     return cache_folder("cpu") / f"runtime-{Path(name).stem}-{key}.o"
 
 
-def _pieces_of(compiler: str, flags: list[str], names: list[str]) -> list[tuple[str, tuple[str, ...], Path]]:
+Piece = tuple[str, tuple[str, ...], Path]  # a library file, its -D flags, its cached object
+
+
+def _pieces_of(compiler: str, flags: list[str], names: list[str]) -> list[Piece]:
     return [(name, defines, _piece_path(compiler, flags, name, defines)) for name in names for defines in pieces(name)]
 
 
@@ -131,8 +134,7 @@ def _workers(count: int) -> int:
     return max(1, min(count, cores))
 
 
-def _piece_job(compiler: str, compile_flags: list[str], work: Path, index: int,
-               piece: tuple[str, tuple[str, ...], Path]) -> Callable[[], None]:
+def _piece_job(compiler: str, compile_flags: list[str], work: Path, index: int, piece: Piece) -> Callable[[], None]:
     """Compiling one missing piece of the kernel library, committed to the cache as soon as it
     is built (two processes building one piece at once both succeed, one wins)."""
     name, defines, obj = piece
@@ -150,18 +152,28 @@ def _compile_job(command: list[str], cwd: Path) -> Callable[[], None]:
     return lambda: _run_compiler(command, cwd=cwd)
 
 
-def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
-    """The combined object of the kernel library's files `names` on its own (its missing
-    pieces built in parallel, then combined): what build_library links, where it needs it."""
+def _runtime_plan(compiler: str, flags: list[str], names: list[str]) -> tuple[list[Path], Path, list[Piece]]:
+    """For the kernel library's files `names`: their pieces' objects, the object combining
+    them, and the pieces still to build (none where the combined object is cached)."""
     wanted = _pieces_of(compiler, flags, names)
     objects = [obj for _, _, obj in wanted]
     combined = _combined_path(compiler, flags, objects)
+    missing = [] if intact(combined) else [piece for piece in wanted if not intact(piece[2])]
+    return objects, combined, missing
+
+
+def _library_step(missing: list[Piece], cache: Path) -> str:
+    return f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache {cache})"
+
+
+def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
+    """The combined object of the kernel library's files `names` on its own (its missing
+    pieces built in parallel, then combined): what build_library links, where it needs it."""
+    objects, combined, missing = _runtime_plan(compiler, flags, names)
     if intact(combined):
         return combined
-    missing = [piece for piece in wanted if not intact(piece[2])]
     if missing:
-        step(f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache "
-             f"{combined.parent.parent})")
+        step(_library_step(missing, combined.parent.parent))
         compile_flags = [f for f in flags if f != "-shared"]
         with build_folder(combined.parent) as work:
             _write_runtime(Path(work))
@@ -237,9 +249,8 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
     if sanitize:
         flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
-    wanted = _pieces_of(compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
-    objects = [obj for _, _, obj in wanted]
-    runtime = _combined_path(compiler, flags, objects)
+    objects, runtime, missing = _runtime_plan(
+        compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
     pool = _pool_path(compiler, flags) if speaks_libgomp_abi(compiler) else None
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])
@@ -250,12 +261,8 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     library = folder / f"{_key(*key_parts)}.so"
     if intact(library):
         return library
-    missing = [piece for piece in wanted if not intact(piece[2])] if not intact(runtime) else []
-    if missing:
-        step(f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache "
-             f"{folder.parent}) and compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}")
-    else:
-        step(f"compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}")
+    compiling = f"compiling the generated C ({len(source) // 1024 + 1} KB) with {compiler}"
+    step(f"{_library_step(missing, folder.parent)} and {compiling}" if missing else compiling)
     with build_folder(folder) as work_name:
         work = Path(work_name)
         _write_runtime(work)

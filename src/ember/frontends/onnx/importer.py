@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -21,7 +21,6 @@ from ember.frontends.onnx.context import ConstantRequired, NodeContext
 from ember.frontends.onnx.dtypes import onnx_type_name, tensor_to_array, to_dtype
 from ember.frontends.onnx.loader import DEFAULT_DOMAINS, LoadedModel, load_model
 from ember.frontends.onnx.registry import DOMAIN_CONVERTERS, find_converter
-from ember.frontends.onnx.weights import Payloads
 from ember.graph.ir import Graph, Value
 from ember.graph.verify import verify_graph
 from ember.support.errors import (
@@ -58,7 +57,7 @@ def load_onnx(model: str | os.PathLike | ModelProto | LoadedModel,
 
     graph = Graph(proto.name or "main")
     env: dict[str, Value] = {}
-    initializers = _add_initializers(graph, proto, env, loaded.payloads)
+    initializers = _add_initializers(graph, proto, env, loaded)
     _add_inputs(graph, proto, initializers, dict(input_shapes or {}), dict(constant_inputs or {}), env)
     used = {name for node in proto.node for name in node.input if name} | {o.name for o in proto.output}
     for index in _topological_order(proto.node, names, set(env)):
@@ -66,7 +65,7 @@ def load_onnx(model: str | os.PathLike | ModelProto | LoadedModel,
     _set_outputs(graph, proto, env)
     graph.remove_unused()
     if loaded.single_use:
-        del proto, env, initializers
+        del proto  # a sub-message holds the whole proto's memory
         loaded.release()
     try:
         verify_graph(graph)
@@ -155,7 +154,20 @@ def _first_versions() -> dict[str, int]:
     return first
 
 
-def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value], payloads: Payloads | None) -> set[str]:
+def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value], loaded: LoadedModel) -> set[str]:
+    """Each initializer as a constant: its raw_data read from the file where the file was read
+    without it (loaded.payloads, frontends/onnx/weights.py)."""
+    if loaded.payloads is None:
+        return _initializers_from(graph, proto, env, None)
+    try:
+        with loaded.payloads.reader() as read:
+            return _initializers_from(graph, proto, env, read)
+    except OSError as err:
+        raise ModelImportError(f"cannot read the weights of {loaded.label}: {err}") from None
+
+
+def _initializers_from(graph: Graph, proto: GraphProto, env: dict[str, Value],
+                       read: Callable[[int], np.ndarray | None] | None) -> set[str]:
     names: set[str] = set()
     for index, tensor in enumerate(proto.initializer):
         what = f"initializer '{tensor.name}'"
@@ -163,11 +175,8 @@ def _add_initializers(graph: Graph, proto: GraphProto, env: dict[str, Value], pa
             raise ModelImportError("an initializer has no name")
         if tensor.name in names:
             raise ModelImportError(f"{what} is defined twice")
-        try:
-            # Resolved external data is in the proto; a payload read apart is not.
-            raw = payloads.read(index) if payloads is not None and not tensor.HasField("raw_data") else None
-        except OSError as err:
-            raise ModelImportError(f"cannot read the data of {what}: {err}") from None
+        # Resolved external data is in the proto; a payload read apart is not.
+        raw = read(index) if read is not None and not tensor.HasField("raw_data") else None
         array = tensor_to_array(tensor, what, raw)
         env[tensor.name] = graph.add_constant(array, tensor.name, exact=True)
         names.add(tensor.name)

@@ -52,10 +52,11 @@ class LoadedModel:
         """The whole ModelProto, the initializers' raw_data read back in, for callers that
         hand the proto on (a model compiled per input shape imports it again and again)."""
         if self.payloads is not None:
-            for index, tensor in enumerate(self.model.graph.initializer):
-                data = self.payloads.read(index)
-                if data is not None:
-                    tensor.raw_data = data.tobytes()
+            with self.payloads.reader() as read:
+                for index, tensor in enumerate(self.model.graph.initializer):
+                    data = read(index)
+                    if data is not None:
+                        tensor.raw_data = data.tobytes()
             self.payloads = None
         return self.model
 
@@ -68,6 +69,7 @@ def load_model(model: str | os.PathLike | ModelProto | LoadedModel, single_use: 
             raise ModelImportError(f"{model.label} was read for one compile, which has imported it: "
                                    "read the model again (load_model) to import it again")
         return model  # read and checked already (ember.compile reads a file once)
+    payloads = None
     if isinstance(model, ModelProto):
         label = "the given ModelProto"
         external = next(iter(_external_tensors(model)), None)
@@ -87,8 +89,9 @@ def load_model(model: str | os.PathLike | ModelProto | LoadedModel, single_use: 
     else:
         raise ModelImportError(f"load_onnx takes a file path or an onnx.ModelProto, got {type(model).__name__}")
     _check_model(proto, label)
-    return LoadedModel(proto, label, _default_opset(proto, label), single_use=single_use and proto is not model,
-                       payloads=payloads if isinstance(model, (str, os.PathLike)) else None)
+    # Only a file read here is ours to release: a caller's ModelProto stays whole.
+    return LoadedModel(proto, label, _default_opset(proto, label),
+                       single_use=single_use and not isinstance(model, ModelProto), payloads=payloads)
 
 
 def _read_file(path: Path) -> tuple[ModelProto, Payloads | None]:

@@ -3,14 +3,12 @@ number or a symbol (the dim_param, or a generated name for an unknown dimension)
 models specialise on it (runtime/dynamic.py)."""
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from onnx import ModelProto
 
 from ember.frontends.onnx.dtypes import to_dtype
 from ember.frontends.onnx.importer import input_type
-from ember.frontends.onnx.loader import load_model
 from ember.support.errors import ModelImportError
 from ember.types import DType
 
@@ -28,11 +26,6 @@ class InputSignature:
     @property
     def symbols(self) -> set[str]:
         return {d for d in self.dims if isinstance(d, str)}
-
-
-def read_model(model: str | os.PathLike | ModelProto) -> ModelProto:
-    """The checked ModelProto, external data resolved, whole: imported again for every shape."""
-    return load_model(model).complete()
 
 
 def input_signature(model: ModelProto) -> list[InputSignature]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,20 +93,26 @@ class Payloads:
     spans: tuple[tuple[int, int] | None, ...]
     file_size: int
 
-    def read(self, index: int) -> np.ndarray | None:
-        """The raw bytes of initializer `index`, read into a new uint8 array (None: none)."""
-        span = self.spans[index] if index < len(self.spans) else None
-        if span is None:
-            return None
-        offset, length = span
-        data = np.empty(length, np.uint8)
+    @contextmanager
+    def reader(self) -> Iterator[Callable[[int], np.ndarray | None]]:
+        """read(index): the raw bytes of initializer `index`, read into a new uint8 array (None:
+        it has none), from the file opened once for all of them."""
         with open(self.path, "rb") as stream:
             if os.fstat(stream.fileno()).st_size != self.file_size:
                 raise OSError(f"'{self.path}' changed while its model was being imported")
-            stream.seek(offset)
-            if stream.readinto(data.data) != length:
-                raise OSError(f"'{self.path}' ended inside a tensor's data")
-        return data
+
+            def read(index: int) -> np.ndarray | None:
+                span = self.spans[index] if index < len(self.spans) else None
+                if span is None:
+                    return None
+                offset, length = span
+                data = np.empty(length, np.uint8)
+                stream.seek(offset)
+                if stream.readinto(data.data) != length:
+                    raise OSError(f"'{self.path}' ended inside a tensor's data")
+                return data
+
+            yield read
 
 
 def read_without_payloads(path: Path) -> tuple[bytes, Payloads]:
