@@ -350,9 +350,11 @@ def test_resnet18_top1_agrees():
     reference = np.load(shared_models / "resnet18.ref.npz")
     compiled = ember.compile(str(shared_models / "resnet18.onnx"), backend="cpu", precision="bf16")
     assert all(v.startswith("bf16") for v in compiled.stats["precision"]["nodes"].values())
-    # The library stores bf16 pairs in place of the float32 weights: about half the bytes.
-    program, _, _ = prepare_program(load_model(str(shared_models / "resnet18.onnx")), CpuBackend())
-    assert 0.45 < compiled.stats["precision"]["stored_weight_bytes"] / stored_weight_bytes(program) < 0.55
+    # The library stores bf16 pairs in place of the float32 weights: about half the bytes,
+    # but for the 3x3 convolutions' F(2x2, 3x3) copies, 16/9 of theirs (float32 measured here
+    # without Winograd, whose F(4x4, 3x3) copies are 4x).
+    program, _, _ = prepare_program(load_model(str(shared_models / "resnet18.onnx")), CpuBackend(winograd=False))
+    assert 0.5 < compiled.stats["precision"]["stored_weight_bytes"] / stored_weight_bytes(program) < 0.62
     feeds = {s.name: reference[f"in_{s.name}"] for s in compiled.inputs}
     y = next(iter(compiled.run(feeds).values()))
     expected = reference["out_0"]

@@ -23,6 +23,8 @@ from ember.codegen import c_constants
 from ember.codegen.kernels.layouts import (
     DEPTHWISE_BLOCKED_MAX_OW,
     DirectLayout,
+    PixelRowsLayout,
+    Winograd4Layout,
     WinogradLayout,
     depthwise_scratch_bytes,
     gemm_scratch_bytes,
@@ -37,6 +39,8 @@ CONSTANTS = {
     "EMBER_MR": c_constants.MR,
     "EMBER_CHUNK_BYTES": c_constants.GEMM_CHUNK_BYTES,
     "EMBER_WINO_TB": c_constants.WINOGRAD_BLOCK,
+    "EMBER_WINO4_WHOLE_BYTES": c_constants.WINOGRAD4_WHOLE_BYTES,
+    "EMBER_WINO4_BLOCK_BYTES": c_constants.WINOGRAD4_BLOCK_BYTES,
     "EMBER_LINE_FLOATS": c_constants.LINE_FLOATS,
     "EMBER_MAX_VN_LANES": c_constants.MAX_VECTOR_LANES,
     **{a.c_enum: a.code for a in ACTIVATION_TABLE},
@@ -111,6 +115,14 @@ def lib(tmp_path_factory):
     lib.ember_conv_direct_scratch_bytes.restype = ctypes.c_long
     lib.ember_conv_direct_offsets.argtypes = [geom, ctypes.c_void_p]
     lib.ember_conv_direct_offsets.restype = None
+    lib.ember_conv_rows_scratch_floats.argtypes = [geom]
+    lib.ember_conv_rows_scratch_floats.restype = ctypes.c_long
+    lib.ember_conv_rows.argtypes = [geom, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+    lib.ember_conv_rows.restype = None
+    lib.ember_winograd4_scratch_bytes.argtypes = [geom, ctypes.c_long, ctypes.c_int]
+    lib.ember_winograd4_scratch_bytes.restype = ctypes.c_long
+    lib.ember_winograd4_block_tiles.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long]
+    lib.ember_winograd4_block_tiles.restype = ctypes.c_long
     lib.ember_winograd_scratch_bytes.argtypes = [geom, ctypes.c_long, ctypes.c_int]
     lib.ember_winograd_scratch_bytes.restype = ctypes.c_long
     lib.ember_depthwise_scratch_bytes.argtypes = [geom, ctypes.c_int]
@@ -258,6 +270,37 @@ def test_conv_direct_offsets_rectangular_kernels(lib):
         np.testing.assert_array_equal(layout.offsets(), koff)
 
 
+def test_conv_rows_scratch_and_rows(lib):
+    """ember_conv_rows (conv_pixel_rows' im2row) against NumPy's, and its scratch against
+    PixelRowsLayout's; a dilated case and the 1x1 case that skips the channel-last copy."""
+    rng = np.random.default_rng(3)
+    cases = [case + (1,) for case in CONVS[::7]] + [(5, (9, 11), 3, 1, 2, 2), (16, (7, 7), 1, 1, 0, 1)]
+    for channels, hw, kernel, stride, pad, dilation in cases:
+        g = _geom(channels, hw, (kernel, kernel), stride, _pads(kernel, pad))
+        g.DH = g.DW = dilation
+        g.OH = (hw[0] + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+        g.OW = (hw[1] + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+        if g.OH < 1 or g.OW < 1:
+            continue
+        trivial = kernel == 1 and stride == 1 and pad == 0
+        layout = PixelRowsLayout(channels, 32, hw, (g.OH, g.OW), (kernel, kernel), trivial)
+        hwc_floats = lib.ember_conv_rows_scratch_floats(ctypes.byref(g))
+        assert layout.scratch_bytes() == (hwc_floats + g.OH * g.OW * (layout.depth + 32)) * 4
+        x = rng.standard_normal((channels, *hw)).astype(np.float32)
+        padded = np.pad(x, ((0, 0), (pad, pad), (pad, pad)))
+        expected = np.empty((g.OH * g.OW, kernel, kernel, channels), np.float32)
+        for p in range(g.OH * g.OW):
+            oh, ow = divmod(p, g.OW)
+            for u in range(kernel):
+                for v in range(kernel):
+                    expected[p, u, v] = padded[:, oh * stride + u * dilation, ow * stride + v * dilation]
+        g.x = x.ctypes.data
+        hwc = np.zeros(max(hwc_floats, 1), np.float32)
+        rows = np.full(expected.size, np.nan, np.float32)
+        lib.ember_conv_rows(ctypes.byref(g), hwc.ctypes.data, rows.ctypes.data, 2)
+        np.testing.assert_array_equal(rows, expected.reshape(-1), err_msg=str((channels, hw, kernel, stride, pad)))
+
+
 def test_winograd_scratch_bytes(lib):
     cases = itertools.product((1, 3, 32, 33, 64), (1, 8, 32, 65), ((2, 2), (5, 5), (11, 11), (14, 14), (17, 9),
                                                                      (28, 28), (56, 56)), (0, 1), THREADS)
@@ -272,6 +315,21 @@ def test_winograd_scratch_bytes(lib):
         assert py == c, (channels, out_channels, out_hw, threads)
         count += 1
     assert count > 200
+
+
+def test_winograd4_scratch_bytes_and_blocks(lib):
+    cases = itertools.product((1, 3, 32, 33, 64, 256), (1, 8, 32, 65, 512), ((2, 2), (5, 5), (12, 12), (14, 14),
+                                                                               (17, 9), (28, 28), (56, 56)), (0, 1))
+    blocked = 0
+    for channels, out_channels, out_hw, pad in cases:
+        hw = (out_hw[0] + 2 - 2 * pad, out_hw[1] + 2 - 2 * pad)
+        g = _geom(channels, hw, (3, 3), 1, (pad,) * 4)
+        layout = Winograd4Layout(channels, out_channels, out_hw)
+        case = (channels, out_channels, out_hw, pad)
+        assert layout.block == lib.ember_winograd4_block_tiles(layout.tiles, channels, out_channels), case
+        assert layout.scratch_bytes() == lib.ember_winograd4_scratch_bytes(ctypes.byref(g), out_channels, 2), case
+        blocked += layout.block < layout.tiles
+    assert blocked > 10  # large maps go in several blocks
 
 
 def test_depthwise_scratch_bytes(lib):

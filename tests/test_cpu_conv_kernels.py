@@ -25,20 +25,20 @@ if platform.machine().lower() in ("x86_64", "amd64"):
     BUILDS.append((2, "x86-64-v3"))
 
 
-def _check_case(build_graph, seed: int) -> None:
+def _check_case(build_graph, seed: int, tolerance: float = 1e-5) -> None:
     """Random x (and residual r, when the graph takes one) through every build."""
     rng = np.random.default_rng(seed)
     inputs = build_graph().inputs
     feeds = {p.name: rng.standard_normal(p.type.shape).astype(np.float32) for p in inputs}
-    _run_builds(build_graph, feeds)
+    _run_builds(build_graph, feeds, tolerance)
 
 
-def _run_builds(build_graph, feeds):
+def _run_builds(build_graph, feeds, tolerance: float = 1e-5):
     expected = compile_graph(build_graph(), "interpreter").run(feeds)["y"]
     for threads, march in BUILDS:
         actual = compile_graph(build_graph(), CpuBackend(num_threads=threads, march=march)).run(feeds)["y"]
         assert actual.shape == expected.shape
-        assert relative_error(actual, expected) < 1e-5, (threads, march)
+        assert relative_error(actual, expected) < tolerance, (threads, march)
 
 
 def _depthwise_graph(channels, hw, kernel, stride, pads, dilation, activation, residual) -> Graph:
@@ -128,11 +128,21 @@ def test_direct_convolution_matches_interpreter(case):
 
 WINOGRAD = [
     # in channels, out channels, (H, W), pads, activation, residual: 3x3 stride 1, 32+ channels
-    # and 32+ 2x2 tiles, so ember_winograd runs them (checked below).
-    (32, 32, (16, 16), (1, 1, 1, 1), "relu", True),       # two full blocks of tiles
+    # and 32+ 2x2 tiles on a map narrower than 12 one way, so ember_winograd (F(2x2, 3x3)) runs
+    # them (checked below).
+    (32, 32, (16, 11), (1, 1, 1, 1), "relu", True),       # two blocks of tiles
     (33, 40, (13, 11), (1, 1, 1, 1), "clip", False),      # odd output sizes, a short last block
+    (32, 35, (13, 18), (0, 0, 0, 0), "none", True),       # no padding, no bias
+    (36, 32, (10, 15), (2, 1, 0, 1), "sigmoid", False),   # asymmetric padding
+]
+
+WINOGRAD4 = [
+    # The same on maps of 12x12 and up, where ember_winograd4 (F(4x4, 3x3), channel-last) runs.
+    (32, 32, (16, 16), (1, 1, 1, 1), "relu", True),       # whole 4x4 tiles
+    (33, 40, (13, 14), (1, 1, 1, 1), "clip", False),      # partial edge tiles, channels off 16
     (32, 35, (17, 18), (0, 0, 0, 0), "none", True),       # no padding, no bias
     (36, 32, (12, 15), (2, 1, 0, 1), "sigmoid", False),   # asymmetric padding
+    (64, 48, (58, 58), (0, 0, 0, 0), "relu", True),       # 196 tiles: blocks of tiles, a short last one
 ]
 
 
@@ -146,7 +156,17 @@ def _winograd_id(c) -> str:
 
 @pytest.mark.parametrize("case", WINOGRAD, ids=_winograd_id)
 def test_winograd_convolution_matches_interpreter(case):
+    assert "ember_winograd(" in compile_graph(_winograd_graph(*case), CpuBackend(num_threads=1))._executable.source
     _check_case(lambda: _winograd_graph(*case), seed=13)
+
+
+@pytest.mark.parametrize("case", WINOGRAD4, ids=_winograd_id)
+def test_winograd4_convolution_matches_interpreter(case):
+    assert "ember_winograd4(" in compile_graph(_winograd_graph(*case), CpuBackend(num_threads=1))._executable.source
+    # F(4x4, 3x3) rounds more than direct convolution (its transforms scale by up to 8 and
+    # 1/24): about 1e-6 of the sums before the activation, which are ~17 here (sqrt of 9C
+    # unit products), so up to ~1e-4 of an output clipped to 0.75. The interpreter's scale.
+    _check_case(lambda: _winograd_graph(*case), seed=13, tolerance=2e-4)
 
 
 def test_winograd_is_chosen_only_where_it_applies():
@@ -155,28 +175,40 @@ def test_winograd_is_chosen_only_where_it_applies():
 
     assert "ember_winograd(" in source(_winograd_graph(*WINOGRAD[0]))
     assert "ember_winograd(" not in source(_winograd_graph(*WINOGRAD[0]), winograd=False)
+    assert "ember_winograd4(" not in source(_winograd_graph(*WINOGRAD4[0]), winograd=False)
     # Too few channels, or too few tiles (a 7x7 map), stay on the direct kernel.
     assert "ember_winograd(" not in source(_winograd_graph(16, 32, (16, 16), (1, 1, 1, 1), "relu", False))
     assert "ember_winograd(" not in source(_winograd_graph(64, 64, (7, 7), (1, 1, 1, 1), "relu", False))
 
 
-POINTWISE_T = [
-    # in channels, out channels, (H, W), activation, residual: 1x1 over fewer than 64 pixels
-    # (not a multiple of 32) with 64+ out channels, so conv_pointwise_t runs them (checked
-    # below); pixel and channel counts on and off the transpose's 16 x 16 blocks.
-    (96, 320, (7, 7), "clip", False),     # MobileNetV2's tail: 3 full pixel blocks + 1 row
-    (37, 70, (3, 5), "relu", True),       # fewer pixels than one block, odd channel counts
-    (64, 96, (6, 8), "sigmoid", True),    # 48 pixels: whole blocks both ways
-    (20, 64, (1, 33), "none", False),     # no bias, a 1-D-like map
+PIXEL_ROWS = [
+    # in channels, out channels, (H, W), kernel, stride, pads, activation, residual: small maps
+    # with many output channels, where conv_pixel_rows' cost model beats the columns kernels
+    # (checked below); pixel and channel counts on and off the transpose's 16 x 16 blocks.
+    (96, 320, (7, 7), (1, 1), 1, (0, 0, 0, 0), "clip", False),     # MobileNetV2's tail: 3 pixel blocks + 1 row
+    (37, 70, (3, 5), (1, 1), 1, (0, 0, 0, 0), "relu", True),       # fewer pixels than one block, odd channels
+    (256, 96, (6, 8), (1, 1), 1, (0, 0, 0, 0), "sigmoid", True),   # 48 pixels: whole blocks both ways
+    (160, 64, (1, 33), (1, 1), 1, (0, 0, 0, 0), "none", False),    # no bias, a 1-D-like map
+    (48, 128, (7, 7), (3, 3), 1, (1, 1, 1, 1), "relu", True),      # ResNet's last stage: 3x3 on 7x7
+    (24, 96, (14, 14), (3, 3), 2, (1, 1, 1, 1), "relu", False),    # its stride-2 entry
+    (128, 512, (14, 14), (1, 1), 2, (0, 0, 0, 0), "none", False),  # the 1x1 stride-2 shortcut
+    (17, 64, (6, 9), (3, 2), 1, (2, 0, 1, 1), "clip", True),        # uneven pads, a rectangular kernel
 ]
 
 
-def _pointwise_graph(channels, out_channels, hw, activation, residual) -> Graph:
-    return _conv_graph(channels, out_channels, hw, (1, 1), 1, (0, 0, 0, 0), activation, residual)
+def _pixel_rows_graph(channels, out_channels, hw, kernel, stride, pads, activation, residual) -> Graph:
+    return _conv_graph(channels, out_channels, hw, kernel, stride, pads, activation, residual)
 
 
-@pytest.mark.parametrize("case", POINTWISE_T, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}{c[3]}")
-def test_pointwise_transposed_matches_interpreter(case):
-    program = compile_graph(_pointwise_graph(*case), CpuBackend(num_threads=1))._executable.source
-    assert "ember_transpose_f32(" in program
-    _check_case(lambda: _pointwise_graph(*case), seed=17)
+@pytest.mark.parametrize("case", PIXEL_ROWS, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}s{c[4]}{c[6]}")
+def test_pixel_rows_matches_interpreter(case):
+    program = compile_graph(_pixel_rows_graph(*case), CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_rows(" in program
+    _check_case(lambda: _pixel_rows_graph(*case), seed=17)
+
+
+def test_pixel_rows_cost_model_keeps_large_maps_on_columns():
+    """A 28x28 map fills its pixel panels (784 of 800 columns): the direct kernel stays."""
+    program = compile_graph(_conv_graph(64, 128, (56, 56), (3, 3), 2, (1, 1, 1, 1), "relu", False),
+                            CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_direct(" in program and "ember_conv_rows(" not in program

@@ -37,14 +37,14 @@ def _conv(g: Graph, x, w: np.ndarray, name: str, stride: int = 1, pad: int = 0, 
 
 
 def convolutions() -> Graph:
-    """Winograd 3x3 + residual + ReLU, depthwise, strided direct, 1x1 pointwise (transposed on
-    the small map) and max pooling."""
+    """Winograd F(4x4, 3x3) + residual + ReLU, depthwise, strided direct, 1x1 pointwise (pixels as rows
+    on the small map) and max pooling."""
     g = Graph("convolutions")
     x = g.add_input("x", TensorType(DType.FLOAT32, (1, 32, 16, 16)))
     a = g.add("Relu", g.add("Add", _conv(g, x, _weights(1, 32, 32, 3, 3), "wino", pad=1), x, name="res"), name="act")
     d = g.add("Relu", _conv(g, a, _weights(2, 32, 1, 3, 3), "dw", stride=2, pad=1, group=32), name="dw_act")
-    s = _conv(g, d, _weights(3, 64, 32, 3, 3), "strided", stride=2, pad=1)
-    p = _conv(g, s, _weights(4, 96, 64, 1, 1), "pointwise")
+    s = _conv(g, d, _weights(3, 24, 32, 3, 3), "strided", stride=2, pad=1)
+    p = _conv(g, s, _weights(4, 96, 24, 1, 1), "pointwise")
     pooled = g.add("MaxPool", p, attrs=_pool_attrs(), name="pool")
     g.set_outputs([("y", pooled)])
     return g
@@ -107,4 +107,4 @@ def test_golden_models_cover_every_convolution_algorithm():
     backend = CpuBackend(num_threads=2)
     program, _, _ = prepare_program(convolutions(), backend)
     chosen = {i.kernel.name for i in program.instrs if i.kernel is not None}
-    assert {"conv_winograd", "conv_depthwise", "conv_direct", "conv_pointwise_t"} <= chosen, chosen
+    assert {"conv_winograd4", "conv_depthwise", "conv_direct", "conv_pixel_rows"} <= chosen, chosen

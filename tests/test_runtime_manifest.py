@@ -155,7 +155,7 @@ def test_generated_c_calls_only_exports(generated_sources, runtime_dir):
         assert {EXPORTS[s] for s in undefined} <= set(needed), model
         called |= undefined
     # The models reach every entry point the kernels emit.
-    assert {"ember_gemm", "ember_pack_im2col", "ember_conv_direct", "ember_winograd", "ember_depthwise"} <= called, (
+    assert {"ember_gemm", "ember_pack_im2col", "ember_conv_direct", "ember_winograd4", "ember_depthwise"} <= called, (
         sorted(called))
 
 
@@ -169,5 +169,6 @@ def test_sources_for_follows_calls():
     assert sources_for({"ember_gemm"}) == ["ember_gemm.c"]
     assert sources_for({"ember_winograd", "ember_expf"}) == ["ember_gemm.c", "ember_winograd.c"]
     assert sources_for(set()) == []
-    # A name only mentioned in a comment of a library file does not pull that file in.
-    assert "ember_depthwise.c" not in sources_for({"ember_conv_direct"})
+    # Calls pull files in transitively (conv's im2row transposes with ember_depthwise.c's
+    # ember_transpose_f32), and nothing more: no Winograd for a direct convolution.
+    assert sources_for({"ember_conv_direct"}) == ["ember_gemm.c", "ember_conv.c", "ember_depthwise.c"]

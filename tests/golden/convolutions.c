@@ -22,13 +22,13 @@
 #define EMBER_ROUND_EACH_OP
 #endif
 
-/* 2: FusedConv [conv_winograd] from node act */
+/* 2: FusedConv [conv_winograd4] from node act */
 EMBER_STEP step2(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
 {
     (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(in[0] + 0));
-        float *y = ((float *)(A + 267264));
+        float *y = ((float *)(A + 221696));
         const float *bias = ((const float *)(W + 0));
         const float *res = ((const float *)(in[0] + 0));
         (void)bias; (void)res;
@@ -36,7 +36,7 @@ EMBER_STEP step2(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t
         for (long nb = 0; nb < 1; nb++) {
             ember_conv_geom g = { .x = x + nb * 8192, .C = 32, .H = 16, .W = 16, .KH = 3, .KW = 3, .SH = 1, .SW = 1, .PH = 1, .PW = 1, .DH = 1, .DW = 1, .OH = 16, .OW = 16 };
             long base = nb * 8192;
-            ember_winograd(&g, 32, ((const float *)(W + 75776)), bias, res ? res + base : NULL, y + base, &ep, ((float *)(A + 0)), 2);
+            ember_winograd4(&g, 32, ((const float *)(W + 29568)), bias, res ? res + base : NULL, y + base, &ep, ((float *)(A + 0)), 2);
         }
     }
     return 0;
@@ -47,7 +47,7 @@ EMBER_STEP step6(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t
 {
     (void)W; (void)in; (void)out; (void)A;
     {
-        const float *x = ((const float *)(A + 267264));
+        const float *x = ((const float *)(A + 221696));
         float *y = ((float *)(A + 22592));
         const float *bias = ((const float *)(W + 128));
         const float *res = NULL;
@@ -75,28 +75,29 @@ EMBER_STEP step11(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
         for (long nb = 0; nb < 1; nb++)
         for (long gi = 0; gi < 1; gi++) {
             ember_conv_geom g = { .x = x + nb * 2048 + gi * 2048, .C = 32, .H = 8, .W = 8, .KH = 3, .KW = 3, .SH = 2, .SW = 2, .PH = 1, .PW = 1, .DH = 1, .DW = 1, .OH = 4, .OW = 4 };
-            long base = nb * 1024 + gi * 1024;
-            ember_conv_direct(&g, 64, ((const float *)(W + 1664)) + gi * 18432, ((const int32_t *)(W + 141312)), bias ? bias + gi * 64 : NULL, res ? res + base : NULL, y + base, &ep, ((float *)(A + 0)), 2);
+            long base = nb * 384 + gi * 384;
+            ember_conv_direct(&g, 24, ((const float *)(W + 1536)) + gi * 6912, ((const int32_t *)(W + 177024)), bias ? bias + gi * 24 : NULL, res ? res + base : NULL, y + base, &ep, ((float *)(A + 0)), 1);
         }
     }
     return 0;
 }
 
-/* 16: Conv [conv_pointwise_t] from node pointwise */
+/* 16: Conv [conv_pixel_rows] from node pointwise */
 EMBER_STEP step16(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
 {
     (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 18176));
-        float *y = ((float *)(A + 10240));
-        const float *bias = ((const float *)(W + 75392));
+        float *y = ((float *)(A + 7680));
+        const float *bias = ((const float *)(W + 29184));
         const float *res = NULL;
         (void)bias; (void)res;
         for (long nb = 0; nb < 1; nb++) {
-            float *xt = ((float *)(A + 0)), *yt = xt + 1024, *yn = y + nb * 1536;
-            ember_transpose_f32(x + nb * 1024, 64, 16, 16, xt, 64);
+            ember_conv_geom g = { .x = x + nb * 384, .C = 24, .H = 4, .W = 4, .KH = 1, .KW = 1, .SH = 1, .SW = 1, .PH = 0, .PW = 0, .DH = 1, .DW = 1, .OH = 4, .OW = 4 };
+            float *hwc = ((float *)(A + 0)), *rows = hwc + 0, *yt = rows + 384, *yn = y + nb * 1536;
+            ember_conv_rows(&g, hwc, rows, 1);
             ember_epilogue ep = { .bias = bias, .bias_per_row = 0, .residual = NULL, .ld_residual = 0, .act = EMBER_ACT_NONE, .alpha = 0x0.0p+0f, .beta = 0x0.0p+0f };
-            ember_gemm(/*M*/ 16, /*N*/ 96, /*K*/ 64, /*a*/ xt, /*a_rs*/ 64, /*a_ks*/ 1, /*a_block*/ 512, /*bp*/ ((const float *)(W + 142464)), /*pack*/ NULL, /*pack_ctx*/ NULL, /*b_direct*/ NULL, /*ldb*/ 0, /*koff*/ NULL, /*c*/ yt, /*ldc*/ 96, /*ep*/ &ep, /*scratch*/ NULL, /*nthreads*/ 1);
+            ember_gemm(/*M*/ 16, /*N*/ 96, /*K*/ 24, /*a*/ rows, /*a_rs*/ 24, /*a_ks*/ 1, /*a_block*/ 192, /*bp*/ ((const float *)(W + 178176)), /*pack*/ NULL, /*pack_ctx*/ NULL, /*b_direct*/ NULL, /*ldb*/ 0, /*koff*/ NULL, /*c*/ yt, /*ldc*/ 96, /*ep*/ &ep, /*scratch*/ NULL, /*nthreads*/ 1);
             ember_transpose_f32(yt, 16, 96, 96, yn, 16);
         }
     }
@@ -108,7 +109,7 @@ EMBER_STEP step19(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
 {
     (void)W; (void)in; (void)out; (void)A;
     {
-        const float *x = ((const float *)(A + 10240));
+        const float *x = ((const float *)(A + 7680));
         float *y = ((float *)(out[0] + 0));
         for (long item = 0; item < 96; item++)
         for (long i = 0; i < 2; i++)

@@ -16,6 +16,11 @@ MR = 8
 GEMM_CHUNK_BYTES = 384 * 1024
 # Winograd F(2x2, 3x3): 2x2 output tiles per block (one block per thread at a time).
 WINOGRAD_BLOCK = 32
+# Winograd F(4x4, 3x3) (ember_winograd4.c): a map whose transformed input and output (V and O,
+# 36 planes each) fit in this many bytes goes in one block of tiles, so each transformed weight
+# is read once; larger maps go in blocks whose V and O fit in EMBER_WINO4_BLOCK_BYTES (L2).
+WINOGRAD4_WHOLE_BYTES = 2 * 1024 * 1024
+WINOGRAD4_BLOCK_BYTES = 768 * 1024
 # Floats in a 64-byte cache line: the Winograd planes' padding and row rounding.
 LINE_FLOATS = 16
 # The widest native vector the library uses (ember_simd.h EMBER_VN_LANES: 16 on AVX-512),
@@ -57,6 +62,9 @@ def config_header() -> str:
         f"#define EMBER_CHUNK_BYTES {_bytes_literal(GEMM_CHUNK_BYTES)}",
         "/* Winograd F(2x2, 3x3): output tiles per block, one block per thread at a time. */",
         f"#define EMBER_WINO_TB {WINOGRAD_BLOCK}",
+        "/* Winograd F(4x4, 3x3): one block of tiles up to this many bytes of V and O, else blocks of this. */",
+        f"#define EMBER_WINO4_WHOLE_BYTES {_bytes_literal(WINOGRAD4_WHOLE_BYTES)}",
+        f"#define EMBER_WINO4_BLOCK_BYTES {_bytes_literal(WINOGRAD4_BLOCK_BYTES)}",
         "/* Floats in a 64-byte cache line. */",
         f"#define EMBER_LINE_FLOATS {LINE_FLOATS}",
         "/* The widest native vector (ember_simd.h EMBER_VN_LANES never exceeds it). */",

@@ -21,7 +21,7 @@ from ember.codegen.c_constants import config_header
 
 CONFIG_HEADER = "ember_config.h"
 RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c",
-                   "ember_depthwise.c", "ember_winograd.c", "ember_gemm_bf16.c",
+                   "ember_depthwise.c", "ember_winograd.c", "ember_winograd4.c", "ember_gemm_bf16.c",
                    "ember_winograd_bf16.c")
 
 # Every external function of the library -> the .c file defining it (all are declared in
@@ -39,6 +39,8 @@ EXPORTS: dict[str, str] = {
     "ember_conv_direct_scratch_bytes": "ember_conv.c",
     "ember_conv_direct_offsets": "ember_conv.c",
     "ember_conv_direct": "ember_conv.c",
+    "ember_conv_rows_scratch_floats": "ember_conv.c",
+    "ember_conv_rows": "ember_conv.c",
     # depthwise convolution
     "ember_depthwise_scratch_bytes": "ember_depthwise.c",
     "ember_depthwise": "ember_depthwise.c",
@@ -48,6 +50,10 @@ EXPORTS: dict[str, str] = {
     "ember_winograd": "ember_winograd.c",
     "ember_winograd_with_scratch_bytes": "ember_winograd.c",
     "ember_winograd_with": "ember_winograd.c",
+    # Winograd F(4x4, 3x3), channel-last
+    "ember_winograd4_block_tiles": "ember_winograd4.c",
+    "ember_winograd4_scratch_bytes": "ember_winograd4.c",
+    "ember_winograd4": "ember_winograd4.c",
     # the bf16 GEMM (precision="bf16")
     "ember_gemm_bf16": "ember_gemm_bf16.c",
     "ember_gemm_bf16_scratch_bytes": "ember_gemm_bf16.c",
@@ -61,9 +67,10 @@ EXPORTS: dict[str, str] = {
 # Each .c file -> the other .c files whose exports it calls (its undefined ember_ symbols).
 CALLS: dict[str, tuple[str, ...]] = {
     "ember_gemm.c": (),
-    "ember_conv.c": ("ember_gemm.c",),
+    "ember_conv.c": ("ember_gemm.c", "ember_depthwise.c"),
     "ember_depthwise.c": ("ember_gemm.c",),
     "ember_winograd.c": ("ember_gemm.c",),
+    "ember_winograd4.c": ("ember_gemm.c", "ember_depthwise.c"),
     "ember_gemm_bf16.c": ("ember_gemm.c",),
     "ember_winograd_bf16.c": ("ember_winograd.c", "ember_gemm_bf16.c"),
 }

@@ -23,8 +23,10 @@ class PortableCpuBackend(CpuBackend):
 
 def bundle_backend(target: Target, num_threads: int = 1) -> CpuBackend:
     """The backend whose kernels suit `target`: single-threaded unless a hosted target is
-    asked for threads (its bundle then builds with -fopenmp); errors name the bundle."""
+    asked for threads (its bundle then builds with -fopenmp); no Winograd on a
+    microcontroller, whose flash would hold 16/9 (F(2x2, 3x3)) to 4x (F(4x4, 3x3)) the
+    weights of each 3x3 convolution; errors name the bundle."""
     backend = PortableCpuBackend if target.int8_kernels == "portable" else CpuBackend
-    chosen = backend(num_threads=num_threads)
+    chosen = backend(num_threads=num_threads, winograd=not target.bare_metal)
     chosen.subject = f"a bundle for {target.name}"
     return chosen

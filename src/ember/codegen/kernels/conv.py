@@ -6,12 +6,15 @@ Conv variants, tried in this order (the first that applies is selected; `ember d
 lir` shows which, with its scratch and packed weights):
   conv_depthwise       one input and one output channel per group: a direct kernel reading
                        the input in place, one machine-width vector of outputs per row position;
+  conv_winograd4       3x3 stride-1 convolutions with 32+ channels each way on maps of 12x12 and
+                       up: F(4x4, 3x3) channel-last, weights transformed at compile time;
   conv_winograd        3x3 stride-1 convolutions with 32+ channels each way and enough 2x2
                        output tiles: F(2x2, 3x3), weights transformed at compile time;
+  conv_pixel_rows      small maps with many output channels, where a cost model of the padded
+                       GEMM says so: Y^T = R W^T, R the im2row of the channel-last input (the
+                       pixels as GEMM rows), W^T packed at compile time;
   conv_direct          equal strides, no dilation: GEMM reading the input through phase planes
                        and an offset table (ember_conv_direct);
-  conv_pointwise_t     1x1 convolutions over small maps: Y^T = X^T W^T, W^T packed at compile
-                       time, tiles stored transposed straight into NCHW;
   conv_gemm            the rest: GEMM per image and group over the input in place (1x1) or
                        im2col panels packed at run time (dilated).
 Bias, residual and activation run in the tile epilogue everywhere."""
@@ -29,6 +32,8 @@ from ember.codegen.kernels.layouts import (
     MR,
     PARALLEL_MIN_MACS,
     DirectLayout,
+    PixelRowsLayout,
+    Winograd4Layout,
     WinogradLayout,
     depthwise_scratch_bytes,
     pack_panels,
@@ -154,6 +159,36 @@ def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
     return w.text()
 
 
+# conv_winograd4 --------------------------------------------------------------------------
+
+
+def _winograd4_applies(instr: Instr, options: KernelOptions) -> bool:
+    s = ConvShape(instr)
+    return options.winograd and s.groups == 1 and is_whole_weight(s.w) and Winograd4Layout.applies(
+        (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
+
+
+def _winograd4_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    layout = Winograd4Layout(s.cg, s.mg, (s.oh, s.ow))
+    return KernelPlan({"threads": s.gemm_threads(options), "block_tiles": layout.block},
+                      packed=[(s.w, "winograd_f4x3", layout.transformed_weights(s.w.constant()))],
+                      scratch_bytes=layout.scratch_bytes())
+
+
+@C_KERNELS.kernel("conv_winograd4", *CONV_OPS, accepts=accepts_conv, applies=_winograd4_applies,
+                  plan=_winograd4_plan)
+def emit_conv_winograd4(em: Emitter, instr: Instr) -> str:
+    s = ConvShape(instr)
+    w = s.writer(em).line(s.epilogue().c_init())
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width}"),
+               f"long base = nb * {s.out_channels * s.pixels};")
+        w.call("ember_winograd4", "&g", s.mg, em.packed(instr), "bias", "res ? res + base : NULL", "y + base", "&ep",
+               em.scratch(instr), param(instr, "threads", 1))
+    return w.text()
+
+
 # conv_winograd ---------------------------------------------------------------------------
 
 
@@ -181,6 +216,65 @@ def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
                f"long base = nb * {s.out_channels * s.pixels};")
         w.call("ember_winograd", "&g", s.mg, em.packed(instr), "bias", "res ? res + base : NULL", "y + base", "&ep",
                em.scratch(instr), param(instr, "threads", 1))
+    return w.text()
+
+
+# conv_pixel_rows -------------------------------------------------------------------------
+
+
+def _pixel_rows_layout(s: ConvShape) -> PixelRowsLayout:
+    return PixelRowsLayout(s.cg, s.mg, (s.height, s.width), (s.oh, s.ow), (s.kh, s.kw), s.pointwise)
+
+
+def _pixel_rows_applies(instr: Instr, options: KernelOptions) -> bool:
+    """Where the cost model puts it below the kernel that would run otherwise (conv_direct's
+    grid or conv_gemm's pixels as columns): small maps with many output channels."""
+    s = ConvShape(instr)
+    if s.groups != 1 or s.mg < 32 or not is_whole_weight(s.w):
+        return False
+    columns = DirectLayout(s.cg, (s.oh, s.ow), (s.kh, s.kw), s.sh).grid if _direct_applies(instr, options) else s.pixels
+    layout = _pixel_rows_layout(s)
+    return layout.cost() < layout.columns_cost(columns)
+
+
+def _pixel_rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    layout = _pixel_rows_layout(s)
+    return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pixel_rows_panels32",
+                                                                     layout.weights(s.w.constant()))],
+                      scratch_bytes=layout.scratch_bytes())
+
+
+@C_KERNELS.kernel("conv_pixel_rows", *CONV_OPS, accepts=accepts_conv, applies=_pixel_rows_applies,
+                  plan=_pixel_rows_plan)
+def emit_conv_pixel_rows(em: Emitter, instr: Instr) -> str:
+    """A convolution over a small map as Y^T = R W^T: R, the im2row of the input, has a row
+    per output pixel (ember_conv_rows: the input made channel-last, then one copy per kernel
+    tap), so the pixels become the GEMM's rows, in 8-row blocks, and the many output channels
+    its 32-wide columns, which wastes far less than 49 pixels padded to two 32-column panels.
+    The GEMM stores Y^T row-major with bias and activation in registers, and a transpose
+    writes NCHW y; the residual, when there is one, comes after it, then the activation
+    (ember_transpose_f32 in ember_depthwise.c says why this beats strided A and tiles stored
+    transposed)."""
+    s = ConvShape(instr)
+    layout = _pixel_rows_layout(s)
+    m, p, image = s.mg, s.pixels, s.channels * s.height * s.width
+    hwc = 0 if s.pointwise else layout.in_pixels * s.cg
+    threads = int(param(instr, "threads", 1))
+    act, alpha, beta = s.activation
+    in_registers = s.residual is None
+    epilogue = Epilogue(bias="bias", activation=act if in_registers else "none", alpha=alpha, beta=beta)
+    call = gemm_call(m=p, n=m, k=s.k, a="rows", a_layout=(s.k, 1, MR * s.k), b_packed=em.packed(instr), ldb=0,
+                     c="yt", ldc=m, threads=threads)
+    w = s.writer(em)
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {image}"),
+               f"float *hwc = {em.scratch(instr)}, *rows = hwc + {hwc}, *yt = rows + {p * s.k}, *yn = y + nb * {m * p};",
+               f"ember_conv_rows(&g, hwc, rows, {threads});",
+               epilogue.c_init(), call,
+               f"ember_transpose_f32(yt, {p}, {m}, {m}, yn, {p});")
+        if not in_registers:
+            w.line(s.epilogue().c_init("finish"), f"ember_finish_span(yn, res + nb * {m * p}, {m * p}, &finish);")
     return w.text()
 
 
@@ -212,51 +306,6 @@ def emit_conv_direct(em: Emitter, instr: Instr) -> str:
         w.call("ember_conv_direct", "&g", s.mg, f"{em.pointer(s.w, const=True)} + gi * {s.mg * s.k}", em.table(instr),
                f"bias ? bias + gi * {s.mg} : NULL", "res ? res + base : NULL", "y + base", "&ep", em.scratch(instr),
                param(instr, "threads", 1))
-    return w.text()
-
-
-# conv_pointwise_t ------------------------------------------------------------------------
-
-
-def _pointwise_t_applies(instr: Instr, options: KernelOptions) -> bool:
-    s = ConvShape(instr)
-    return (s.pointwise and s.groups == 1 and s.pixels < 64 and s.pixels % 32 != 0 and s.mg >= 64
-            and is_whole_weight(s.w))
-
-
-def _pointwise_t_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
-    s = ConvShape(instr)
-    packed = pack_panels(s.w.constant().reshape(s.mg, s.k).T.astype(np.float32))
-    return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pointwise_t_panels32", packed)],
-                      scratch_bytes=s.pixels * (s.k + s.mg) * 4)
-
-
-@C_KERNELS.kernel("conv_pointwise_t", *CONV_OPS, accepts=accepts_conv, applies=_pointwise_t_applies,
-                  plan=_pointwise_t_plan)
-def emit_conv_pointwise_t(em: Emitter, instr: Instr) -> str:
-    """A 1x1 convolution over few pixels (7x7 maps) as Y^T = X^T W^T: the pixels become the
-    GEMM's rows, in 8-row blocks, and the many output channels its 32-wide columns, which
-    wastes far less than 49 pixels padded to two 32-column panels. X is transposed into the
-    scratch first (A row-major), the GEMM stores Y^T row-major with bias and activation in
-    registers, and a second transpose writes NCHW y; the residual, when there is one, comes
-    after it, then the activation (ember_transpose_f32 in ember_depthwise.c says why this beats
-    strided A and tiles stored transposed)."""
-    s = ConvShape(instr)
-    m, p, image = s.mg, s.pixels, s.channels * s.height * s.width
-    transpose = "ember_transpose_f32"  # the kernel library's (ember_depthwise.c)
-    act, alpha, beta = s.activation
-    in_registers = s.residual is None
-    epilogue = Epilogue(bias="bias", activation=act if in_registers else "none", alpha=alpha, beta=beta)
-    call = gemm_call(m=p, n=m, k=s.k, a="xt", a_layout=(s.k, 1, MR * s.k), b_packed=em.packed(instr), ldb=0,
-                     c="yt", ldc=m, threads=int(param(instr, "threads", 1)))
-    w = s.writer(em)
-    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(f"float *xt = {em.scratch(instr)}, *yt = xt + {p * s.k}, *yn = y + nb * {m * p};",
-               f"{transpose}(x + nb * {image}, {s.k}, {p}, {p}, xt, {s.k});",
-               epilogue.c_init(), call,
-               f"{transpose}(yt, {p}, {m}, {m}, yn, {p});")
-        if not in_registers:
-            w.line(s.epilogue().c_init("finish"), f"ember_finish_span(yn, res + nb * {m * p}, {m * p}, &finish);")
     return w.text()
 
 

@@ -8,9 +8,18 @@ import math
 
 import numpy as np
 
-from ember.codegen.c_constants import GEMM_CHUNK_BYTES, LINE_FLOATS, MAX_VECTOR_LANES, MR, NR, WINOGRAD_BLOCK
+from ember.codegen.c_constants import (
+    GEMM_CHUNK_BYTES,
+    LINE_FLOATS,
+    MAX_VECTOR_LANES,
+    MR,
+    NR,
+    WINOGRAD4_BLOCK_BYTES,
+    WINOGRAD4_WHOLE_BYTES,
+    WINOGRAD_BLOCK,
+)
 
-__all__ = ["MR", "NR", "DirectLayout", "WinogradLayout", "depthwise_scratch_bytes", "gemm_scratch_bytes", "pack_panels"]
+__all__ = ["MR", "NR", "DirectLayout", "PixelRowsLayout", "Winograd4Layout", "WinogradLayout", "depthwise_scratch_bytes", "gemm_scratch_bytes", "pack_panels"]
 # Below this many multiply-adds a parallel region costs more than it saves (a region of
 # Ember's pool with its workers spinning costs about a microsecond; 256K multiply-adds take a few).
 PARALLEL_MIN_MACS = 1 << 18
@@ -66,6 +75,49 @@ class DirectLayout:
         return koff.reshape(-1).astype(np.int32)
 
 
+class PixelRowsLayout:
+    """Mirror of ember_conv_rows in runtime/ember_conv.c and its caller (conv_pixel_rows): a
+    convolution as Y^T = R W^T, R the im2row of the input ([pixels][KH*KW*C], tap-major), so
+    the pixels are the GEMM's rows (8-row blocks) and the output channels its 32-wide columns,
+    with W^T packed at compile time. Chosen where the usual orientation, pixels as columns,
+    would pad them badly: 7x7 maps fill 49 of 64 columns (77%), 14x14 ones 196 of 224."""
+
+    # The cost model, in multiply-add slots of the FMA unit: copies run about 4 floats per
+    # slot of 16 multiply-adds (memcpy rates), the blocked transposes about 1.
+    COPY_MACS, TRANSPOSE_MACS = 4, 16
+
+    def __init__(self, channels: int, out_channels: int, in_hw: tuple[int, int], out_hw: tuple[int, int],
+                 kernel: tuple[int, int], trivial: bool) -> None:
+        self.channels, self.out_channels = channels, out_channels
+        self.pixels = out_hw[0] * out_hw[1]
+        self.depth = channels * kernel[0] * kernel[1]
+        self.in_pixels = in_hw[0] * in_hw[1]
+        self.trivial = trivial  # 1x1, stride 1, no padding: the rows are the transposed input
+
+    def scratch_bytes(self) -> int:
+        hwc = 0 if self.trivial else self.in_pixels * self.channels
+        return (hwc + self.pixels * (self.depth + self.out_channels)) * 4
+
+    def cost(self) -> int:
+        """Multiply-add slots: the GEMM with its columns padded to whole panels (a partial
+        row block costs in proportion to its rows), the im2row copies and both transposes."""
+        gemm = math.ceil(self.out_channels / NR) * NR * self.pixels * self.depth
+        copies = 0 if self.trivial else self.pixels * self.depth * self.COPY_MACS
+        transposes = (self.in_pixels * self.channels + self.pixels * self.out_channels) * self.TRANSPOSE_MACS
+        return gemm + copies + transposes
+
+    def columns_cost(self, columns: int) -> int:
+        """The usual orientation's GEMM (output channels as rows in 8-row blocks, `columns`
+        pixel columns padded to whole panels: the direct kernel's grid is a few columns wider
+        than the map)."""
+        return math.ceil(self.out_channels / MR) * MR * math.ceil(columns / NR) * NR * self.depth
+
+    def weights(self, w: np.ndarray) -> np.ndarray:
+        """W [M][C][KH][KW] as W^T in tap-major rows ([KH*KW*C][M]), packed into panels."""
+        m = w.shape[0]
+        return pack_panels(np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1, m).astype(np.float32))
+
+
 class WinogradLayout:
     """Mirror of the plan in runtime/ember_winograd.c: F(2x2, 3x3) over 2x2 output tiles,
     taken in blocks of 32 tiles, one block per thread at a time."""
@@ -112,6 +164,52 @@ class WinogradLayout:
             for index in range(16):
                 out[index, start:start + len(part)] = combine(index % 4, rows[index // 4])
         return out
+
+
+def _round16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+class Winograd4Layout:
+    """Mirror of the plan in runtime/ember_winograd4.c: F(4x4, 3x3), channel-last, 4x4 output
+    tiles as the GEMMs' rows (in blocks that keep the transformed tiles in L2), output
+    channels as their columns; channels padded to 16 in the transformed input."""
+
+    # F(4x4, 3x3) with interpolation points 0, 1, -1, 2, -2 (Lavin and Gray, 2016).
+    G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                  [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+
+    def __init__(self, channels: int, out_channels: int, out_hw: tuple[int, int]) -> None:
+        self.channels, self.out_channels, self.out_hw = channels, out_channels, out_hw
+        self.tiles_hw = (-(-out_hw[0] // 4), -(-out_hw[1] // 4))
+        self.tiles = self.tiles_hw[0] * self.tiles_hw[1]
+        self.cp, self.mp = _round16(channels), _round16(out_channels)
+        per_tile = 36 * (self.cp + self.mp) * 4
+        if self.tiles * per_tile <= WINOGRAD4_WHOLE_BYTES:
+            self.block = self.tiles
+        else:
+            self.block = max(MR, WINOGRAD4_BLOCK_BYTES // per_tile // MR * MR)
+
+    @classmethod
+    def applies(cls, kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int], channels: int,
+                out_channels: int, out_hw: tuple[int, int]) -> bool:
+        """3x3, stride 1, 32+ channels each way, and a map of 4+ tiles each way (12x12 and
+        up): below that the padded edge tiles and the 36 transformed weights per channel
+        pair (4x the weights, read once per block) cost more than they save."""
+        return (kernel == (3, 3) and strides == (1, 1) and dilations == (1, 1)
+                and min(channels, out_channels) >= 32 and min(out_hw) >= 12)
+
+    def scratch_bytes(self) -> int:
+        padded = (4 * self.tiles_hw[0] + 2) * (4 * self.tiles_hw[1] + 2) * self.cp
+        return (padded + 36 * self.block * (self.cp + self.mp) + self.out_hw[0] * self.out_hw[1] * self.mp) * 4
+
+    def transformed_weights(self, w: np.ndarray) -> np.ndarray:
+        """U = G g G^T per (output, input) channel pair, computed in float64, as 36 sets of
+        32-column panels of U[xi]^T ([36][ceil(M/32)][Cp][32]; channels past C are zero)."""
+        u = np.einsum("ai,mcij,bj->abcm", self.G, w.astype(np.float64), self.G).reshape(36, self.channels, -1)
+        padded = np.zeros((36, self.cp, self.out_channels), np.float32)
+        padded[:, :self.channels] = u
+        return np.stack([pack_panels(plane) for plane in padded])
 
 
 # Output rows at most this wide take ember_depthwise's channel-blocked path on AVX-512, if its

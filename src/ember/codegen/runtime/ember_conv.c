@@ -183,3 +183,46 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     ember_gemm(M, l.grid, K, a, K, 1, EMBER_MR * K, NULL, NULL, NULL, phases, 0, koff, y, g->OH * g->OW,
                &onto_y, NULL, nthreads);
 }
+
+/* Im2row for conv_pixel_rows (Y^T = rows x W^T, pixels as the GEMM's rows): row p = oh * OW + ow
+ * of `rows` holds the input under the kernel at output pixel p, tap-major, element
+ * (u * KW + v) * C + c. The input goes channel-last first (`hwc`, H * W rows of C floats, one
+ * blocked transpose), so each tap of a row is one copy of C contiguous floats, or zeros where
+ * the tap falls in the padding. A 1x1, stride-1, unpadded convolution's rows are the
+ * channel-last input itself: the transpose writes them straight into `rows`. */
+static int conv_rows_trivial(const ember_conv_geom *g)
+{
+    return g->KH == 1 && g->KW == 1 && g->SH == 1 && g->SW == 1 && g->PH == 0 && g->PW == 0 && g->OH == g->H
+           && g->OW == g->W;
+}
+
+long ember_conv_rows_scratch_floats(const ember_conv_geom *g)
+{
+    return conv_rows_trivial(g) ? 0 : g->H * g->W * g->C;
+}
+
+void ember_conv_rows(const ember_conv_geom *g, float *hwc, float *rows, int nthreads)
+{
+    long C = g->C, hw = g->H * g->W;
+    if (conv_rows_trivial(g)) {
+        ember_transpose_f32(g->x, C, hw, hw, rows, C);
+        return;
+    }
+    ember_transpose_f32(g->x, C, hw, hw, hwc, C);
+    long P = g->OH * g->OW, K = g->KH * g->KW * C;
+    size_t span = (size_t)C * sizeof(float);
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    for (long p = 0; p < P; p++) {
+        long oh = p / g->OW, ow = p % g->OW;
+        float *row = rows + p * K;
+        for (long u = 0; u < g->KH; u++) {
+            long ih = oh * g->SH - g->PH + u * g->DH;
+            for (long v = 0; v < g->KW; v++) {
+                long iw = ow * g->SW - g->PW + v * g->DW;
+                float *dst = row + (u * g->KW + v) * C;
+                if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) memset(dst, 0, span);
+                else memcpy(dst, hwc + (ih * g->W + iw) * C, span);
+            }
+        }
+    }
+}

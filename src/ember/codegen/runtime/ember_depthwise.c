@@ -331,7 +331,7 @@ static inline __attribute__((always_inline)) void ember_transpose16(ember_v16 r[
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols: 16 x 16 blocks in registers, the
  * rows and columns past the last full block element by element. For the kernels that move a
  * tensor between [C][pixels] (NCHW) and [pixels][C] around a GEMM whose rows are pixels
- * (conv_pointwise_t, InvertedResidual): there, A read row-major and C stored row-major with the
+ * (conv_pixel_rows, InvertedResidual): there, A read row-major and C stored row-major with the
  * epilogue in registers measured faster than strided A and tiles stored transposed. */
 void ember_transpose_f32(const float *src, long rows, long cols, long lds, float *dst, long ldd)
 {

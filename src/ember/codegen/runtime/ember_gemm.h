@@ -105,12 +105,26 @@ void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff);
 void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const int32_t *koff, const float *bias,
                        const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 
+/* Im2row of one image (groups == 1) for a convolution whose GEMM takes pixels as rows:
+ * rows[OH * OW][KH * KW * C], tap-major within a row; `hwc` holds
+ * ember_conv_rows_scratch_floats(g) floats (the input channel-last). */
+long ember_conv_rows_scratch_floats(const ember_conv_geom *g);
+void ember_conv_rows(const ember_conv_geom *g, float *hwc, float *rows, int nthreads);
+
 /* Winograd F(2x2, 3x3) convolution of one image group: 3x3 kernel, stride 1, no dilation, any
  * padding (the caller checks). `u` holds the weights transformed as G g G^T, [16][M][C]
  * (row-major per 4x4 position); scratch holds ember_winograd_scratch_bytes(g, M, nthreads) bytes. */
 long ember_winograd_scratch_bytes(const ember_conv_geom *g, long M, int nthreads);
 void ember_winograd(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
                     float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+/* Winograd F(4x4, 3x3), channel-last (ember_winograd4.c), same conditions: `u` holds G g G^T
+ * as [36][ceil(M/32)][Cp][32] panels (Cp = C rounded up to 16, zero rows past C); scratch holds
+ * ember_winograd4_scratch_bytes(g, M, nthreads) bytes; ember_winograd4_block_tiles says how
+ * many 4x4 tiles go in one block. */
+long ember_winograd4_block_tiles(long tiles, long C, long M);
+long ember_winograd4_scratch_bytes(const ember_conv_geom *g, long M, int nthreads);
+void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
+                     float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 /* The same with another kernel for the 16 GEMMs, O (M x EMBER_WINO_TB) = U[xi] (M x C) * V (C x
  * EMBER_WINO_TB, rows EMBER_WINO_TB apart), given `u` as passed and `gemm_floats` floats of the
  * calling thread's scratch (the bf16 Winograd's). */
