@@ -222,3 +222,19 @@ def test_non_float_hardmax_is_refused():
     graph, _ = single_node_graph("Hardmax", [np.arange(6, dtype=np.int32).reshape(2, 3)], HardmaxAttrs(1))
     with pytest.raises(UnsupportedError, match="Hardmax kernel runs float32 and float64"):
         _cpu(graph)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape, axis", [((3, 7), -1), ((2, 16), 1), ((5, 37), -1), ((2, 4, 128), -1), ((2, 9, 5), 1)])
+def test_softmax_rows_lanes_tails_and_strided(op, shape, axis):
+    """Contiguous rows go through lane-wise peak and sum (whole blocks of 16 and a tail, or
+    rows shorter than a block); a non-last axis keeps the strided loop. Large offsets, a
+    -inf (a huge negative for LogSoftmax, whose -inf output the error measure cannot take)
+    and a NaN row check the peak."""
+    from ember.ops.normalization import SoftmaxAttrs
+
+    x = _data(shape, scale=30.0, offset=50.0)
+    x.reshape(-1, shape[-1])[0, -1] = -np.inf if op == "Softmax" else -1e30
+    x.reshape(-1, shape[-1])[-1, shape[-1] // 2] = np.nan
+    lir = check(op, [x], SoftmaxAttrs(axis=axis))
+    assert "softmax_rows" in lir

@@ -66,13 +66,16 @@ def emit_softmax(em: Emitter, instr: Instr) -> str:
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     outer, n, inner = _rows(x.type.shape, axis)
     log = instr.name == "LogSoftmax"
+    head = [f"const float *x = {em.pointer(x, const=True)};", f"float *y = {em.pointer(out)};", _parallel(instr)]
+    if inner == 1:
+        return "\n".join(line for line in [*head, f"for (long row = 0; row < {outer}; row++) {{",
+                                            *_softmax_contiguous_row(n, log), "}"] if line)
     finish = ("for (long j = 0; j < n_; j++) yr[j * st] = yr[j * st] - lse;" if log
               else "for (long j = 0; j < n_; j++) yr[j * st] *= inv;")
     return "\n".join(line for line in [
-        f"const float *x = {em.pointer(x, const=True)};",
-        f"float *y = {em.pointer(out)};",
+        *head[:2],
         f"const long n_ = {n}, st = {inner};",
-        _parallel(instr),
+        head[2],
         f"for (long row = 0; row < {outer * inner}; row++) {{",
         f"    const float *xr = x + (row / {inner}) * {n * inner} + row % {inner};",
         f"    float *yr = y + (row / {inner}) * {n * inner} + row % {inner};",
@@ -86,6 +89,37 @@ def emit_softmax(em: Emitter, instr: Instr) -> str:
         f"    {finish}",
         "}",
     ] if line)
+
+
+def _softmax_contiguous_row(n: int, log: bool) -> list[str]:
+    """The body over one contiguous row (x + row * n): the peak and the sum kept in SUM_LANES
+    partial lanes, and exp in a loop of its own, so all of it vectorizes (a single scalar
+    accumulator keeps the compiler from reordering, and the row to one element at a time:
+    attention's 128-wide rows ran at 1.5 ns an element)."""
+    whole = n // SUM_LANES * SUM_LANES
+    lines = [f"    const float *xr = x + row * {n};", f"    float *yr = y + row * {n};"]
+    if whole:
+        lines += [f"    float peak_lanes[{SUM_LANES}];",
+                  f"    for (int l = 0; l < {SUM_LANES}; l++) peak_lanes[l] = xr[l];",
+                  f"    for (long j0 = {SUM_LANES}; j0 < {whole}; j0 += {SUM_LANES})",
+                  f"        for (long j = j0; j < j0 + {SUM_LANES}; j++)",
+                  "            peak_lanes[j - j0] = xr[j] > peak_lanes[j - j0] ? xr[j] : peak_lanes[j - j0];",
+                  "    float peak = peak_lanes[0];",
+                  f"    for (int l = 1; l < {SUM_LANES}; l++) peak = peak_lanes[l] > peak ? peak_lanes[l] : peak;",
+                  f"    for (long j = {whole}; j < {n}; j++) peak = xr[j] > peak ? xr[j] : peak;"]
+    else:
+        lines += ["    float peak = xr[0];", f"    for (long j = 1; j < {n}; j++) peak = xr[j] > peak ? xr[j] : peak;"]
+    if log:
+        lines += [f"    for (long j = 0; j < {n}; j++) yr[j] = xr[j] - peak;",
+                  *_lane_sum("sum", "ember_expf(yr[j])", n),
+                  "    float lse = logf(sum);",
+                  f"    for (long j = 0; j < {n}; j++) yr[j] -= lse;"]
+    else:
+        lines += [f"    for (long j = 0; j < {n}; j++) yr[j] = ember_expf(xr[j] - peak);",
+                  *_lane_sum("sum", "yr[j]", n),
+                  "    float inv = 1.0f / sum;",
+                  f"    for (long j = 0; j < {n}; j++) yr[j] *= inv;"]
+    return lines
 
 
 def _layer_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
