@@ -169,6 +169,6 @@ def test_sources_for_follows_calls():
     assert sources_for({"ember_gemm"}) == ["ember_gemm.c"]
     assert sources_for({"ember_winograd", "ember_expf"}) == ["ember_gemm.c", "ember_winograd.c"]
     assert sources_for(set()) == []
-    # Calls pull files in transitively (conv's im2row transposes with ember_depthwise.c's
-    # ember_transpose_f32), and nothing more: no Winograd for a direct convolution.
-    assert sources_for({"ember_conv_direct"}) == ["ember_gemm.c", "ember_conv.c", "ember_depthwise.c"]
+    # Calls pull files in transitively (conv's im2row transposes with ember_transpose.c), and
+    # nothing more: neither the depthwise kernel nor Winograd for a direct convolution.
+    assert sources_for({"ember_conv_direct"}) == ["ember_gemm.c", "ember_transpose.c", "ember_conv.c"]

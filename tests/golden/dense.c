@@ -221,16 +221,16 @@ EMBER_STEP step14(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
     {
         const float *x = ((const float *)(A + 6400));
         float *y = ((float *)(out[0] + 0));
-        const long n_ = 4, st = 1;
         for (long row = 0; row < 4; row++) {
-            const float *xr = x + (row / 1) * 4 + row % 1;
-            float *yr = y + (row / 1) * 4 + row % 1;
+            const float *xr = x + row * 4;
+            float *yr = y + row * 4;
             float peak = xr[0];
-            for (long j = 1; j < n_; j++) peak = xr[j * st] > peak ? xr[j * st] : peak;
+            for (long j = 1; j < 4; j++) peak = xr[j] > peak ? xr[j] : peak;
+            for (long j = 0; j < 4; j++) yr[j] = ember_expf(xr[j] - peak);
             float sum = 0.0f;
-            for (long j = 0; j < n_; j++) { float e = ember_expf(xr[j * st] - peak); yr[j * st] = e; sum += e; }
-            float inv = 1.0f / sum, lse = logf(sum); (void)inv; (void)lse;
-            for (long j = 0; j < n_; j++) yr[j * st] *= inv;
+            for (long j = 0; j < 4; j++) sum += yr[j];
+            float inv = 1.0f / sum;
+            for (long j = 0; j < 4; j++) yr[j] *= inv;
         }
     }
     return 0;

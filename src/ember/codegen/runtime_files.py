@@ -20,7 +20,7 @@ from importlib import resources
 from ember.codegen.c_constants import config_header
 
 CONFIG_HEADER = "ember_config.h"
-RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_conv.c",
+RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_transpose.c", "ember_conv.c",
                    "ember_depthwise.c", "ember_winograd.c", "ember_winograd4.c", "ember_gemm_bf16.c",
                    "ember_winograd_bf16.c")
 
@@ -44,7 +44,8 @@ EXPORTS: dict[str, str] = {
     # depthwise convolution
     "ember_depthwise_scratch_bytes": "ember_depthwise.c",
     "ember_depthwise": "ember_depthwise.c",
-    "ember_transpose_f32": "ember_depthwise.c",
+    # blocked transposes between NCHW and channel-last
+    "ember_transpose_f32": "ember_transpose.c",
     # Winograd F(2x2, 3x3)
     "ember_winograd_scratch_bytes": "ember_winograd.c",
     "ember_winograd": "ember_winograd.c",
@@ -67,10 +68,11 @@ EXPORTS: dict[str, str] = {
 # Each .c file -> the other .c files whose exports it calls (its undefined ember_ symbols).
 CALLS: dict[str, tuple[str, ...]] = {
     "ember_gemm.c": (),
-    "ember_conv.c": ("ember_gemm.c", "ember_depthwise.c"),
+    "ember_transpose.c": (),
+    "ember_conv.c": ("ember_gemm.c", "ember_transpose.c"),
     "ember_depthwise.c": ("ember_gemm.c",),
     "ember_winograd.c": ("ember_gemm.c",),
-    "ember_winograd4.c": ("ember_gemm.c", "ember_depthwise.c"),
+    "ember_winograd4.c": ("ember_gemm.c", "ember_transpose.c"),
     "ember_gemm_bf16.c": ("ember_gemm.c",),
     "ember_winograd_bf16.c": ("ember_winograd.c", "ember_gemm_bf16.c"),
 }

@@ -254,7 +254,7 @@ def emit_conv_pixel_rows(em: Emitter, instr: Instr) -> str:
     its 32-wide columns, which wastes far less than 49 pixels padded to two 32-column panels.
     The GEMM stores Y^T row-major with bias and activation in registers, and a transpose
     writes NCHW y; the residual, when there is one, comes after it, then the activation
-    (ember_transpose_f32 in ember_depthwise.c says why this beats strided A and tiles stored
+    (ember_transpose_f32 in ember_transpose.c says why this beats strided A and tiles stored
     transposed)."""
     s = ConvShape(instr)
     layout = _pixel_rows_layout(s)

@@ -203,7 +203,7 @@ def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue
 @C_KERNELS.kernel("inverted_residual", "InvertedResidual", accepts=_accepts, plan=_plan)
 def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     s, a = _Block(instr), instr.attrs
-    transpose = "ember_transpose_f32"  # the kernel library's (ember_depthwise.c)
+    transpose = "ember_transpose_f32"  # the kernel library's (ember_transpose.c)
     em.define(DEPTHWISE, _DEPTHWISE_C)
     threads = int(param(instr, "threads", 1))
 

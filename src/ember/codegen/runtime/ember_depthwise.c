@@ -292,65 +292,6 @@ static void dw_channel(const ember_conv_geom *g, const float *xc, const float *w
     else dw_channel_direct(g, KH, KW, 1, 2, xc, wc, b0, yc, rc, ep, zeros);
 }
 
-/* r[q][l] <- r[l][q]: four rounds in which the upper-right and lower-left quarters of every
- * 2b x 2b sub-block trade places (b = 8, 4, 2, 1), 64 two-source lane shuffles in all. */
-static inline __attribute__((always_inline)) void ember_transpose16(ember_v16 r[16])
-{
-    static const ember_i16 lo[4] = {
-        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-        {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
-        {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
-        {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}};
-    static const ember_i16 hi[4] = {
-        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
-        {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
-        {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
-        {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}};
-    #pragma GCC unroll 4
-    for (int s = 0; s < 4; s++) {
-        int b = 8 >> s;
-        #pragma GCC unroll 16
-        for (int q = 0; q < 16; q++)
-            if (!(q & b)) {
-#ifdef __clang__
-                ember_v16 top, bottom;
-                for (int l = 0; l < 16; l++) {
-                    top[l] = lo[s][l] < 16 ? r[q][lo[s][l]] : r[q + b][lo[s][l] - 16];
-                    bottom[l] = hi[s][l] < 16 ? r[q][hi[s][l]] : r[q + b][hi[s][l] - 16];
-                }
-#else
-                ember_v16 top = __builtin_shuffle(r[q], r[q + b], lo[s]);
-                ember_v16 bottom = __builtin_shuffle(r[q], r[q + b], hi[s]);
-#endif
-                r[q] = top;
-                r[q + b] = bottom;
-            }
-    }
-}
-
-/* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols: 16 x 16 blocks in registers, the
- * rows and columns past the last full block element by element. For the kernels that move a
- * tensor between [C][pixels] (NCHW) and [pixels][C] around a GEMM whose rows are pixels
- * (conv_pixel_rows, InvertedResidual): there, A read row-major and C stored row-major with the
- * epilogue in registers measured faster than strided A and tiles stored transposed. */
-void ember_transpose_f32(const float *src, long rows, long cols, long lds, float *dst, long ldd)
-{
-    long i = 0;
-    for (; i + 16 <= rows; i += 16) {
-        long j = 0;
-        for (; j + 16 <= cols; j += 16) {
-            ember_v16 r[16];
-            for (int q = 0; q < 16; q++) r[q] = vload(src + (i + q) * lds + j);
-            ember_transpose16(r);
-            for (int q = 0; q < 16; q++) vstore(dst + (j + q) * ldd + i, r[q]);
-        }
-        for (; j < cols; j++)
-            for (int q = 0; q < 16; q++) dst[j * ldd + i + q] = src[(i + q) * lds + j];
-    }
-    for (; i < rows; i++)
-        for (long j = 0; j < cols; j++) dst[j * ldd + i] = src[i * lds + j];
-}
-
 #ifdef DW_BLOCK
 
 /* Channels [0, nch) of x (planes of H x W) into pad[(PH + h) * Wp + PW + w][16]. */

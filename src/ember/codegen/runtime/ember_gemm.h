@@ -88,7 +88,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
 long ember_gemm_scratch_bytes(long N, long K, int nthreads);
 
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols, in 16 x 16 register blocks
- * (defined in ember_depthwise.c, whose channel-blocked path transposes the same way). */
+ * (defined in ember_transpose.c; the depthwise kernel's channel-blocked path transposes the same way). */
 void ember_transpose_f32(const float *src, long rows, long cols, long lds, float *dst, long ldd);
 
 /* Depthwise convolution of one image: one input and one output channel per group.

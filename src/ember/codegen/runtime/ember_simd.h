@@ -136,4 +136,42 @@ static inline void vn_store_masked(float *p, uint32_t mask, ember_vn v) {
 #endif
 }
 
+/* The 16 x 16 register transpose of ember_transpose_f32 (ember_transpose.c) and the depthwise
+ * kernel's channel-blocked path. */
+/* r[q][l] <- r[l][q]: four rounds in which the upper-right and lower-left quarters of every
+ * 2b x 2b sub-block trade places (b = 8, 4, 2, 1), 64 two-source lane shuffles in all. */
+static inline __attribute__((always_inline)) void ember_transpose16(ember_v16 r[16])
+{
+    static const ember_i16 lo[4] = {
+        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+        {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27},
+        {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29},
+        {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30}};
+    static const ember_i16 hi[4] = {
+        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31},
+        {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31},
+        {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31},
+        {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31}};
+    #pragma GCC unroll 4
+    for (int s = 0; s < 4; s++) {
+        int b = 8 >> s;
+        #pragma GCC unroll 16
+        for (int q = 0; q < 16; q++)
+            if (!(q & b)) {
+#ifdef __clang__
+                ember_v16 top, bottom;
+                for (int l = 0; l < 16; l++) {
+                    top[l] = lo[s][l] < 16 ? r[q][lo[s][l]] : r[q + b][lo[s][l] - 16];
+                    bottom[l] = hi[s][l] < 16 ? r[q][hi[s][l]] : r[q + b][hi[s][l] - 16];
+                }
+#else
+                ember_v16 top = __builtin_shuffle(r[q], r[q + b], lo[s]);
+                ember_v16 bottom = __builtin_shuffle(r[q], r[q + b], hi[s]);
+#endif
+                r[q] = top;
+                r[q + b] = bottom;
+            }
+    }
+}
+
 #endif
