@@ -207,6 +207,25 @@ def test_pixel_rows_matches_interpreter(case):
     _check_case(lambda: _pixel_rows_graph(*case), seed=17)
 
 
+def _conv1d_graph(channels, out_channels, width, kernel, stride, pad) -> Graph:
+    rng = np.random.default_rng(out_channels + width)
+    g = Graph("conv1d")
+    x = g.add_input("x", TensorType(DType.FLOAT32, (1, channels, width)))
+    w = g.add_constant(rng.standard_normal((out_channels, channels, kernel)).astype(np.float32), "w")
+    b = g.add_constant(rng.standard_normal(out_channels).astype(np.float32), "b")
+    attrs = FusedConvAttrs((stride,), (pad, pad), (1,), 1, "relu", 0.0, 0.0)
+    g.set_outputs([("y", g.add("FusedConv", x, w, b, None, attrs=attrs, name="conv"))])
+    return g
+
+
+def test_pixel_rows_takes_one_dimensional_convolutions():
+    """A 1-D convolution's weights are [M][C][K]: packed as the 2-D [M][C][1][K] (a real
+    voice-activity model's 1-D convolutions over 4 frames reach this kernel)."""
+    graph = lambda: _conv1d_graph(258, 128, 4, 3, 1, 1)  # noqa: E731
+    assert "ember_conv_rows(" in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
+    _check_case(graph, seed=5)
+
+
 def test_pixel_rows_cost_model_keeps_large_maps_on_columns():
     """A 28x28 map fills its pixel panels (784 of 800 columns): the direct kernel stays."""
     program = compile_graph(_conv_graph(64, 128, (56, 56), (3, 3), 2, (1, 1, 1, 1), "relu", False),

@@ -240,8 +240,9 @@ def _pixel_rows_applies(instr: Instr, options: KernelOptions) -> bool:
 def _pixel_rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
     layout = _pixel_rows_layout(s)
+    weights = s.w.constant().reshape(s.mg, s.cg, s.kh, s.kw)  # a 1-D convolution's too (H = 1)
     return KernelPlan({"threads": s.gemm_threads(options)}, packed=[(s.w, "pixel_rows_panels32",
-                                                                     layout.weights(s.w.constant()))],
+                                                                     layout.weights(weights))],
                       scratch_bytes=layout.scratch_bytes())
 
 
