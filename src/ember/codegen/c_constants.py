@@ -21,6 +21,9 @@ WINOGRAD_BLOCK = 32
 # is read once; larger maps go in blocks whose V and O fit in EMBER_WINO4_BLOCK_BYTES (L2).
 WINOGRAD4_WHOLE_BYTES = 2 * 1024 * 1024
 WINOGRAD4_BLOCK_BYTES = 768 * 1024
+# Transposes and epilogue passes over at least this many floats split across threads (a
+# parallel region of Ember's pool costs about a microsecond; 16K floats take a few to copy).
+PARALLEL_COPY_FLOATS = 16 * 1024
 # Floats in a 64-byte cache line: the Winograd planes' padding and row rounding.
 LINE_FLOATS = 16
 # The widest native vector the library uses (ember_simd.h EMBER_VN_LANES: 16 on AVX-512),
@@ -65,6 +68,8 @@ def config_header() -> str:
         "/* Winograd F(4x4, 3x3): one block of tiles up to this many bytes of V and O, else blocks of this. */",
         f"#define EMBER_WINO4_WHOLE_BYTES {_bytes_literal(WINOGRAD4_WHOLE_BYTES)}",
         f"#define EMBER_WINO4_BLOCK_BYTES {_bytes_literal(WINOGRAD4_BLOCK_BYTES)}",
+        "/* Transposes and epilogue passes over at least this many floats split across threads. */",
+        f"#define EMBER_PARALLEL_COPY_FLOATS {PARALLEL_COPY_FLOATS}",
         "/* Floats in a 64-byte cache line. */",
         f"#define EMBER_LINE_FLOATS {LINE_FLOATS}",
         "/* The widest native vector (ember_simd.h EMBER_VN_LANES never exceeds it). */",

@@ -46,6 +46,8 @@ EXPORTS: dict[str, str] = {
     "ember_depthwise": "ember_depthwise.c",
     # blocked transposes between NCHW and channel-last
     "ember_transpose_f32": "ember_transpose.c",
+    "ember_transpose_f32_threads": "ember_transpose.c",
+    "ember_finish_span_threads": "ember_transpose.c",
     # Winograd F(2x2, 3x3)
     "ember_winograd_scratch_bytes": "ember_winograd.c",
     "ember_winograd": "ember_winograd.c",
@@ -68,7 +70,7 @@ EXPORTS: dict[str, str] = {
 # Each .c file -> the other .c files whose exports it calls (its undefined ember_ symbols).
 CALLS: dict[str, tuple[str, ...]] = {
     "ember_gemm.c": (),
-    "ember_transpose.c": (),
+    "ember_transpose.c": ("ember_gemm.c",),
     "ember_conv.c": ("ember_gemm.c", "ember_transpose.c"),
     "ember_depthwise.c": ("ember_gemm.c",),
     "ember_winograd.c": ("ember_gemm.c",),

@@ -273,9 +273,10 @@ def emit_conv_pixel_rows(em: Emitter, instr: Instr) -> str:
                f"float *hwc = {em.scratch(instr)}, *rows = hwc + {hwc}, *yt = rows + {p * s.k}, *yn = y + nb * {m * p};",
                f"ember_conv_rows(&g, hwc, rows, {threads});",
                epilogue.c_init(), call,
-               f"ember_transpose_f32(yt, {p}, {m}, {m}, yn, {p});")
+               f"ember_transpose_f32_threads(yt, {p}, {m}, {m}, yn, {p}, {threads});")
         if not in_registers:
-            w.line(s.epilogue().c_init("finish"), f"ember_finish_span(yn, res + nb * {m * p}, {m * p}, &finish);")
+            w.line(s.epilogue().c_init("finish"),
+                   f"ember_finish_span_threads(yn, res + nb * {m * p}, {m * p}, &finish, {threads});")
     return w.text()
 
 

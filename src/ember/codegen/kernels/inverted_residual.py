@@ -203,7 +203,7 @@ def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue
 @C_KERNELS.kernel("inverted_residual", "InvertedResidual", accepts=_accepts, plan=_plan)
 def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     s, a = _Block(instr), instr.attrs
-    transpose = "ember_transpose_f32"  # the kernel library's (ember_transpose.c)
+    transpose = "ember_transpose_f32_threads"  # the kernel library's (ember_transpose.c)
     em.define(DEPTHWISE, _DEPTHWISE_C)
     threads = int(param(instr, "threads", 1))
 
@@ -226,7 +226,7 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
         w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {s.pixels * s.c_in}, *d = e + {s.pixels * ce_padded}, "
                f"*t = d + {s.out_pixels * ce}, *yn = y + nb * {s.c_out * s.out_pixels};",
-               f"{transpose}(x + nb * {s.c_in * s.pixels}, {s.c_in}, {s.pixels}, {s.pixels}, xt, {s.c_in});",
+               f"{transpose}(x + nb * {s.c_in * s.pixels}, {s.c_in}, {s.pixels}, {s.pixels}, xt, {s.c_in}, {threads});",
                _epilogue(b_expand, a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
                expand,
                _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
@@ -235,10 +235,10 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
                f"{threads});",
                _epilogue(b_project, last, a.project_alpha, a.project_beta).c_init("ep_project"),
                project,
-               f"{transpose}(t, {s.out_pixels}, {s.c_out}, {co_padded}, yn, {s.out_pixels});")
+               f"{transpose}(t, {s.out_pixels}, {s.c_out}, {co_padded}, yn, {s.out_pixels}, {threads});")
         if s.residual is not None:
             w.line(_epilogue("NULL", a.project_activation, a.project_alpha, a.project_beta).c_init("ep_finish"),
-                   f"ember_finish_span(yn, res + nb * {s.c_out * s.out_pixels}, {s.c_out * s.out_pixels}, "
-                   "&ep_finish);")
+                   f"ember_finish_span_threads(yn, res + nb * {s.c_out * s.out_pixels}, {s.c_out * s.out_pixels}, "
+                   f"&ep_finish, {threads});")
     return w.text()
 

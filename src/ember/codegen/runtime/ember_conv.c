@@ -205,10 +205,10 @@ void ember_conv_rows(const ember_conv_geom *g, float *hwc, float *rows, int nthr
 {
     long C = g->C, hw = g->H * g->W;
     if (conv_rows_trivial(g)) {
-        ember_transpose_f32(g->x, C, hw, hw, rows, C);
+        ember_transpose_f32_threads(g->x, C, hw, hw, rows, C, nthreads);
         return;
     }
-    ember_transpose_f32(g->x, C, hw, hw, hwc, C);
+    ember_transpose_f32_threads(g->x, C, hw, hw, hwc, C, nthreads);
     long P = g->OH * g->OW, K = g->KH * g->KW * C;
     size_t span = (size_t)C * sizeof(float);
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)

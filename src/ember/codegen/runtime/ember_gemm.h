@@ -90,6 +90,10 @@ long ember_gemm_scratch_bytes(long N, long K, int nthreads);
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols, in 16 x 16 register blocks
  * (defined in ember_transpose.c; the depthwise kernel's channel-blocked path transposes the same way). */
 void ember_transpose_f32(const float *src, long rows, long cols, long lds, float *dst, long ldd);
+/* The same, and ember_finish_span, split across up to `nthreads` threads where the work is
+ * large enough to pay for a parallel region (ember_transpose.c). */
+void ember_transpose_f32_threads(const float *src, long rows, long cols, long lds, float *dst, long ldd, int nthreads);
+void ember_finish_span_threads(float *y, const float *residual, long n, const ember_epilogue *ep, int nthreads);
 
 /* Depthwise convolution of one image: one input and one output channel per group.
  * `scratch` holds ember_depthwise_scratch_bytes(g, nthreads) bytes. */
