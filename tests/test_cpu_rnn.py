@@ -170,6 +170,21 @@ def test_constant_weights_become_fully_connected():
     assert "MatMul" not in counts, counts
 
 
+def test_gru_with_linear_before_reset_reads_its_recurrent_weights_once_a_step():
+    """linear_before_reset: every gate's recurrent product reads h, so a step is ONE
+    FullyConnected over all of R (one pass over its weights); without it the candidate's
+    product reads r * h and stays a second one."""
+    from ember.backends.cpu import CpuBackend
+
+    seq = 5
+    arrays = [_rand((seq, 1, 6)), _rand((1, 24, 6), seed=1, scale=0.5), _rand((1, 24, 8), seed=2, scale=0.5),
+              _rand((1, 48), seed=3), _rand((1, 1, 8), seed=4)]
+    for linear_before_reset, per_step in ((True, 1), (False, 2)):
+        graph, _ = single_node_graph("GRU", arrays, GRUAttrs(8, "forward", linear_before_reset), constant=(1, 2, 3))
+        counts = compile_graph(graph, CpuBackend(num_threads=1)).stats["ops"]["lowered"]
+        assert counts.get("FullyConnected") == seq * per_step + 1, (linear_before_reset, counts)
+
+
 def test_long_sequence_compiles_in_reasonable_time():
     """The unrolled graph grows linearly with the sequence (7 kernels a step); the bound is a
     tripwire against a blow-up, loose for a loaded machine (it takes ~10 s alone)."""

@@ -95,6 +95,7 @@ def _gru_direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[lis
     r_bias_zr = graph.add("Mul", r_bias, graph.add_constant(zr_mask, f"{prefix}.mask"))
     x_bias = graph.add("Add", w_bias, r_bias_zr, name=f"{prefix}.xbias")
     r_bias_h = _slice(graph, r_bias, 0, 2 * hidden, 3 * hidden, f"{prefix}.rbh")
+    r_bias_h_full = graph.add("Mul", r_bias, graph.add_constant(1 - zr_mask, f"{prefix}.hmask"))  # [0, 0, Rb_h]
     projected = _project(graph, x, w, k, x_bias, prefix)
     h = _initial(graph, h0, k, batch, hidden, x, f"{prefix}.h0")
 
@@ -104,12 +105,19 @@ def _gru_direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[lis
         x_t = _step_rows(graph, projected, t, batch, f"{step}.x")
         x_zr = _slice(graph, x_t, 1, 0, 2 * hidden, f"{step}.xzr")
         x_h = _slice(graph, x_t, 1, 2 * hidden, 3 * hidden, f"{step}.xh")
-        gates = graph.add("Sigmoid", graph.add("Add", x_zr, graph.add("MatMul", h, r_zr, name=f"{step}.hzr")),
-                          name=f"{step}.gates")
+        if attrs.linear_before_reset:
+            # Every gate's recurrent product reads h: one product with all of R (one pass over
+            # its weights a step, as one GEMV), the candidate's recurrent bias added in it.
+            h_all = graph.add("Add", graph.add("MatMul", h, r_t, name=f"{step}.hr"), r_bias_h_full, name=f"{step}.hrb")
+            gates = graph.add("Sigmoid", graph.add("Add", x_zr, _slice(graph, h_all, 1, 0, 2 * hidden, f"{step}.hzr")),
+                              name=f"{step}.gates")
+            h_proj = _slice(graph, h_all, 1, 2 * hidden, 3 * hidden, f"{step}.hh")
+        else:
+            gates = graph.add("Sigmoid", graph.add("Add", x_zr, graph.add("MatMul", h, r_zr, name=f"{step}.hzr")),
+                              name=f"{step}.gates")
         z = _slice(graph, gates, 1, 0, hidden, f"{step}.z")
         reset = _slice(graph, gates, 1, hidden, 2 * hidden, f"{step}.r")
         if attrs.linear_before_reset:
-            h_proj = graph.add("Add", graph.add("MatMul", h, r_h, name=f"{step}.hh"), r_bias_h)
             pre = graph.add("Add", x_h, graph.add("Mul", reset, h_proj))
         else:
             h_proj = graph.add("MatMul", graph.add("Mul", reset, h), r_h, name=f"{step}.hh")
