@@ -231,3 +231,19 @@ def test_pixel_rows_cost_model_keeps_large_maps_on_columns():
     program = compile_graph(_conv_graph(64, 128, (56, 56), (3, 3), 2, (1, 1, 1, 1), "relu", False),
                             CpuBackend(num_threads=1))._executable.source
     assert "ember_conv_direct(" in program and "ember_conv_rows(" not in program
+
+
+def test_winograd4_weights_by_panel_equal_the_whole_transform():
+    """U = G g G^T a panel of 32 output channels at a time (bounded temporaries) is bit for
+    bit the whole-tensor transform, zero-padded past C and M."""
+    from ember.codegen.kernels.layouts import Winograd4Layout, pack_panels
+
+    rng = np.random.default_rng(0)
+    for channels, out_channels in ((33, 40), (64, 64), (32, 70)):
+        layout = Winograd4Layout(channels, out_channels, (16, 16))
+        w = rng.standard_normal((out_channels, channels, 3, 3)).astype(np.float32)
+        u = np.einsum("ai,mcij,bj->abcm", layout.G, w.astype(np.float64), layout.G).reshape(36, channels, -1)
+        padded = np.zeros((36, layout.cp, out_channels), np.float32)
+        padded[:, :channels] = u
+        expected = np.stack([pack_panels(plane) for plane in padded])
+        assert np.array_equal(layout.transformed_weights(w), expected)

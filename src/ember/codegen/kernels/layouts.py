@@ -205,11 +205,16 @@ class Winograd4Layout:
 
     def transformed_weights(self, w: np.ndarray) -> np.ndarray:
         """U = G g G^T per (output, input) channel pair, computed in float64, as 36 sets of
-        32-column panels of U[xi]^T ([36][ceil(M/32)][Cp][32]; channels past C are zero)."""
-        u = np.einsum("ai,mcij,bj->abcm", self.G, w.astype(np.float64), self.G).reshape(36, self.channels, -1)
-        padded = np.zeros((36, self.cp, self.out_channels), np.float32)
-        padded[:, :self.channels] = u
-        return np.stack([pack_panels(plane) for plane in padded])
+        32-column panels of U[xi]^T ([36][ceil(M/32)][Cp][32]; channels past C and columns
+        past M are zero). A panel of 32 output channels at a time, written in place, so the
+        float64 temporaries stay a few MB (whole, a 256-channel layer's were 19 MB)."""
+        panels = -(-self.out_channels // NR)
+        out = np.zeros((36, panels, self.cp, NR), np.float32)
+        for p in range(panels):
+            part = w[p * NR:(p + 1) * NR].astype(np.float64)  # [m][C][3][3], m <= 32
+            u = np.einsum("ai,mcij,bj->abcm", self.G, part, self.G).reshape(36, self.channels, len(part))
+            out[:, p, :self.channels, :len(part)] = u
+        return out
 
 
 # Output rows at most this wide take ember_depthwise's channel-blocked path on AVX-512, if its
