@@ -212,7 +212,10 @@ class Winograd4Layout:
         out = np.zeros((36, panels, self.cp, NR), np.float32)
         for p in range(panels):
             part = w[p * NR:(p + 1) * NR].astype(np.float64)  # [m][C][3][3], m <= 32
-            u = np.einsum("ai,mcij,bj->abcm", self.G, part, self.G).reshape(36, self.channels, len(part))
+            # G g G^T as two tensordots (BLAS; 8x faster than the einsum, ResNet-18's cached
+            # compile spent 0.12 s in it), [a][b][C][m] after the transpose.
+            gg = np.tensordot(self.G, np.tensordot(part, self.G, axes=([3], [1])), axes=([1], [2]))
+            u = gg.transpose(0, 3, 2, 1).reshape(36, self.channels, len(part))
             out[:, p, :self.channels, :len(part)] = u
         return out
 
