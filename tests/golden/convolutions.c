@@ -98,7 +98,7 @@ EMBER_STEP step16(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
             ember_conv_rows(&g, hwc, rows, 1);
             ember_epilogue ep = { .bias = bias, .bias_per_row = 0, .residual = NULL, .ld_residual = 0, .act = EMBER_ACT_NONE, .alpha = 0x0.0p+0f, .beta = 0x0.0p+0f };
             ember_gemm(/*M*/ 16, /*N*/ 96, /*K*/ 24, /*a*/ rows, /*a_rs*/ 24, /*a_ks*/ 1, /*a_block*/ 192, /*bp*/ ((const float *)(W + 178176)), /*pack*/ NULL, /*pack_ctx*/ NULL, /*b_direct*/ NULL, /*ldb*/ 0, /*koff*/ NULL, /*c*/ yt, /*ldc*/ 96, /*ep*/ &ep, /*scratch*/ NULL, /*nthreads*/ 1);
-            ember_transpose_f32(yt, 16, 96, 96, yn, 16);
+            ember_transpose_f32_threads(yt, 16, 96, 96, yn, 16, 1);
         }
     }
     return 0;

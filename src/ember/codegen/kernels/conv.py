@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from ember.codegen.c_types import c_type, lowest
 from ember.codegen.c_writer import CWriter, init
 from ember.codegen.emitter import Emitter, param, threads_pragma
@@ -36,7 +34,6 @@ from ember.codegen.kernels.layouts import (
     Winograd4Layout,
     WinogradLayout,
     depthwise_scratch_bytes,
-    pack_panels,
     threads_for,
 )
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
@@ -162,10 +159,19 @@ def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
 # conv_winograd4 --------------------------------------------------------------------------
 
 
-def _winograd4_applies(instr: Instr, options: KernelOptions) -> bool:
-    s = ConvShape(instr)
-    return options.winograd and s.groups == 1 and is_whole_weight(s.w) and Winograd4Layout.applies(
-        (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
+def _winograd_applies_where(layout: type[Winograd4Layout] | type[WinogradLayout]):
+    """A Winograd variant's `applies`: enabled, one group, constant weights (transformed at
+    compile time), and the layout's own rule on the geometry."""
+
+    def applies(instr: Instr, options: KernelOptions) -> bool:
+        s = ConvShape(instr)
+        return options.winograd and s.groups == 1 and is_whole_weight(s.w) and layout.applies(
+            (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
+
+    return applies
+
+
+_winograd4_applies = _winograd_applies_where(Winograd4Layout)
 
 
 def _winograd4_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
@@ -179,12 +185,18 @@ def _winograd4_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 @C_KERNELS.kernel("conv_winograd4", *CONV_OPS, accepts=accepts_conv, applies=_winograd4_applies,
                   plan=_winograd4_plan)
 def emit_conv_winograd4(em: Emitter, instr: Instr) -> str:
+    return winograd_loops(em, instr, "ember_winograd4", em.packed(instr))
+
+
+def winograd_loops(em: Emitter, instr: Instr, function: str, weights: str) -> str:
+    """Per image, `function`(geometry, M, transformed weights, bias, residual, y, epilogue,
+    scratch, threads): the call every Winograd variant's library entry takes."""
     s = ConvShape(instr)
     w = s.writer(em).line(s.epilogue().c_init())
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
         w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width}"),
                f"long base = nb * {s.out_channels * s.pixels};")
-        w.call("ember_winograd4", "&g", s.mg, em.packed(instr), "bias", "res ? res + base : NULL", "y + base", "&ep",
+        w.call(function, "&g", s.mg, weights, "bias", "res ? res + base : NULL", "y + base", "&ep",
                em.scratch(instr), param(instr, "threads", 1))
     return w.text()
 
@@ -192,10 +204,7 @@ def emit_conv_winograd4(em: Emitter, instr: Instr) -> str:
 # conv_winograd ---------------------------------------------------------------------------
 
 
-def _winograd_applies(instr: Instr, options: KernelOptions) -> bool:
-    s = ConvShape(instr)
-    return options.winograd and s.groups == 1 and is_whole_weight(s.w) and WinogradLayout.applies(
-        (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), s.cg, s.mg, (s.oh, s.ow))
+_winograd_applies = _winograd_applies_where(WinogradLayout)
 
 
 def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
@@ -209,14 +218,7 @@ def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 @C_KERNELS.kernel("conv_winograd", *CONV_OPS, accepts=accepts_conv, applies=_winograd_applies,
                   plan=_winograd_plan)
 def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
-    s = ConvShape(instr)
-    w = s.writer(em).line(s.epilogue().c_init())
-    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width}"),
-               f"long base = nb * {s.out_channels * s.pixels};")
-        w.call("ember_winograd", "&g", s.mg, em.packed(instr), "bias", "res ? res + base : NULL", "y + base", "&ep",
-               em.scratch(instr), param(instr, "threads", 1))
-    return w.text()
+    return winograd_loops(em, instr, "ember_winograd", em.packed(instr))
 
 
 # conv_pixel_rows -------------------------------------------------------------------------
@@ -270,7 +272,8 @@ def emit_conv_pixel_rows(em: Emitter, instr: Instr) -> str:
     w = s.writer(em)
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
         w.line(s.geometry("g", f"x + nb * {image}"),
-               f"float *hwc = {em.scratch(instr)}, *rows = hwc + {hwc}, *yt = rows + {p * s.k}, *yn = y + nb * {m * p};",
+               f"float *hwc = {em.scratch(instr)}, *rows = hwc + {hwc}, *yt = rows + {p * s.k}, "
+               f"*yn = y + nb * {m * p};",
                f"ember_conv_rows(&g, hwc, rows, {threads});",
                epilogue.c_init(), call,
                f"ember_transpose_f32_threads(yt, {p}, {m}, {m}, yn, {p}, {threads});")

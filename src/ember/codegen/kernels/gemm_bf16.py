@@ -31,7 +31,7 @@ import numpy as np
 from ember.codegen.c_constants import GEMM_CHUNK_BYTES, MR, NR
 from ember.codegen.c_writer import call
 from ember.codegen.emitter import Emitter, param, stored_weights
-from ember.codegen.kernels.conv import CONV_OPS, ConvShape, accepts_conv, grouped_gemm_loops
+from ember.codegen.kernels.conv import CONV_OPS, ConvShape, accepts_conv, grouped_gemm_loops, winograd_loops
 from ember.codegen.kernels.gemm import Epilogue
 from ember.codegen.kernels.layouts import WinogradLayout, threads_for
 from ember.codegen.kernels.registry import Kernel, KernelOptions, KernelPlan, OpView, is_whole_weight
@@ -210,14 +210,7 @@ def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 
 def emit_conv_winograd_bf16(em: Emitter, instr: Instr) -> str:
-    s = ConvShape(instr)
-    w = s.writer(em).line(s.epilogue().c_init())
-    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(s.geometry("g", f"x + nb * {s.channels * s.height * s.width}"),
-               f"long base = nb * {s.out_channels * s.pixels};")
-        w.call("ember_winograd_bf16", "&g", s.mg, _packed_words(em, instr), "bias", "res ? res + base : NULL",
-               "y + base", "&ep", em.scratch(instr), param(instr, "threads", 1))
-    return w.text()
+    return winograd_loops(em, instr, "ember_winograd_bf16", _packed_words(em, instr))
 
 
 # matmul_bf16 and fully_connected_bf16 -----------------------------------------------------

@@ -19,7 +19,9 @@ from ember.codegen.c_constants import (
     WINOGRAD_BLOCK,
 )
 
-__all__ = ["MR", "NR", "DirectLayout", "PixelRowsLayout", "Winograd4Layout", "WinogradLayout", "depthwise_scratch_bytes", "gemm_scratch_bytes", "pack_panels"]
+__all__ = ["MR", "NR", "DirectLayout", "PixelRowsLayout", "Winograd4Layout", "WinogradLayout",
+           "depthwise_scratch_bytes",
+           "gemm_scratch_bytes", "pack_panels"]
 # Below this many multiply-adds a parallel region costs more than it saves (a region of
 # Ember's pool with its workers spinning costs about a microsecond; 256K multiply-adds take a few).
 PARALLEL_MIN_MACS = 1 << 18
