@@ -149,20 +149,22 @@ EMBER_STEP step3(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t
         for (long r = 0; r < 4; r++) {
             const float *xr = x + r * 40;
             float *yr = y + r * 40;
-            float sum_lanes[16] = {0.0f};
+            float sum_lanes[16];
+            for (int l = 0; l < 16; l++) sum_lanes[l] = 0.0f;
             for (long j0 = 0; j0 < 32; j0 += 16)
-                for (long j = j0; j < j0 + 16; j++) sum_lanes[j - j0] += xr[j];
-            for (long j = 32; j < 40; j++) sum_lanes[0] += xr[j];
+                for (long j = j0; j < j0 + 16; j++) sum_lanes[j - j0] = sum_lanes[j - j0] + xr[j];
+            for (long j = 32; j < 40; j++) sum_lanes[0] = sum_lanes[0] + xr[j];
             for (int w = 8; w > 0; w /= 2)
-                for (int l = 0; l < w; l++) sum_lanes[l] += sum_lanes[l + w];
+                for (int l = 0; l < w; l++) sum_lanes[l] = sum_lanes[l] + sum_lanes[l + w];
             float sum = sum_lanes[0];
             float mean = sum / 40.0f;
-            float var_lanes[16] = {0.0f};
+            float var_lanes[16];
+            for (int l = 0; l < 16; l++) var_lanes[l] = 0.0f;
             for (long j0 = 0; j0 < 32; j0 += 16)
-                for (long j = j0; j < j0 + 16; j++) var_lanes[j - j0] += (xr[j] - mean) * (xr[j] - mean);
-            for (long j = 32; j < 40; j++) var_lanes[0] += (xr[j] - mean) * (xr[j] - mean);
+                for (long j = j0; j < j0 + 16; j++) var_lanes[j - j0] = var_lanes[j - j0] + (xr[j] - mean) * (xr[j] - mean);
+            for (long j = 32; j < 40; j++) var_lanes[0] = var_lanes[0] + (xr[j] - mean) * (xr[j] - mean);
             for (int w = 8; w > 0; w /= 2)
-                for (int l = 0; l < w; l++) var_lanes[l] += var_lanes[l + w];
+                for (int l = 0; l < w; l++) var_lanes[l] = var_lanes[l] + var_lanes[l + w];
             float var = var_lanes[0];
             float rstd = 1.0f / sqrtf(var / 40.0f + 0x1.4f8b580000000p-17f);
             for (long j = 0; j < 40; j++) yr[j] = (xr[j] - mean) * rstd * scale[j] + bias[j];
@@ -224,11 +226,11 @@ EMBER_STEP step14(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
         for (long row = 0; row < 4; row++) {
             const float *xr = x + row * 4;
             float *yr = y + row * 4;
-            float peak = xr[0];
-            for (long j = 1; j < 4; j++) peak = xr[j] > peak ? xr[j] : peak;
+            float peak = -INFINITY;
+            for (long j = 0; j < 4; j++) peak = (xr[j] > peak ? xr[j] : peak);
             for (long j = 0; j < 4; j++) yr[j] = ember_expf(xr[j] - peak);
             float sum = 0.0f;
-            for (long j = 0; j < 4; j++) sum += yr[j];
+            for (long j = 0; j < 4; j++) sum = sum + yr[j];
             float inv = 1.0f / sum;
             for (long j = 0; j < 4; j++) yr[j] *= inv;
         }

@@ -81,8 +81,6 @@ def _gru_direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[lis
     dtype = x.type.dtype
     prefix = f"{node.name}.d{k}"
     r_t = _transposed_direction(graph, r, k, f"{prefix}.r")  # [H, 3H]
-    r_zr = _slice(graph, r_t, 1, 0, 2 * hidden, f"{prefix}.r_zr")
-    r_h = _slice(graph, r_t, 1, 2 * hidden, 3 * hidden, f"{prefix}.r_h")
     if b is None:
         b = graph.add_constant(np.zeros((attrs.num_directions, 6 * hidden), dtype.numpy), f"{prefix}.b")
     bias = _direction_slice(graph, b, k, f"{prefix}.b")
@@ -94,8 +92,14 @@ def _gru_direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[lis
     zr_mask = np.concatenate([np.ones(2 * hidden), np.zeros(hidden)]).astype(dtype.numpy)
     r_bias_zr = graph.add("Mul", r_bias, graph.add_constant(zr_mask, f"{prefix}.mask"))
     x_bias = graph.add("Add", w_bias, r_bias_zr, name=f"{prefix}.xbias")
-    r_bias_h = _slice(graph, r_bias, 0, 2 * hidden, 3 * hidden, f"{prefix}.rbh")
-    r_bias_h_full = graph.add("Mul", r_bias, graph.add_constant(1 - zr_mask, f"{prefix}.hmask"))  # [0, 0, Rb_h]
+    if attrs.linear_before_reset:
+        # Every gate's recurrent product reads h: one product with all of R a step (one pass
+        # over its weights, one GEMV), the candidate's recurrent bias added to it.
+        r_bias_h = graph.add("Mul", r_bias, graph.add_constant(1 - zr_mask, f"{prefix}.hmask"))  # [0, 0, Rb_h]
+    else:
+        r_zr = _slice(graph, r_t, 1, 0, 2 * hidden, f"{prefix}.r_zr")
+        r_h = _slice(graph, r_t, 1, 2 * hidden, 3 * hidden, f"{prefix}.r_h")
+        r_bias_h = _slice(graph, r_bias, 0, 2 * hidden, 3 * hidden, f"{prefix}.rbh")
     projected = _project(graph, x, w, k, x_bias, prefix)
     h = _initial(graph, h0, k, batch, hidden, x, f"{prefix}.h0")
 
@@ -106,18 +110,15 @@ def _gru_direction(graph: Graph, node: Node, k: int, reverse: bool) -> tuple[lis
         x_zr = _slice(graph, x_t, 1, 0, 2 * hidden, f"{step}.xzr")
         x_h = _slice(graph, x_t, 1, 2 * hidden, 3 * hidden, f"{step}.xh")
         if attrs.linear_before_reset:
-            # Every gate's recurrent product reads h: one product with all of R (one pass over
-            # its weights a step, as one GEMV), the candidate's recurrent bias added in it.
-            h_all = graph.add("Add", graph.add("MatMul", h, r_t, name=f"{step}.hr"), r_bias_h_full, name=f"{step}.hrb")
-            gates = graph.add("Sigmoid", graph.add("Add", x_zr, _slice(graph, h_all, 1, 0, 2 * hidden, f"{step}.hzr")),
-                              name=f"{step}.gates")
-            h_proj = _slice(graph, h_all, 1, 2 * hidden, 3 * hidden, f"{step}.hh")
+            h_all = graph.add("Add", graph.add("MatMul", h, r_t, name=f"{step}.hr"), r_bias_h, name=f"{step}.hrb")
+            h_zr = _slice(graph, h_all, 1, 0, 2 * hidden, f"{step}.hzr")
         else:
-            gates = graph.add("Sigmoid", graph.add("Add", x_zr, graph.add("MatMul", h, r_zr, name=f"{step}.hzr")),
-                              name=f"{step}.gates")
+            h_zr = graph.add("MatMul", h, r_zr, name=f"{step}.hzr")
+        gates = graph.add("Sigmoid", graph.add("Add", x_zr, h_zr), name=f"{step}.gates")
         z = _slice(graph, gates, 1, 0, hidden, f"{step}.z")
         reset = _slice(graph, gates, 1, hidden, 2 * hidden, f"{step}.r")
         if attrs.linear_before_reset:
+            h_proj = _slice(graph, h_all, 1, 2 * hidden, 3 * hidden, f"{step}.hh")
             pre = graph.add("Add", x_h, graph.add("Mul", reset, h_proj))
         else:
             h_proj = graph.add("MatMul", graph.add("Mul", reset, h), r_h, name=f"{step}.hh")

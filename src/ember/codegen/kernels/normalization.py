@@ -66,16 +66,16 @@ def emit_softmax(em: Emitter, instr: Instr) -> str:
     axis = normalize_axis(instr.attrs.axis, x.type.rank)
     outer, n, inner = _rows(x.type.shape, axis)
     log = instr.name == "LogSoftmax"
-    head = [f"const float *x = {em.pointer(x, const=True)};", f"float *y = {em.pointer(out)};", _parallel(instr)]
+    pointers = [f"const float *x = {em.pointer(x, const=True)};", f"float *y = {em.pointer(out)};"]
     if inner == 1:
-        return "\n".join(line for line in [*head, f"for (long row = 0; row < {outer}; row++) {{",
+        return "\n".join(line for line in [*pointers, _parallel(instr), f"for (long row = 0; row < {outer}; row++) {{",
                                             *_softmax_contiguous_row(n, log), "}"] if line)
     finish = ("for (long j = 0; j < n_; j++) yr[j * st] = yr[j * st] - lse;" if log
               else "for (long j = 0; j < n_; j++) yr[j * st] *= inv;")
     return "\n".join(line for line in [
-        *head[:2],
+        *pointers,
         f"const long n_ = {n}, st = {inner};",
-        head[2],
+        _parallel(instr),
         f"for (long row = 0; row < {outer * inner}; row++) {{",
         f"    const float *xr = x + (row / {inner}) * {n * inner} + row % {inner};",
         f"    float *yr = y + (row / {inner}) * {n * inner} + row % {inner};",
@@ -96,19 +96,7 @@ def _softmax_contiguous_row(n: int, log: bool) -> list[str]:
     partial lanes, and exp in a loop of its own, so all of it vectorizes (a single scalar
     accumulator keeps the compiler from reordering, and the row to one element at a time:
     attention's 128-wide rows ran at 1.5 ns an element)."""
-    whole = n // SUM_LANES * SUM_LANES
-    lines = [f"    const float *xr = x + row * {n};", f"    float *yr = y + row * {n};"]
-    if whole:
-        lines += [f"    float peak_lanes[{SUM_LANES}];",
-                  f"    for (int l = 0; l < {SUM_LANES}; l++) peak_lanes[l] = xr[l];",
-                  f"    for (long j0 = {SUM_LANES}; j0 < {whole}; j0 += {SUM_LANES})",
-                  f"        for (long j = j0; j < j0 + {SUM_LANES}; j++)",
-                  "            peak_lanes[j - j0] = xr[j] > peak_lanes[j - j0] ? xr[j] : peak_lanes[j - j0];",
-                  "    float peak = peak_lanes[0];",
-                  f"    for (int l = 1; l < {SUM_LANES}; l++) peak = peak_lanes[l] > peak ? peak_lanes[l] : peak;",
-                  f"    for (long j = {whole}; j < {n}; j++) peak = xr[j] > peak ? xr[j] : peak;"]
-    else:
-        lines += ["    float peak = xr[0];", f"    for (long j = 1; j < {n}; j++) peak = xr[j] > peak ? xr[j] : peak;"]
+    lines = [f"    const float *xr = x + row * {n};", f"    float *yr = y + row * {n};", *_lane_max("peak", "xr[j]", n)]
     if log:
         lines += [f"    for (long j = 0; j < {n}; j++) yr[j] = xr[j] - peak;",
                   *_lane_sum("sum", "ember_expf(yr[j])", n),
@@ -141,21 +129,35 @@ def _layer_norm_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 SUM_LANES = 16
 
 
-def _lane_sum(name: str, term: str, size: int) -> list[str]:
-    """Row-loop lines declaring `float name` = the sum of `term` over j < size: SUM_LANES
-    partial sums over whole blocks of lanes, the tail into the first, then added pairwise."""
+def _lane_reduce(name: str, term: str, size: int, init: str, fold) -> list[str]:
+    """Row-loop lines declaring `float name` = `term` over j < size folded with
+    `fold(accumulator, value)` (a C expression) from `init`: SUM_LANES partial results over
+    whole blocks of lanes, the tail into the first, then folded pairwise."""
     whole = size // SUM_LANES * SUM_LANES
     if whole == 0:
-        return [f"    float {name} = 0.0f;", f"    for (long j = 0; j < {size}; j++) {name} += {term};"]
-    lines = [f"    float {name}_lanes[{SUM_LANES}] = {{0.0f}};",
+        return [f"    float {name} = {init};", f"    for (long j = 0; j < {size}; j++) {name} = {fold(name, term)};"]
+    lane = f"{name}_lanes[j - j0]"
+    lines = [f"    float {name}_lanes[{SUM_LANES}];",
+             f"    for (int l = 0; l < {SUM_LANES}; l++) {name}_lanes[l] = {init};",
              f"    for (long j0 = 0; j0 < {whole}; j0 += {SUM_LANES})",
-             f"        for (long j = j0; j < j0 + {SUM_LANES}; j++) {name}_lanes[j - j0] += {term};"]
+             f"        for (long j = j0; j < j0 + {SUM_LANES}; j++) {lane} = {fold(lane, term)};"]
     if whole < size:
-        lines.append(f"    for (long j = {whole}; j < {size}; j++) {name}_lanes[0] += {term};")
+        first = f"{name}_lanes[0]"
+        lines.append(f"    for (long j = {whole}; j < {size}; j++) {first} = {fold(first, term)};")
+    pair = fold(f"{name}_lanes[l]", f"{name}_lanes[l + w]")
     lines += [f"    for (int w = {SUM_LANES // 2}; w > 0; w /= 2)",
-              f"        for (int l = 0; l < w; l++) {name}_lanes[l] += {name}_lanes[l + w];",
+              f"        for (int l = 0; l < w; l++) {name}_lanes[l] = {pair};",
               f"    float {name} = {name}_lanes[0];"]
     return lines
+
+
+def _lane_sum(name: str, term: str, size: int) -> list[str]:
+    return _lane_reduce(name, term, size, "0.0f", lambda a, b: f"{a} + {b}")
+
+
+def _lane_max(name: str, term: str, size: int) -> list[str]:
+    """The peak (NaNs skipped, as a `>` comparison skips them; -inf for an empty row)."""
+    return _lane_reduce(name, term, size, "-INFINITY", lambda a, b: f"({b} > {a} ? {b} : {a})")
 
 
 @C_KERNELS.kernel("layer_norm_rows", "LayerNormalization", accepts=accepts, plan=_layer_norm_plan)

@@ -7,10 +7,9 @@
 #include "ember_simd.h"
 
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols: 16 x 16 blocks in registers, the
- * rows and columns past the last full block element by element. For the kernels that move a
- * tensor between [C][pixels] (NCHW) and [pixels][C] around a GEMM whose rows are pixels
- * (conv_pixel_rows, InvertedResidual): there, A read row-major and C stored row-major with the
- * epilogue in registers measured faster than strided A and tiles stored transposed. */
+ * rows and columns past the last full block element by element. Around a pixels-as-rows GEMM,
+ * A read row-major and C stored row-major with the epilogue in registers measured faster than
+ * strided A and tiles stored transposed. */
 void ember_transpose_f32(const float *src, long rows, long cols, long lds, float *dst, long ldd)
 {
     long i = 0;
@@ -28,7 +27,6 @@ void ember_transpose_f32(const float *src, long rows, long cols, long lds, float
     for (; i < rows; i++)
         for (long j = 0; j < cols; j++) dst[j * ldd + i] = src[i * lds + j];
 }
-
 
 /* ember_transpose_f32 split across threads along its longer side, in bands of whole 16 x 16
  * blocks (below EMBER_PARALLEL_COPY_FLOATS the region costs more than it saves): the
