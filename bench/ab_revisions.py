@@ -4,7 +4,7 @@ the last commit of main before a change), each in its own long-lived process run
 ember/bench.py does for engines. Prints per model and thread count the median latency of
 each and the median (quartiles) of the per-pair ratio working tree / base.
 
-    python bench/ab_revisions.py --base REV [--models resnet18,mobilenetv2] [--threads 1,2]
+    python bench/ab_revisions.py --base REV [--models resnet18,mobilenetv2,path/to/model.onnx] [--threads 1,2]
                                  [--rounds 15] [--seconds 0.3]
 """
 from __future__ import annotations
@@ -77,7 +77,8 @@ def compare(base_src: Path, model: Path, threads: int, rounds: int, seconds: flo
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="git revision to compare the working tree with")
-    parser.add_argument("--models", default="resnet18,mobilenetv2,bert_synthetic,gru,mlp")
+    parser.add_argument("--models", default="resnet18,mobilenetv2,bert_synthetic,gru,mlp",
+                        help="shared model names or .onnx paths (static input shapes)")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--seconds", type=float, default=0.3)
@@ -92,8 +93,9 @@ def main() -> int:
         try:
             for name in args.models.split(","):
                 for threads in [int(t) for t in args.threads.split(",")]:
-                    r = compare(worktree / "src", SHARED / f"{name}.onnx", threads, args.rounds, args.seconds)
-                    print(f"{name:<15} threads={threads}  base {r['base'] * 1e3:8.3f} ms  "
+                    path = Path(name) if name.endswith(".onnx") else SHARED / f"{name}.onnx"
+                    r = compare(worktree / "src", path, threads, args.rounds, args.seconds)
+                    print(f"{Path(name).stem:<15} threads={threads}  base {r['base'] * 1e3:8.3f} ms  "
                           f"head {r['head'] * 1e3:8.3f} ms  "
                           f"head/base {r['ratio']:.3f} [{r['q1']:.3f}, {r['q3']:.3f}]", flush=True)
         finally:

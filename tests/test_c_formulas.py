@@ -190,7 +190,8 @@ def test_activation_enum_names():
 # -- the fused activations: C code, NumPy function and graph op agree ----------------------------
 
 ACTIVATION_PARAMS = {"clip": [(-0.5, 0.75), (0.0, 6.0)], "leaky_relu": [(0.1, 0.0), (0.01, 0.0)],
-                     "hard_sigmoid": [(0.2, 0.5), (1.0 / 6.0, 0.5)]}
+                     "hard_sigmoid": [(0.2, 0.5), (1.0 / 6.0, 0.5)],
+                     "hard_swish": [(1.0, 0.0), (0.406, -0.2786), (-1.5, 0.07)]}
 VALUES = np.array([-100.0, -20.0, -9.5, -3.0, -2.5, -1.0, -0.7, -0.5, -0.3, -1e-3, -1e-6, 0.0, 1e-6, 1e-3, 0.2,
                    0.5, 0.62, 0.63, 1.0, 2.5, 3.0, 5.9, 6.1, 9.5, 20.0, 88.0, 100.0], np.float32)
 
@@ -220,6 +221,8 @@ def test_activation_graph_op_matches_numpy(activation):
     table's NumPy function."""
     x = VALUES.astype(np.float64)
     for alpha, beta in ACTIVATION_PARAMS.get(activation.name, [(0.0, 0.0)]):
+        if activation.affine and (alpha, beta) != (1.0, 0.0):
+            continue  # the op alone is the identity affine; test_affine_activation_unfuses has the rest
         op = get_op(activation.op)
         attrs = activation.op_attrs(alpha, beta) if activation.op_attrs else op.attrs()
         assert epilogue_of(activation.op, attrs) == (activation.name, alpha, beta)
@@ -227,6 +230,38 @@ def test_activation_graph_op_matches_numpy(activation):
         np.testing.assert_allclose(y, activation.reference(x, alpha, beta), rtol=1e-12, atol=0)
         nonneg = activation.non_negative(alpha, beta)
         assert nonneg == bool(np.all(activation.reference(np.linspace(-1e3, 1e3, 2001), alpha, beta) >= 0))
+
+
+def test_affine_activation_unfuses():
+    """hard_swish's alpha and beta scale and shift HardSwish's result: unfused, a Mul and an
+    Add by those scalars follow the op, and the graph computes what the fused node does."""
+    from ember.graph import parse_graph
+    from ember.lowering.engine import lower_graph
+    from tests.helpers import evaluate_graph
+
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((1, 2, 5, 5)).astype(np.float32), rng.standard_normal((3, 2, 1, 1)).astype(np.float32)
+    for alpha, beta in ACTIVATION_PARAMS["hard_swish"]:
+        ir = f"""graph "g" {{
+          input %x: f32[1,2,5,5]
+          const @w: f32[3,2,1,1]
+          %y: f32[1,3,5,5] = FusedConv(%x, @w, none, none) {{strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], activation="hard_swish", alpha={alpha!r}, beta={beta!r}}} name="y"
+          output "y" = %y
+        }}"""
+        fused = parse_graph(ir, {"w": w})
+        expected = evaluate_graph(fused, {"x": x})["y"]
+        unfused = parse_graph(ir, {"w": w})
+        lower_graph(unfused, lambda node: node.op == "FusedConv")
+        ops = [n.op for n in unfused.nodes]
+        assert ops == ["Conv", "HardSwish"] + (["Mul"] if alpha != 1.0 else []) + (["Add"] if beta != 0.0 else [])
+        got = evaluate_graph(unfused, {"x": x})["y"]
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+        act = get_activation("hard_swish")
+        np.testing.assert_allclose(expected, act.reference(_conv_1x1(x, w), alpha, beta), rtol=1e-5, atol=1e-6)
+
+
+def _conv_1x1(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return np.einsum("nchw,mc->nmhw", x.astype(np.float64), w[:, :, 0, 0].astype(np.float64))
 
 
 def test_clip_fusion_forms():

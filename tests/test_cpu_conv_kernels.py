@@ -51,11 +51,15 @@ def _depthwise_graph(channels, hw, kernel, stride, pads, dilation, activation, r
     oh = (hw[0] + pads[0] + pads[2] - dilation * (kernel[0] - 1) - 1) // sh + 1
     ow = (hw[1] + pads[1] + pads[3] - dilation * (kernel[1] - 1) - 1) // sw + 1
     r = g.add_input("r", TensorType(DType.FLOAT32, (1, channels, oh, ow))) if residual else None
-    alpha, beta = (-0.5, 0.75) if activation == "clip" else (0.0, 0.0)
+    alpha, beta = ACTIVATION_PARAMS.get(activation, (0.0, 0.0))
     attrs = FusedConvAttrs((sh, sw), pads, (dilation, dilation), channels, activation, alpha, beta)
     g.set_outputs([("y", g.add("FusedConv", x, w, b, r, attrs=attrs, name="conv"))])
     return g
 
+
+# The epilogue's (alpha, beta) where an activation has them: clip's bounds; hard_swish's scale
+# and shift of its result.
+ACTIVATION_PARAMS = {"clip": (-0.5, 0.75), "hard_swish": (0.6, -0.2)}
 
 DEPTHWISE = [
     # channels, (H, W), kernel, stride, pads, dilation, activation, residual
@@ -86,6 +90,10 @@ DEPTHWISE = [
     (5, (10, 41), (5, 5), (2, 1), (2, 2, 2, 2), 1, "clip", True),
     (3, (7, 67), (5, 5), (1, 2), (2, 2, 2, 2), 1, "sigmoid", False),
     (20, (8, 8), (3, 3), (2, 1), (1, 1, 1, 1), 1, "relu", False),
+    # hard_swish in registers (straight and blocked), and after a residual.
+    (6, (12, 40), (3, 3), 1, (1, 1, 1, 1), 1, "hard_swish", False),
+    (24, (6, 7), (5, 5), 1, (2, 2, 2, 2), 1, "hard_swish", False),
+    (5, (9, 21), (3, 3), 2, (1, 1, 1, 1), 1, "hard_swish", True),
 ]
 
 
@@ -103,7 +111,7 @@ def _conv_graph(channels, out_channels, hw, kernel, stride, pads, activation, re
     oh = (hw[0] + pads[0] + pads[2] - kernel[0]) // stride + 1
     ow = (hw[1] + pads[1] + pads[3] - kernel[1]) // stride + 1
     r = g.add_input("r", TensorType(DType.FLOAT32, (1, out_channels, oh, ow))) if residual else None
-    alpha, beta = (-0.5, 0.75) if activation == "clip" else (0.0, 0.0)
+    alpha, beta = ACTIVATION_PARAMS.get(activation, (0.0, 0.0))
     attrs = FusedConvAttrs((stride, stride), pads, (1, 1), 1, activation, alpha, beta)
     g.set_outputs([("y", g.add("FusedConv", x, w, b, r, attrs=attrs, name="conv"))])
     return g
@@ -118,6 +126,8 @@ DIRECT = [
     (5, 8, (13, 70), (3, 3), 1, (1, 1, 1, 1), "clip", True),
     (3, 12, (10, 12), (7, 7), 3, (3, 3, 3, 3), "relu", False),
     (6, 33, (5, 3), (3, 3), 1, (1, 1, 1, 1), "none", False),
+    (4, 20, (9, 13), (3, 3), 1, (1, 1, 1, 1), "hard_swish", True),
+    (3, 18, (8, 10), (3, 3), 2, (1, 1, 1, 1), "silu", False),
 ]
 
 
@@ -143,6 +153,7 @@ WINOGRAD4 = [
     (32, 35, (17, 18), (0, 0, 0, 0), "none", True),       # no padding, no bias
     (36, 32, (12, 15), (2, 1, 0, 1), "sigmoid", False),   # asymmetric padding
     (64, 48, (58, 58), (0, 0, 0, 0), "relu", True),       # 196 tiles: blocks of tiles, a short last one
+    (32, 32, (14, 14), (1, 1, 1, 1), "hard_swish", False),  # an activation with a scale and shift
 ]
 
 
@@ -193,6 +204,7 @@ PIXEL_ROWS = [
     (24, 96, (14, 14), (3, 3), 2, (1, 1, 1, 1), "relu", False),    # its stride-2 entry
     (128, 512, (14, 14), (1, 1), 2, (0, 0, 0, 0), "none", False),  # the 1x1 stride-2 shortcut
     (17, 64, (6, 9), (3, 2), 1, (2, 0, 1, 1), "clip", True),        # uneven pads, a rectangular kernel
+    (96, 320, (5, 7), (1, 1), 1, (0, 0, 0, 0), "hard_swish", True),  # an activation with a scale and shift
 ]
 
 

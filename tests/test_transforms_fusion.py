@@ -81,6 +81,8 @@ def test_each_activation_kind_fuses_into_fully_connected():
         ("Tanh", "", 'activation="tanh"'),
         ("HardSigmoid", "{alpha=0.3, beta=0.4}", 'activation="hard_sigmoid", alpha=0.3, beta=0.4'),
         ("Clip", "{min=0.0}", 'activation="relu"'),
+        ("HardSwish", "", 'activation="hard_swish", alpha=1.0'),
+        ("Silu", "", 'activation="silu"'),
     ]:
         check_pass(f"""graph "g" {{
           input %x: f32[2,5]
@@ -89,6 +91,49 @@ def test_each_activation_kind_fuses_into_fully_connected():
           %y: f32[2,3] = {op}(%m) {attrs} name="y"
           output "y" = %y
         }}""", "fuse-activations", f"CHECK: %y: f32[2,3] = FullyConnected(%x, @w, none, none) {{{expected}}}")
+
+
+def test_scalar_affine_after_hard_swish_joins_the_epilogue():
+    """PP-LCNet's learnable affine block, HardSwish then a scalar Mul and Add, is one epilogue:
+    alpha * hardswish(y) + beta; a per-channel scale, a second reader or an activation whose
+    alpha and beta mean something else keep the Mul and Add."""
+    dw = "{strides=[1, 1], pads=[1, 1, 1, 1], dilations=[1, 1], group=4}"
+    check_pass(f"""graph "g" {{
+      input %x: f32[1,4,6,6]
+      const @w: f32[4,4,3,3]
+      const @wd: f32[4,1,3,3]
+      const @s: f32[1] = [0.4]
+      const @t: f32[] = [-0.25]
+      const @per_channel: f32[1,4,1,1] = [0.5, 1.0, 1.5, 2.0]
+      %c: f32[1,4,6,6] = Conv(%x, @w, none) {CONV} name="c"
+      %h: f32[1,4,6,6] = HardSwish(%c) name="h"
+      %m: f32[1,4,6,6] = Mul(@s, %h) name="m"
+      %a: f32[1,4,6,6] = Add(%m, @t) name="a"
+      %d: f32[1,4,6,6] = Conv(%a, @wd, none) {dw} name="d"
+      %dh: f32[1,4,6,6] = HardSwish(%d) name="dh"
+      %dm: f32[1,4,6,6] = Mul(%dh, @per_channel) name="dm"
+      %e: f32[1,4,6,6] = Conv(%x, @w, none) {CONV} name="e"
+      %eh: f32[1,4,6,6] = HardSwish(%e) name="eh"
+      %em: f32[1,4,6,6] = Mul(%eh, @s) name="em"
+      %r: f32[1,4,6,6] = Conv(%x, @w, none) {CONV} name="r"
+      %rr: f32[1,4,6,6] = HardSigmoid(%r) {{alpha=0.2, beta=0.5}} name="rr"
+      %rm: f32[1,4,6,6] = Mul(%rr, @s) name="rm"
+      output "dm" = %dm
+      output "eh" = %eh
+      output "em" = %em
+      output "rm" = %rm
+    }}""", "fuse-activations", """
+      CHECK: %a: f32[1,4,6,6] = FusedConv(%x, @w, none, none)
+      CHECK-SAME: activation="hard_swish", alpha=0.4{{[0-9]*}}, beta=-0.25
+      CHECK-NEXT: %dh: f32[1,4,6,6] = FusedConv(%a, @wd, none, none)
+      CHECK-SAME: activation="hard_swish", alpha=1.0
+      // A per-channel scale is not the epilogue's scalar.
+      CHECK-NEXT: %dm: f32[1,4,6,6] = Mul(%dh, @per_channel)
+      // %eh is a graph output: the Mul after it stays.
+      CHECK: %eh: f32[1,4,6,6] = FusedConv
+      CHECK-NEXT: %em: f32[1,4,6,6] = Mul(%eh, @s)
+      // hard_sigmoid's alpha and beta are its own parameters, not a scale and shift.
+      CHECK: %rm: f32[1,4,6,6] = Mul(%rr, @s)""")
 
 
 def test_gelu_fuses_in_its_erf_form_only():

@@ -64,6 +64,18 @@ def test_blocks_the_kernel_cannot_take_stay_apart():
           CHECK-NOT: InvertedResidual""")
 
 
+def test_separable_pair_with_a_narrow_middle_stays_apart():
+    """Pointwise -> depthwise -> pointwise whose middle is not EXPANSION times wider than both
+    ends (PP-LCNet's separable pairs: the three kernels are faster)."""
+    ir = (_block_ir(1, False, expanded=16).replace("f32[1,6,6,6]", "f32[1,9,6,6]").replace("@w3: f32[6,", "@w3: f32[9,")
+          .replace("@b3: f32[6]", "@b3: f32[9]"))
+    check_pass(ir, "fuse-inverted-residual", """
+      CHECK: %p: f32[1,9,6,6] = FusedConv
+      CHECK-NOT: InvertedResidual""")
+    # The same block projecting to 8 channels (16 = 2 x 8) fuses.
+    check_pass(ir.replace("9", "8"), "fuse-inverted-residual", "CHECK: %p: f32[1,8,6,6] = InvertedResidual")
+
+
 def test_intermediate_with_another_reader_stays_apart():
     ir = _block_ir(1, False).replace('output "y" = %p', 'output "y" = %p\n      output "e" = %e')
     check_pass(ir, "fuse-inverted-residual", """
@@ -80,7 +92,7 @@ def _block_graph(channels, expanded, out, hw, stride, kernel, residual, activati
 
     pad = kernel // 2
     (ea, da, pa) = activations
-    clip = {"clip": (0.0, 6.0)}
+    clip = {"clip": (0.0, 6.0), "hard_swish": (0.75, -0.125)}
     e = g.add("FusedConv", x, weights(expanded, channels, 1, 1), weights(expanded), None,
               attrs=FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, ea, *clip.get(ea, (0.0, 0.0))), name="e")
     d = g.add("FusedConv", e, weights(expanded, 1, kernel, kernel), weights(expanded), None,
@@ -99,6 +111,7 @@ BLOCKS = [
     (24, 144, 32, (14, 14), 2, 3, False, ("clip", "clip", "none")),  # strided, even map
     (5, 32, 7, (7, 5), 2, 3, False, ("relu", "sigmoid", "tanh")),   # odd counts, other activations
     (8, 48, 8, (6, 6), 1, 5, True, ("none", "relu", "relu")),       # 5x5 taps, activation after the residual
+    (16, 64, 24, (7, 9), 1, 3, False, ("hard_swish", "hard_swish", "silu")),  # MobileNetV3's, with an affine
 ]
 
 

@@ -3,7 +3,7 @@ run them natively (the interpreter among them, so the oracle checks the fusion p
 from __future__ import annotations
 
 from ember.graph import Graph, Node, Value
-from ember.lowering.engine import lowering
+from ember.lowering.engine import lowering, scalar
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs, get_activation
 from ember.ops.inverted_residual import InvertedResidualAttrs
 
@@ -13,7 +13,12 @@ def _activation(graph: Graph, y: Value, activation: str, alpha: float, beta: flo
     if act.op is None:
         return y
     attrs = act.op_attrs(alpha, beta) if act.op_attrs is not None else None
-    return graph.add(act.op, y, attrs=attrs, name=name)
+    y = graph.add(act.op, y, attrs=attrs, name=name)
+    if act.affine and alpha != 1.0:
+        y = graph.add("Mul", y, scalar(graph, alpha, y.type.dtype, f"{name}.scale"), name=f"{name}.scale")
+    if act.affine and beta != 0.0:
+        y = graph.add("Add", y, scalar(graph, beta, y.type.dtype, f"{name}.shift"), name=f"{name}.shift")
+    return y
 
 
 @lowering("FusedConv")

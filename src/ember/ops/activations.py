@@ -58,10 +58,14 @@ def _gelu(attrs: GeluAttrs, arrays):
     return (gelu_reference(x, attrs.approximate).astype(x.dtype),)
 
 
+def hard_swish_reference(x: np.ndarray) -> np.ndarray:
+    xf = x.astype(np.float64)
+    return xf * np.clip(xf * HARD_SWISH_ALPHA + HARD_SWISH_BETA, 0.0, 1.0)
+
+
 def _hard_swish(attrs, arrays):
     (x,) = arrays
-    xf = x.astype(np.float64)
-    return ((xf * np.clip(xf * HARD_SWISH_ALPHA + HARD_SWISH_BETA, 0.0, 1.0)).astype(x.dtype),)
+    return (hard_swish_reference(x).astype(x.dtype),)
 
 
 def _silu(attrs, arrays):

@@ -3,7 +3,9 @@
 Both compute `act(core + bias + residual)`: FusedConv's core is a Conv, FullyConnected's is
 x @ w with a 2-D weight [K, N] (x may have leading batch axes). The epilogue activation is an
 attribute: none, relu, clip (alpha=min, beta=max), leaky_relu (alpha), sigmoid, tanh,
-hard_sigmoid (alpha, beta) or gelu (the erf form). They are not primitives: a backend that does not run them natively
+hard_sigmoid (alpha, beta), gelu (the erf form), hard_swish (alpha * hardswish(y) + beta: a
+scalar Mul and Add after it fold in, as PP-LCNet's learnable affine blocks have) or silu.
+They are not primitives: a backend that does not run them natively
 gets them lowered back into their parts (see lowering/fused.py).
 
 ACTIVATION_TABLE is the one definition of that vocabulary: each activation's attribute
@@ -17,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.ops.activations import GeluAttrs, gelu_reference
+from ember.ops.activations import GeluAttrs, gelu_reference, hard_swish_reference
 from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs, _sigmoid
 from ember.ops.nn import ConvAttrs, _conv, _conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
@@ -51,7 +53,9 @@ class Activation:
     params     the (alpha, beta) of a node of `op` from its attributes, or None when that
                node does not fuse as this activation
     op_attrs   the attributes of `op` for (alpha, beta) (None: the op has no attributes)
-    non_negative  whether its results are never negative (NaN aside) for (alpha, beta)"""
+    non_negative  whether its results are never negative (NaN aside) for (alpha, beta)
+    affine     alpha and beta scale and shift the op's result (alpha * op(y) + beta): the op
+               alone is (1, 0), and a Mul or Add by a scalar after it folds into them"""
 
     name: str
     code: int
@@ -60,6 +64,7 @@ class Activation:
     params: Callable[[Any], tuple[float, float] | None] = field(default=_no_params, repr=False)
     op_attrs: Callable[[float, float], Any] | None = field(default=None, repr=False)
     non_negative: Callable[[float, float], bool] = field(default=_never, repr=False)
+    affine: bool = False
 
     @property
     def c_enum(self) -> str:
@@ -94,6 +99,9 @@ ACTIVATION_TABLE: tuple[Activation, ...] = (
     Activation("gelu", 7, "Gelu", lambda y, alpha, beta: gelu_reference(y, "none").astype(y.dtype),
                params=lambda attrs: (0.0, 0.0) if attrs.approximate == "none" else None,
                op_attrs=lambda alpha, beta: GeluAttrs("none")),
+    Activation("hard_swish", 8, "HardSwish", lambda y, alpha, beta: alpha * hard_swish_reference(y) + beta,
+               params=lambda attrs: (1.0, 0.0), affine=True),
+    Activation("silu", 9, "Silu", lambda y, alpha, beta: y * _sigmoid(y)),
 )
 ACTIVATION_BY_NAME: dict[str, Activation] = {a.name: a for a in ACTIVATION_TABLE}
 ACTIVATION_BY_OP: dict[str, Activation] = {a.op: a for a in ACTIVATION_TABLE if a.op is not None}

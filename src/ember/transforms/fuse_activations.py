@@ -6,9 +6,9 @@ import dataclasses
 from typing import Any
 
 from ember.graph import Constant, Node, Value
-from ember.ops.fused import ACTIVATION_OPS, Epilogue, FusedConvAttrs, epilogue_of
+from ember.ops.fused import ACTIVATION_OPS, Epilogue, FusedConvAttrs, epilogue_of, get_activation
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
-from ember.passes.match import producer
+from ember.passes.match import producer, scalar_value
 from ember.transforms.dense import build_fully_connected, dense_form
 
 _CORES = ("Conv", "FusedConv", "FullyConnected", "MatMul", "Gemm")
@@ -79,6 +79,26 @@ def fuse_residual_add(rw: Rewriter, node: Node) -> Value | None:
     return None
 
 
+@pattern("Mul", "Add")
+def fuse_activation_affine(rw: Rewriter, node: Node) -> Value | None:
+    """A scalar Mul or Add after a fused activation whose alpha and beta are its result's scale
+    and shift (hard_swish): s * (a * f + b) = (s * a) * f + s * b; (a * f + b) + c = a * f + (b + c)."""
+    for value, other in ((node.input(0), node.input(1)), (node.input(1), node.input(0))):
+        core = producer(value, "FusedConv", "FullyConnected")
+        number = scalar_value(other)
+        if core is None or number is None or not rw.has_one_use(value) or value.type != node.outputs[0].type:
+            continue
+        attrs = core.attrs
+        if not get_activation(attrs.activation).affine:
+            continue
+        alpha, beta = (attrs.alpha * number, attrs.beta * number) if node.op == "Mul" else \
+            (attrs.alpha, attrs.beta + number)
+        (y,) = rw.add_node(core.op, list(core.inputs), dataclasses.replace(attrs, alpha=alpha, beta=beta),
+                           name=core.name)
+        return y
+    return None
+
+
 def _has_residual(core: Node) -> bool:
     if core.op in ("FusedConv", "FullyConnected"):
         return core.inputs[3] is not None
@@ -97,10 +117,14 @@ class FuseActivations(RewritePass):
     1. act(Conv | FusedConv(act=none)) -> FusedConv(act) and
        act(MatMul | Gemm | FullyConnected(act=none)) -> FullyConnected(act), for act an op of
        the activation table (ops/fused.py ACTIVATION_TABLE: Relu, Clip with both bounds or
-       min=0 alone as relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, Gelu with approximate=none).
-    2. Add(core, r) or Add(r, core) for the same cores with no activation and no residual yet,
+       min=0 alone as relu, LeakyRelu, Sigmoid, Tanh, HardSigmoid, Gelu with approximate=none,
+       HardSwish, Silu).
+    2. Mul(core, s) or Add(core, s), s a one-element constant, for a core whose activation's
+       alpha and beta scale and shift its result (hard_swish) -> the core with them updated
+       (PP-LCNet's learnable affine block after each activation).
+    3. Add(core, r) or Add(r, core) for the same cores with no activation and no residual yet,
        r a non-constant value of exactly the result's type -> core with residual r (the
        epilogue computes act(core + bias + residual), so a later activation still fuses)."""
 
     name = "fuse-activations"
-    patterns = (fuse_activation, fuse_residual_add)
+    patterns = (fuse_activation, fuse_activation_affine, fuse_residual_add)

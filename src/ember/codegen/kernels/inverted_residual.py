@@ -46,7 +46,12 @@ static inline ember_dn_v16 ember_dn_finish(ember_dn_v16 out, const ember_epilogu
 {
     if (ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(lo > out, lo, out);
     if (ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(hi < out, hi, out);
-    else if (ep->act != EMBER_ACT_RELU && ep->act != EMBER_ACT_NONE)
+    else if (ep->act == EMBER_ACT_HARD_SWISH) {
+        ember_dn_v16 zero = {0}, h = out * (1.0f / 6.0f) + 0.5f;
+        h = ember_dn_pick(h < zero, zero, h);
+        h = ember_dn_pick(h > zero + 1.0f, zero + 1.0f, h);
+        out = ep->alpha * (out * h) + ep->beta;
+    } else if (ep->act != EMBER_ACT_RELU && ep->act != EMBER_ACT_NONE)
         for (int l = 0; l < 16; l++) out[l] = ember_activate(out[l], ep);
     return out;
 }

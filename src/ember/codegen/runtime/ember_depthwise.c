@@ -96,14 +96,23 @@ long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
 /* Whether the activation runs in registers (then no residual may come before it). */
 static int dw_act_in_register(const ember_epilogue *ep, const float *residual)
 {
-    return !residual && (ep->act == EMBER_ACT_NONE || ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP);
+    return !residual && (ep->act == EMBER_ACT_NONE || ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP ||
+                         ep->act == EMBER_ACT_HARD_SWISH);
 }
 
+/* lo and hi: relu's 0, clip's bounds, or hard_swish's scale and shift (dw_low, ep->beta). */
 static inline ember_vn dw_act(ember_vn v, int act, ember_vn lo, ember_vn hi)
 {
     if (act == EMBER_ACT_RELU) return vn_max(lo, v);
     if (act == EMBER_ACT_CLIP) return vn_min(hi, vn_max(lo, v));
+    if (act == EMBER_ACT_HARD_SWISH)
+        return lo * (v * vn_min(vn_splat(1.0f), vn_max(vn_splat(0.0f), v * (1.0f / 6.0f) + 0.5f))) + hi;
     return v;
+}
+
+static inline ember_vn dw_low(const ember_epilogue *ep)
+{
+    return vn_splat(ep->act == EMBER_ACT_CLIP || ep->act == EMBER_ACT_HARD_SWISH ? ep->alpha : 0.0f);
 }
 
 static inline void dw_store(float *yr, long j, long ow, ember_vn v)
@@ -213,7 +222,7 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     for (long t = 0; t < KH * KW; t++) wt[t] = vn_splat(wc[t]);
     int in_reg = dw_act_in_register(ep, rc);
     int act = in_reg ? ep->act : EMBER_ACT_NONE;
-    ember_vn lo = vn_splat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vn_splat(ep->beta);
+    ember_vn lo = dw_low(ep), hi = vn_splat(ep->beta);
     ember_vn bias = vn_splat(b0);
     long W = g->W, PW = g->PW, OW = g->OW, OH = g->OH;
     long blocked_rows = OH / DW_ROWS * DW_ROWS;
@@ -366,7 +375,7 @@ static void dw_block(const ember_conv_geom *g, long c0, int nch, const float *w,
     const float *rc = residual ? residual + c0 * plane : NULL;
     int in_reg = dw_act_in_register(ep, rc);
     int act = in_reg ? ep->act : EMBER_ACT_NONE;
-    ember_vn lo = vn_splat(ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = vn_splat(ep->beta);
+    ember_vn lo = dw_low(ep), hi = vn_splat(ep->beta);
     ember_vn bv = vn_load(b);
     int plain = g->DH == 1 && g->DW == 1 && g->SH == g->SW;
     if (plain && g->KH == 3 && g->KW == 3 && g->SH == 1) dw_block_pixels(g, 3, 3, 1, pad, Wp, wt, bv, act, lo, hi, out);
