@@ -242,7 +242,8 @@ def test_affine_activation_unfuses():
     rng = np.random.default_rng(3)
     x, w = rng.standard_normal((1, 2, 5, 5)).astype(np.float32), rng.standard_normal((3, 2, 1, 1)).astype(np.float32)
     for alpha, beta in ACTIVATION_PARAMS["hard_swish"]:
-        attrs = f'strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], activation="hard_swish", alpha={alpha!r}, beta={beta!r}'
+        attrs = (f'strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], activation="hard_swish", '
+                 f'alpha={alpha!r}, beta={beta!r}')
         ir = f"""graph "g" {{
           input %x: f32[1,2,5,5]
           const @w: f32[3,2,1,1]
