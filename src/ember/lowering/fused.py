@@ -1,11 +1,15 @@
-"""Unfusing: FusedConv, FullyConnected and InvertedResidual back into their parts, for backends that do not
-run them natively (the interpreter among them, so the oracle checks the fusion passes)."""
+"""Unfusing: FusedConv, FullyConnected, InvertedResidual and FusedAttention back into their parts, for
+backends that do not run them natively (the interpreter among them, so the oracle checks the fusion
+passes)."""
 from __future__ import annotations
 
 from ember.graph import Graph, Node, Value
+from ember.lowering.einsum import reshape, transpose
 from ember.lowering.engine import lowering, scalar
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs, get_activation
+from ember.ops.fused_attention import FusedAttentionAttrs
 from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.ops.normalization import SoftmaxAttrs
 
 
 def _activation(graph: Graph, y: Value, activation: str, alpha: float, beta: float, name: str) -> Value:
@@ -53,3 +57,26 @@ def lower_inverted_residual(graph: Graph, node: Node) -> list[Value]:
                   name=f"{node.name}.depthwise")
     return [graph.add("FusedConv", d, w_project, b_project, residual, attrs=attrs.project(),
                       name=f"{node.name}.project")]
+
+
+@lowering("FusedAttention")
+def lower_fused_attention(graph: Graph, node: Node) -> list[Value]:
+    """Back into the chain it was recognized from: heads split off by Reshape and Transpose,
+    MatMul, the scale, the mask Add, Softmax, MatMul, and the heads merged back."""
+    q, k, v, mask = node.input(0), node.input(1), node.input(2), node.inputs[3]
+    attrs: FusedAttentionAttrs = node.attrs
+    h, name = attrs.heads, node.name
+    b, s = q.type.shape[:2]
+
+    def split(x: Value, perm: tuple[int, ...], label: str) -> Value:
+        parts = reshape(graph, x, (x.type.shape[0], x.type.shape[1], h, x.type.shape[2] // h), f"{name}.{label}")
+        return transpose(graph, parts, perm, f"{name}.{label}")
+
+    scores = graph.add("MatMul", split(q, (0, 2, 1, 3), "q"), split(k, (0, 2, 3, 1), "k"), name=f"{name}.qk")
+    scores = graph.add("Mul", scores, scalar(graph, attrs.scale, q.type.dtype, f"{name}.scale"), name=f"{name}.scale")
+    if mask is not None:
+        scores = graph.add("Add", scores, mask, name=f"{name}.mask")
+    probs = graph.add("Softmax", scores, attrs=SoftmaxAttrs(-1), name=f"{name}.softmax")
+    heads = graph.add("MatMul", probs, split(v, (0, 2, 1, 3), "v"), name=f"{name}.pv")
+    merged = transpose(graph, heads, (0, 2, 1, 3), f"{name}.y")
+    return [reshape(graph, merged, (b, s, heads.type.shape[1] * heads.type.shape[3]), f"{name}.y")]

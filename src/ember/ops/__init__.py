@@ -6,6 +6,7 @@ from ember.ops import (  # noqa: F401  (registration)
     conv,
     elementwise,
     fused,
+    fused_attention,
     indexing,
     inverted_residual,
     linalg,

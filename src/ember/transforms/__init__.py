@@ -14,6 +14,7 @@ from ember.transforms import (  # noqa: F401  (registration)
     fold_qdq,
     fully_connected,
     fuse_activations,
+    fuse_attention,
     fuse_inverted_residual,
     merge_pad,
     recognize_gelu,

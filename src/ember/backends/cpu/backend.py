@@ -92,11 +92,12 @@ class CpuBackend(Backend):
                                 per_node=1e-6)
 
     def pipeline(self) -> list[str]:
-        # MobileNetV2 blocks as one step with channels-last intermediates: fp32 and Ember's own
-        # kernels only (a library backend keeps its convolutions).
+        # MobileNetV2 blocks and attention heads as one step each (channels-last intermediates; no
+        # scores tensor): fp32 and Ember's own kernels only (a library backend keeps its ops).
         passes = super().pipeline()
         if self.precision == "fp32" and self.kernels is C_KERNELS:
             passes.insert(passes.index("fuse-activations") + 1, "fuse-inverted-residual")
+            passes.insert(passes.index("fuse-inverted-residual") + 1, "fuse-attention")
         return passes
 
     def post_lowering_pipeline(self) -> list[str]:

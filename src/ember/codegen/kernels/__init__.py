@@ -1,6 +1,7 @@
 """The C kernels: C_KERNELS, the registry the cpu backend selects from. Families live in
 their own modules; importing this package registers them all."""
 from ember.codegen.kernels import (  # noqa: F401  (registration)
+    attention,
     cast,
     conv,
     conv_nd,
