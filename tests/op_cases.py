@@ -371,3 +371,11 @@ _FOREST = [("const", np.array([[0, 1, 1, 2], [2, 2 | 8, 3, 4], [0, 0, 0, 2], [0,
            ("const", np.array([0, 5], np.int32))]
 add(Case("TreeEnsemble", [(F32, (6, 3)), *_FOREST], TreeEnsembleAttrs(2, "SUM", (0.5, -0.5))))
 add(Case("TreeEnsemble", [(F32, (6, 3)), *_FOREST], TreeEnsembleAttrs(2, "MAX"), name="TreeEnsemble_max"))
+
+from ember.ops.fused_attention import FusedAttentionAttrs  # noqa: E402
+
+# Attention heads read in place: 2 batches, 3 heads of 8 (q, k) and 4 (v), a padding mask per batch.
+add(Case("FusedAttention", [(F32, (2, 5, 24)), (F32, (2, 7, 24)), (F32, (2, 7, 12)), (F32, (2, 1, 1, 7))],
+         FusedAttentionAttrs(3, 0.35)))
+add(Case("FusedAttention", [(F32, (1, 17, 32)), (F32, (1, 17, 32)), (F32, (1, 17, 32)), None],
+         FusedAttentionAttrs(2, 0.25), name="FusedAttention_unmasked"))
