@@ -5,8 +5,8 @@ x @ w with a 2-D weight [K, N] (x may have leading batch axes). The epilogue act
 attribute: none, relu, clip (alpha=min, beta=max), leaky_relu (alpha), sigmoid, tanh,
 hard_sigmoid (alpha, beta), gelu (the erf form), hard_swish (alpha * hardswish(y) + beta: a
 scalar Mul and Add after it fold in, as PP-LCNet's learnable affine blocks have) or silu.
-They are not primitives: a backend that does not run them natively
-gets them lowered back into their parts (see lowering/fused.py).
+They are not primitives: a backend that does not run them natively gets them lowered back
+into their parts (see lowering/fused.py).
 
 ACTIVATION_TABLE is the one definition of that vocabulary: each activation's attribute
 name, NumPy function, graph op (what fuse-activations absorbs and lowering/fused.py emits)
