@@ -105,7 +105,8 @@ def _attention_infer(attrs: AttentionAttrs, types):
             q.with_shape((batch, kvh, total, v_head)), q.with_shape((batch, qh, q_seq, total)))
 
 
-def _to_4d(x: np.ndarray, heads: int) -> np.ndarray:
+def heads_first(x: np.ndarray, heads: int) -> np.ndarray:
+    """[B, S, heads * d] -> [B, heads, S, d]; a 4-D input is already so."""
     if x.ndim == 4:
         return x
     b, s, hidden = x.shape
@@ -130,7 +131,7 @@ def frontier_bias(q_seq: int, kv_seq: int, offset, left: int, right: int, causal
     return bias.reshape(bias.shape[0], 1, q_seq, kv_seq) if per_batch else bias
 
 
-def _softmax_rows(x: np.ndarray) -> np.ndarray:
+def softmax_rows(x: np.ndarray) -> np.ndarray:
     """Softmax over the last axis. A row of -inf scores is NaN (0/0), as in ONNX Runtime and
     the lowering: only rows the masks remove entirely give 0, which the caller sets."""
     with np.errstate(invalid="ignore"):
@@ -155,7 +156,7 @@ def _attention(attrs: AttentionAttrs, arrays):
     q, k, v, mask, past_k, past_v, nonpad = arrays
     dtype = q.dtype
     qh, kvh, q_seq, kv_seq, head, _ = attention_heads(attrs, TensorType.of(q), TensorType.of(k), TensorType.of(v))
-    q4, k4, v4 = (_to_4d(a.astype(np.float64), h) for a, h in ((q, qh), (k, kvh), (v, kvh)))
+    q4, k4, v4 = (heads_first(a.astype(np.float64), h) for a, h in ((q, qh), (k, kvh), (v, kvh)))
     if past_k is not None:
         k4 = np.concatenate([past_k.astype(np.float64), k4], axis=2)
         v4 = np.concatenate([past_v.astype(np.float64), v4], axis=2)
@@ -192,7 +193,7 @@ def _attention(attrs: AttentionAttrs, arrays):
         if attrs.softcap > 0:
             qk = stored(attrs.softcap * np.tanh(qk / attrs.softcap))
         with_bias = stored(qk + bias)
-    probs = _softmax_rows(with_bias)
+    probs = softmax_rows(with_bias)
     masked_rows = np.isneginf(np.max(np.broadcast_to(bias, with_bias.shape), axis=-1, keepdims=True))
     probs = np.where(masked_rows, 0.0, probs)  # a row with no attendable key gives 0
     y = probs @ v4
@@ -333,7 +334,7 @@ def _linear_attention_infer(attrs: LinearAttentionAttrs, types):
 def _linear_attention(attrs: LinearAttentionAttrs, arrays):
     q, k, v, state, decay, beta = arrays
     qh, kvh = attrs.q_num_heads, attrs.kv_num_heads
-    q4, k4, v4 = (_to_4d(a.astype(np.float64), h) for a, h in ((q, qh), (k, kvh), (v, kvh)))
+    q4, k4, v4 = (heads_first(a.astype(np.float64), h) for a, h in ((q, qh), (k, kvh), (v, kvh)))
     b, _, t, d_k = q4.shape
     d_v = v4.shape[3]
     s = np.zeros((b, kvh, d_k, d_v)) if state is None else state.astype(np.float64)

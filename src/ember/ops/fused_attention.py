@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ember.ops.attention import heads_first, softmax_rows
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float
 
@@ -46,12 +47,6 @@ def _infer(attrs: FusedAttentionAttrs, types):
     return (q.with_shape((q.shape[0], q.shape[1], v.shape[2])),)
 
 
-def heads_first(x: np.ndarray, heads: int) -> np.ndarray:
-    """[B, S, heads * d] -> [B, heads, S, d]."""
-    b, s, hidden = x.shape
-    return x.reshape(b, s, heads, hidden // heads).transpose(0, 2, 1, 3)
-
-
 def _reference(attrs: FusedAttentionAttrs, arrays):
     q, k, v, mask = arrays
     h = attrs.heads
@@ -59,10 +54,7 @@ def _reference(attrs: FusedAttentionAttrs, arrays):
     scores = (q4 @ np.swapaxes(k4, -1, -2)) * attrs.scale
     if mask is not None:
         scores = scores + mask.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        e = np.exp(scores - np.max(scores, axis=-1, keepdims=True))
-        probs = e / np.sum(e, axis=-1, keepdims=True)
-    y = probs @ v4
+    y = softmax_rows(scores) @ v4
     return (y.transpose(0, 2, 1, 3).reshape(q.shape[0], q.shape[1], -1).astype(q.dtype),)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from ember.codegen.c_types import c_literal
 from ember.codegen.emitter import Emitter, param
-from ember.codegen.kernels.layouts import NR, gemm_scratch_bytes, threads_for
-from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, contiguous_strides
+from ember.codegen.kernels.layouts import gemm_scratch_bytes, threads_for
+from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, broadcast_strides
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.types import DType
@@ -82,15 +82,15 @@ class _Heads:
         self.d, self.dv = hidden // self.heads, int(self.v.type.shape[2]) // self.heads
 
     def per_thread_floats(self) -> int:
+        """k's head transposed, the scores, and the larger of the two GEMMs' scratch."""
         gemm = max(gemm_scratch_bytes(self.t, self.d, 1), gemm_scratch_bytes(self.dv, self.t, 1)) // 4
-        return self.d * self.t + self.s * self.t + max(gemm, max(self.t, self.d) * NR)
+        return self.d * self.t + self.s * self.t + gemm
 
     def mask_strides(self) -> list[int]:
         """The mask's element strides against the scores [B, heads, S, T] (0 where it broadcasts)."""
         if self.mask is None:
             return [0, 0, 0, 0]
-        shape = (1,) * (4 - self.mask.type.rank) + tuple(int(d) for d in self.mask.type.shape)
-        return [0 if n == 1 else stride for n, stride in zip(shape, contiguous_strides(shape), strict=True)]
+        return broadcast_strides(self.mask.type.shape, (self.batch, self.heads, self.s, self.t))
 
 
 def _accepts(view: OpView) -> str | None:

@@ -46,7 +46,7 @@ float ember_activate(float v, const ember_epilogue *ep)
     case EMBER_ACT_TANH: return ember_tanhf(v);
     case EMBER_ACT_HARD_SIGMOID: { float h = v * ep->alpha + ep->beta; return h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h); }
     case EMBER_ACT_GELU: return ember_geluf(v);
-    case EMBER_ACT_HARD_SWISH: { float h = v * (1.0f / 6.0f) + 0.5f; h = h < 0.0f ? 0.0f : (h > 1.0f ? 1.0f : h); return ep->alpha * (v * h) + ep->beta; }
+    case EMBER_ACT_HARD_SWISH: return ember_hard_swishf(v, ep->alpha, ep->beta);
     case EMBER_ACT_SILU: return v * ember_sigmoidf(v);
     default: return v;
     }
@@ -68,12 +68,7 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
     case EMBER_ACT_GELU: for (long j = 0; j < n; j++) y[j] = ember_geluf(y[j]); break;
     case EMBER_ACT_HARD_SWISH: {  /* a loop GCC vectorizes: the depthwise kernels' epilogue */
         const float alpha = ep->alpha, beta = ep->beta;
-        for (long j = 0; j < n; j++) {
-            float v = y[j], h = v * (1.0f / 6.0f) + 0.5f;
-            h = h < 0.0f ? 0.0f : h;
-            h = h > 1.0f ? 1.0f : h;
-            y[j] = alpha * (v * h) + beta;
-        }
+        for (long j = 0; j < n; j++) y[j] = ember_hard_swishf(y[j], alpha, beta);
         break;
     }
     default: for (long j = 0; j < n; j++) y[j] = ember_activate(y[j], ep);

@@ -94,6 +94,15 @@ static inline __attribute__((always_inline)) float ember_tanhf(float x)
     return z < 0.625f ? small : big;
 }
 
+/* The epilogue's hard_swish: alpha * x * clip(x / 6 + 1/2, 0, 1) + beta (a NaN stays NaN). */
+static inline __attribute__((always_inline)) float ember_hard_swishf(float x, float alpha, float beta)
+{
+    float h = x * (1.0f / 6.0f) + 0.5f;
+    h = h < 0.0f ? 0.0f : h;
+    h = h > 1.0f ? 1.0f : h;
+    return alpha * (x * h) + beta;
+}
+
 static inline __attribute__((always_inline)) float ember_sigmoidf(float x)
 {
     return 1.0f / (1.0f + ember_expf(-x));
