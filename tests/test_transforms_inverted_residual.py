@@ -116,13 +116,30 @@ BLOCKS = [
 
 
 @pytest.mark.parametrize("case", BLOCKS, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}x{c[3][0]}s{c[4]}k{c[5]}")
-def test_block_kernel_matches_interpreter(case):
+def test_block_kernel_matches_interpreter(case, monkeypatch):
+    import ember.codegen.kernels.inverted_residual as kernel
+
     feeds = {"x": np.random.default_rng(3).standard_normal((2, case[0], *case[3])).astype(np.float32)}
     expected = compile_graph(_block_graph(*case), "interpreter").run(feeds)["y"]
-    for threads in (1, 2):
+    monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
+    for threads, split in ((1, "pixels"), (2, "pixels"), (2, "channels")):
+        monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
         model = compile_graph(_block_graph(*case), CpuBackend(num_threads=threads))
-        assert "ember_depthwise_nhwc(" in model._executable.source
-        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, threads
+        source = model._executable.source
+        assert "ember_depthwise_nhwc(" in source
+        assert ("#pragma omp parallel" in source) == (threads > 1)
+        assert ("ember_transpose_f32_threads(" in source) == (split == "channels")
+        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, (threads, split)
+
+
+def test_split_follows_where_the_weights_outweigh_the_expanded_tensor():
+    def split(channels, expanded, out, hw):
+        graph = _block_graph(channels, expanded, out, hw, 1, 3, False, ("clip", "clip", "none"))
+        source = compile_graph(graph, CpuBackend(num_threads=2))._executable.source
+        return "channels" if "ember_transpose_f32_threads(" in source else "pixels"
+
+    assert split(32, 192, 32, (28, 28)) == "pixels"       # 12 K floats of weights, 150 K of E
+    assert split(160, 960, 320, (7, 7)) == "channels"    # 460 K floats of weights, 47 K of E
 
 
 def test_profiles_count_the_blocks_work_as_its_three_convolutions(monkeypatch):

@@ -53,7 +53,7 @@ class Epilogue:
         return init("ember_epilogue", name, **fields)
 
 
-def gemm_call(*, m: int, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str, ldc: int | None = None,
+def gemm_call(*, m: int | str, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str, ldc: int | None = None,
               b_packed: str = "NULL", packer: str = "NULL", pack_ctx: str = "NULL", b_direct: str = "NULL",
               ldb: int | None = None, koff: str = "NULL", epilogue: str = "&ep", scratch: str = "NULL",
               threads: int = 1) -> str:

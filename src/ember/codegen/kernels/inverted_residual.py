@@ -10,6 +10,9 @@ D [out pixels][C_e]; the projection is a GEMM from D into [out pixels][C_out] wi
 activation after it come last. The intermediates live in the step's scratch."""
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from ember.codegen.c_writer import CWriter
@@ -27,8 +30,14 @@ LANES = 16
 # Blocks on larger input maps stay three steps: on 56x56 (24 -> 144 -> 24) the fused step took
 # 788 us against 652 for the three (the 24-wide projection fills 3/4 of a 32-column panel,
 # and the 1.8 MB expanded tensor leaves L2); from 28x28 down it is as fast or faster
-# (thread CPU time, 1 thread, AMD EPYC Zen 4).
+# (thread CPU time, 1 thread, AMD EPYC Zen 4). Computing such a block in bands of output rows
+# that keep E in L2 (tried: each band in its thread's scratch, halo rows expanded twice) was
+# as slow as the whole map at 1 and 2 threads: the padded projection, not memory, is the cost.
 MAX_PIXELS = 28 * 28
+# A chunk's fixed cost (its GEMM calls, the depthwise taps reloaded per 16 channels) and how
+# late a pool worker starts on a region, both in multiply-adds (about 0.3 us each).
+CHUNK_MACS = 16_000
+WAKE_MACS = 16_000
 
 _DEPTHWISE_C = r"""
 /* Depthwise convolution of channels-last e [H][W][C] into d [OH][OW][C] (C a multiple of 16),
@@ -95,7 +104,7 @@ static inline void ember_dn_one(const float *e, long ldE, long H, long W, const 
 static inline __attribute__((always_inline)) void
 ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
                            float *d, long OH, long OW, const long KH, const long KW, const long S, long PH, long PW,
-                           const ember_epilogue *ep, long c0)
+                           const ember_epilogue *ep, long c0, long q0, long q1)
 {
     ember_dn_v16 w[64], zero = {0}, lo = zero + (ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = zero + ep->beta;
     for (long t = 0; t < KH * KW; t++) w[t] = ember_dn_load(wt + t * C + c0);
@@ -106,30 +115,33 @@ ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, con
     long j_lo = (PW + S - 1) / S, j_hi = W - KW + PW >= 0 ? (W - KW + PW) / S + 1 : 0;
     if (j_hi > OW) j_hi = OW;
     if (j_lo > j_hi) j_lo = j_hi;
-    for (long i = 0; i < OH; i++) {
-        long ih0 = i * S - PH, j = 0;
+    (void)OH;
+    /* Output pixels [q0, q1): whole rows, and a part row at either end. */
+    for (long i = q0 / OW; i * OW < q1; i++) {
+        long ih0 = i * S - PH, j = i * OW < q0 ? q0 - i * OW : 0, end = q1 - i * OW < OW ? q1 - i * OW : OW;
         if (ih0 >= 0 && ih0 + KH <= H) {
-            for (; j < j_lo; j++)
+            long inside_lo = j_lo < end ? j_lo : end, inside_hi = j_hi < end ? j_hi : end;
+            for (; j < inside_lo; j++)
                 ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
-            for (; j + 4 <= j_hi; j += 4)
+            for (; j + 4 <= inside_hi; j += 4)
                 ember_dn_four(e, ldE, W, w, b, d, C, KH, KW, S, ih0, j * S - PW, i * OW + j, ep, lo, hi);
         }
-        for (; j < OW; j++) ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
+        for (; j < end; j++) ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
     }
 }
-/* e: [H][W] pixels ldE floats apart, its first C channels read; d: [OH][OW][C]; wt: [taps][C]. */
+/* e: [H][W] pixels ldE floats apart, its first C channels read; d: [OH][OW][C]; wt: [taps][C].
+ * Channels [c_lo, c_hi) (multiples of 16) of output pixels [q0, q1): one task's share. */
 static void ember_depthwise_nhwc(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
                                  float *d, long OH, long OW, long KH, long KW, long S, long PH, long PW,
-                                 const ember_epilogue *ep, int nthreads)
+                                 const ember_epilogue *ep, long c_lo, long c_hi, long q0, long q1)
 {
-    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
-    for (long c0 = 0; c0 < C; c0 += 16) {
+    for (long c0 = c_lo; c0 < c_hi; c0 += 16) {
         if (KH == 3 && KW == 3 && S == 1)
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 1, PH, PW, ep, c0);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 1, PH, PW, ep, c0, q0, q1);
         else if (KH == 3 && KW == 3 && S == 2)
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 2, PH, PW, ep, c0);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 2, PH, PW, ep, c0, q0, q1);
         else
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, KH, KW, S, PH, PW, ep, c0);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, KH, KW, S, PH, PW, ep, c0, q0, q1);
     }
 }
 """
@@ -179,8 +191,15 @@ class _Block:
         return (self.pixels * (self.c_in + self.expanded_padded) + self.out_pixels * (self.expanded + self.out_padded))
 
     def macs(self) -> int:
-        taps = self.kh * self.kw
-        return self.pixels * self.c_in * self.expanded + self.out_pixels * self.expanded * (self.c_out + taps)
+        return self.pixels * self.input_pixel_macs + self.out_pixels * self.output_pixel_macs
+
+    @property
+    def input_pixel_macs(self) -> int:
+        return self.c_in * self.expanded
+
+    @property
+    def output_pixel_macs(self) -> int:
+        return self.expanded * (self.kh * self.kw + self.c_out)
 
 
 def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
@@ -197,8 +216,21 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
             padded = np.zeros(columns, np.float32)
             padded[:bias.type.shape[0]] = bias.constant().astype(np.float32)
             packed.append((bias, layout, padded))
-    return KernelPlan({"threads": threads_for(options.num_threads, s.macs())}, packed=packed,
+    threads = threads_for(options.num_threads, s.macs())
+    return KernelPlan({"threads": threads, "split": _split(s, threads)}, packed=packed,
                       scratch_bytes=s.scratch_floats() * 4)
+
+
+def _split(s: _Block, threads: int) -> str:
+    """How the threads share a block: by pixels (two parallel regions: each thread expands its
+    input pixels, then depthwises, projects and stores its output pixels) unless the 1x1
+    weights outweigh the expanded tensor, as on 7x7 maps (160 -> 960 -> 320: 1.8 MB of
+    weights, 188 KB of E), where each thread reading all of them cost more than the three
+    extra regions of splitting every stage by channels."""
+    if threads == 1:
+        return "pixels"
+    weights = s.expanded * (s.c_in + s.c_out)
+    return "pixels" if weights <= s.pixels * s.expanded else "channels"
 
 
 def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue:
@@ -208,7 +240,6 @@ def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue
 @C_KERNELS.kernel("inverted_residual", "InvertedResidual", accepts=_accepts, plan=_plan)
 def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     s, a = _Block(instr), instr.attrs
-    transpose = "ember_transpose_f32_threads"  # the kernel library's (ember_transpose.c)
     em.define(DEPTHWISE, _DEPTHWISE_C)
     threads = int(param(instr, "threads", 1))
 
@@ -221,29 +252,97 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     biases = iter(range(3, 5))  # the padded biases follow the three packed weights, when present
     b_expand = em.packed(instr, next(biases)) if s.b_expand is not None else "NULL"
     b_project = em.packed(instr, next(biases)) if s.b_project is not None else "NULL"
-    ce, ce_padded, co_padded = s.expanded, s.expanded_padded, s.out_padded
-    expand = gemm_call(m=s.pixels, n=ce_padded, k=s.c_in, a="xt", a_layout=(s.c_in, 1, MR * s.c_in),
-                       b_packed=em.packed(instr, 0), ldb=0, c="e", ldc=ce_padded, epilogue="&ep_expand",
-                       threads=threads)
-    project = gemm_call(m=s.out_pixels, n=co_padded, k=ce, a="d", a_layout=(ce, 1, MR * ce),
-                        b_packed=em.packed(instr, 2), ldb=0, c="t", ldc=co_padded, epilogue="&ep_project",
-                        threads=threads)
+    ce, ce_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.pixels, s.out_pixels
+
+    def depthwise(c_lo: str, c_hi: str, q0: str, q1: str) -> str:
+        return (f"{DEPTHWISE}(e, {ce_padded}, {s.h}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
+                f"d, {s.oh}, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, "
+                f"{c_lo}, {c_hi}, {q0}, {q1});")
+
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {s.pixels * s.c_in}, *d = e + {s.pixels * ce_padded}, "
-               f"*t = d + {s.out_pixels * ce}, *yn = y + nb * {s.c_out * s.out_pixels};",
-               f"{transpose}(x + nb * {s.c_in * s.pixels}, {s.c_in}, {s.pixels}, {s.pixels}, xt, {s.c_in}, {threads});",
+        w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {pixels * s.c_in}, *d = e + {pixels * ce_padded}, "
+               f"*t = d + {out_pixels * ce}, *yn = y + nb * {s.c_out * out_pixels};",
+               f"const float *xn = x + nb * {s.c_in * pixels};",
                _epilogue(b_expand, a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
-               expand,
                _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
-               f"{DEPTHWISE}(e, {ce_padded}, {s.h}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
-               f"d, {s.oh}, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, "
-               f"{threads});",
-               _epilogue(b_project, last, a.project_alpha, a.project_beta).c_init("ep_project"),
-               project,
-               f"{transpose}(t, {s.out_pixels}, {s.c_out}, {co_padded}, yn, {s.out_pixels}, {threads});")
+               _epilogue(b_project, last, a.project_alpha, a.project_beta).c_init("ep_project"))
         if s.residual is not None:
             w.line(_epilogue("NULL", a.project_activation, a.project_alpha, a.project_beta).c_init("ep_finish"),
-                   f"ember_finish_span_threads(yn, res + nb * {s.c_out * s.out_pixels}, {s.c_out * s.out_pixels}, "
-                   f"&ep_finish, {threads});")
+                   f"const float *rn = res + nb * {s.c_out * out_pixels};")
+        if param(instr, "split", "pixels") == "channels":
+            _split_channels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
+        else:
+            _split_pixels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
     return w.text()
 
+
+def _split_pixels(w: CWriter, s: _Block, threads: int, expand_panels: str, project_panels: str,
+                  depthwise: Callable[..., str]) -> None:
+    """Two parallel regions and no barrier inside either (the pool has none: backends/cpu/
+    ember_pool.c): the first transposes and expands chunks of input pixels into E; the second,
+    once all of E is there, depthwises, projects and stores chunks of output pixels."""
+    ce, ce_padded, co_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.out_padded, s.pixels, s.out_pixels
+    with _chunks(w, pixels, _chunk(pixels, s.c_in * ce, threads), threads, "p0", "p1"):
+        w.line(f"ember_transpose_f32(xn + p0, {s.c_in}, p1 - p0, {pixels}, xt + p0 * {s.c_in}, {s.c_in});",
+               gemm_call(m="p1 - p0", n=ce_padded, k=s.c_in, a=f"xt + p0 * {s.c_in}",
+                         a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0,
+                         c=f"e + p0 * {ce_padded}", ldc=ce_padded, epilogue="&ep_expand"))
+    with _chunks(w, out_pixels, _chunk(out_pixels, ce * (s.kh * s.kw + s.c_out), threads), threads, "q0", "q1"):
+        w.line(depthwise("0", str(ce), "q0", "q1"),
+               gemm_call(m="q1 - q0", n=co_padded, k=ce, a=f"d + q0 * {ce}", a_layout=(ce, 1, MR * ce),
+                         b_packed=project_panels, ldb=0, c=f"t + q0 * {co_padded}", ldc=co_padded,
+                         epilogue="&ep_project"),
+               f"ember_transpose_f32(t + q0 * {co_padded}, q1 - q0, {s.c_out}, {co_padded}, yn + q0, {out_pixels});")
+        if s.residual is not None:
+            w.line(f"for (long c = 0; c < {s.c_out}; c++) ember_finish_span(yn + c * {out_pixels} + q0, "
+                   f"rn + c * {out_pixels} + q0, q1 - q0, &ep_finish);")
+
+
+def _split_channels(w: CWriter, s: _Block, threads: int, expand_panels: str, project_panels: str,
+                    depthwise: Callable[..., str]) -> None:
+    """Each stage across the threads on its own (the GEMMs by column panels and row blocks, the
+    depthwise by 16 channels): every thread reads a share of the weights, not all of them."""
+    ce, ce_padded, co_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.out_padded, s.pixels, s.out_pixels
+    w.line(f"ember_transpose_f32_threads(xn, {s.c_in}, {pixels}, {pixels}, xt, {s.c_in}, {threads});",
+           gemm_call(m=pixels, n=ce_padded, k=s.c_in, a="xt", a_layout=(s.c_in, 1, MR * s.c_in),
+                     b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded, epilogue="&ep_expand", threads=threads))
+    with _chunks(w, ce, LANES, threads, "c0", "c1"):
+        w.line(depthwise("c0", "c1", "0", str(out_pixels)))
+    w.line(gemm_call(m=out_pixels, n=co_padded, k=ce, a="d", a_layout=(ce, 1, MR * ce), b_packed=project_panels,
+                     ldb=0, c="t", ldc=co_padded, epilogue="&ep_project", threads=threads),
+           f"ember_transpose_f32_threads(t, {out_pixels}, {s.c_out}, {co_padded}, yn, {out_pixels}, {threads});")
+    if s.residual is not None:
+        w.line(f"ember_finish_span_threads(yn, rn, {s.c_out * out_pixels}, &ep_finish, {threads});")
+
+
+def _chunk(pixels: int, pixel_macs: int, threads: int) -> int:
+    """Pixels per chunk, chosen for the earliest finish when threads take chunks as they free
+    up (a greedy simulation): a chunk costs its pixels' multiply-adds plus CHUNK_MACS, and the
+    workers start WAKE_MACS after the caller. Multiples of 8 pixels keep the GEMMs' row tiles
+    whole. On a 7x7 map 8-pixel chunks split 49 pixels 25/24 where 16-pixel ones split them
+    32/17 (the blocks ran 1.5x faster on 2 threads than on 1 instead of 1.8x)."""
+    if threads == 1:
+        return pixels
+
+    def finish(chunk: int) -> int:
+        loads = [0] + [WAKE_MACS] * (threads - 1)
+        for start in range(0, pixels, chunk):
+            loads[loads.index(min(loads))] += min(chunk, pixels - start) * pixel_macs + CHUNK_MACS
+        return max(loads)
+
+    candidates = range(MR, max(MR, -(-pixels // threads)) + MR, MR)
+    return min(candidates, key=lambda chunk: (finish(chunk), -chunk))
+
+
+@contextmanager
+def _chunks(w: CWriter, pixels: int, chunk: int, threads: int, lo: str, hi: str) -> Iterator[None]:
+    """A loop over [0, pixels) in chunks `lo`..`hi`, OpenMP tasks taking them when threads > 1.
+    The chunk count is a variable: with constant bounds GCC would call the combined
+    parallel-loop entry point, which Ember's pool does not provide."""
+    with w.block():
+        w.line(f"long chunks = {-(-pixels // chunk)};")
+        if threads > 1:
+            w.line(f"#pragma omp parallel for num_threads({threads}) schedule(dynamic, 1)")
+        with w.block("for (long k = 0; k < chunks; k++)"):
+            w.line(f"long {lo} = k * {chunk}, {hi} = {lo} + {chunk} < {pixels} ? {lo} + {chunk} : {pixels};")
+            yield
