@@ -17,10 +17,39 @@ from ember.types import DType
 FUNCTION = "ember_attention_heads"
 
 _ATTENTION_C = r"""
+typedef float ember_at_v16 __attribute__((vector_size(64)));
+typedef int ember_at_i16 __attribute__((vector_size(64)));
+static inline ember_at_v16 ember_at_pick(ember_at_i16 take, ember_at_v16 a, ember_at_v16 b)
+{
+    return (ember_at_v16)(((ember_at_i16)a & take) | ((ember_at_i16)b & ~take));
+}
+/* e^x on 16 lanes for x <= 0 (a score less its row's peak), ember_expf's reduction and
+ * polynomial with one power of two: below -87.3 (where e^x < 2^-126, nothing next to the
+ * peak's 1 in a row's sum) it is 0, and a NaN stays NaN. */
+static inline ember_at_v16 ember_at_exp(ember_at_v16 x)
+{
+    ember_at_v16 zero = {0};
+    ember_at_i16 nan = x != x, tiny = x < zero - 87.3f;
+    x = ember_at_pick(nan | tiny, zero, x);
+    ember_at_v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    ember_at_v16 r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    ember_at_v16 p = zero + 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    ember_at_i16 bits = (__builtin_convertvector(n, ember_at_i16) + 127) << 23;
+    p *= (ember_at_v16)bits;
+    return ember_at_pick(nan, x + NAN, ember_at_pick(tiny, zero, p));
+}
 /* y[b][i][h*DV + e] = sum_j softmax_j(scale * q[b][i][h*D:] . k[b][j][h*D:] + mask) v[b][j][h*DV + e],
  * one (batch, head) per task. The mask (NULL for none) is read at b*mb + h*mh + i*mi + j*mj
  * (a 0 stride broadcasts). `scratch` holds `per_thread` floats a thread: k's head transposed
- * (D x T), the scores (S x T) and the GEMM's scratch. A row of -inf scores is NaN, as Softmax. */
+ * (D x T), the scores (S x T), the GEMM's scratch and the rows' 1 / sum (S). A row of -inf
+ * scores is NaN, as Softmax. */
 static void ember_attention_heads(const float *q, const float *k, const float *v, const float *mask, long B,
                                   long H, long S, long T, long D, long DV, long mb, long mh, long mi, long mj,
                                   float scale, float *y, float *scratch, long per_thread, int nthreads)
@@ -35,35 +64,53 @@ static void ember_attention_heads(const float *q, const float *k, const float *v
         const float *vh = v + b * T * H * DV + h * DV;
         ember_transpose_f32(kh, T, D, H * D, kt, T);
         ember_gemm(S, T, D, qh, H * D, 1, EMBER_MR * H * D, NULL, NULL, NULL, kt, T, NULL, s, T, NULL, gemm, 1);
+        /* Row i's 1 / sum: P.V is normalised after the product, DV values a row instead of T. */
+        float *inv = kt + per_thread - S;
         for (long i = 0; i < S; i++) {
             float *row = s + i * T;
             const float *m = mask ? mask + b * mb + h * mh + i * mi : NULL;
             /* Peaks and sums in 16 lanes over whole blocks of 16 (the tail into lane 0), so that
-             * the loops vectorize; NaNs pass the peak's `>` by and come through the exps. */
-            float peaks[16], sums[16];
+             * the loops vectorize; NaNs pass the peak's `>` by and come through the exps. The
+             * scale and the mask are applied in the peak's pass, on vectors of 16 (GCC left a
+             * plain loop of it scalar). */
             long whole = T / 16 * 16;
-            if (m && mj == 1)
-                for (long j = 0; j < T; j++) row[j] = row[j] * scale + m[j];
-            else if (m)
-                for (long j = 0; j < T; j++) row[j] = row[j] * scale + m[j * mj];
-            else
-                for (long j = 0; j < T; j++) row[j] *= scale;
-            for (int l = 0; l < 16; l++) { peaks[l] = -INFINITY; sums[l] = 0.0f; }
-            for (long j0 = 0; j0 < whole; j0 += 16)
-                for (long j = j0; j < j0 + 16; j++) peaks[j - j0] = row[j] > peaks[j - j0] ? row[j] : peaks[j - j0];
-            for (long j = whole; j < T; j++) peaks[0] = row[j] > peaks[0] ? row[j] : peaks[0];
-            float peak = peaks[0];
-            for (int l = 1; l < 16; l++) peak = peaks[l] > peak ? peaks[l] : peak;
-            for (long j0 = 0; j0 < whole; j0 += 16)
-                for (long j = j0; j < j0 + 16; j++) { row[j] = ember_expf(row[j] - peak); sums[j - j0] += row[j]; }
-            for (long j = whole; j < T; j++) { row[j] = ember_expf(row[j] - peak); sums[0] += row[j]; }
+            ember_at_v16 peaks = {0}, sums = {0}, v;
+            peaks -= INFINITY;
+            for (long j = 0; j < whole; j += 16) {
+                memcpy(&v, row + j, sizeof v);
+                v *= scale;
+                if (m && mj == 1) {
+                    ember_at_v16 add;
+                    memcpy(&add, m + j, sizeof add);
+                    v += add;
+                } else if (m) {
+                    for (int l = 0; l < 16; l++) v[l] += m[(j + l) * mj];
+                }
+                memcpy(row + j, &v, sizeof v);
+                ember_at_i16 above = v > peaks;
+                peaks = (ember_at_v16)(((ember_at_i16)v & above) | ((ember_at_i16)peaks & ~above));
+            }
+            float peak = -INFINITY;
+            for (long j = whole; j < T; j++) {
+                row[j] = row[j] * scale + (m ? m[j * mj] : 0.0f);
+                peak = row[j] > peak ? row[j] : peak;
+            }
+            for (int l = 0; l < 16; l++) peak = peaks[l] > peak ? peaks[l] : peak;
+            for (long j = 0; j < whole; j += 16) {
+                memcpy(&v, row + j, sizeof v);
+                v = ember_at_exp(v - peak);
+                memcpy(row + j, &v, sizeof v);
+                sums += v;
+            }
             float sum = 0.0f;
+            for (long j = whole; j < T; j++) { row[j] = ember_expf(row[j] - peak); sum += row[j]; }
             for (int l = 0; l < 16; l++) sum += sums[l];
-            float inv = 1.0f / sum;
-            for (long j = 0; j < T; j++) row[j] *= inv;
+            inv[i] = 1.0f / sum;
         }
-        ember_gemm(S, DV, T, s, T, 1, EMBER_MR * T, NULL, NULL, NULL, vh, H * DV, NULL, y + b * S * H * DV + h * DV,
-                   H * DV, NULL, gemm, 1);
+        float *yh = y + b * S * H * DV + h * DV;
+        ember_gemm(S, DV, T, s, T, 1, EMBER_MR * T, NULL, NULL, NULL, vh, H * DV, NULL, yh, H * DV, NULL, gemm, 1);
+        for (long i = 0; i < S; i++)
+            for (long e = 0; e < DV; e++) yh[i * H * DV + e] *= inv[i];
     }
 }
 """
@@ -82,9 +129,10 @@ class _Heads:
         self.d, self.dv = hidden // self.heads, int(self.v.type.shape[2]) // self.heads
 
     def per_thread_floats(self) -> int:
-        """k's head transposed, the scores, and the larger of the two GEMMs' scratch."""
+        """k's head transposed, the scores, the larger of the two GEMMs' scratch, and the rows'
+        1 / sum."""
         gemm = max(gemm_scratch_bytes(self.t, self.d, 1), gemm_scratch_bytes(self.dv, self.t, 1)) // 4
-        return self.d * self.t + self.s * self.t + gemm
+        return self.d * self.t + self.s * self.t + gemm + self.s
 
     def mask_strides(self) -> list[int]:
         """The mask's element strides against the scores [B, heads, S, T] (0 where it broadcasts)."""
