@@ -69,3 +69,18 @@ def test_compile_defaults_to_native_code_where_a_compiler_exists(monkeypatch):
     with pytest.warns(ember.EmberWarning, match="no C compiler found .* interpreter backend instead"):
         compiled = ember.compile(EXAMPLES / "lenet.onnx")
     assert isinstance(compiled.executable, InterpretedProgram)
+
+
+def test_native_runs_read_each_runs_own_arrays(lenet):
+    """The cpu executable reuses its arenas' pointer tables and takes addresses through a
+    buffer view where it can: read-only, strided and 0-d-free inputs alike must reach the
+    native code, and each run must see its own arrays."""
+    model = ember.compile(EXAMPLES / "lenet.onnx", backend="cpu")
+    rng = np.random.default_rng(1)
+    for _ in range(2):
+        image = rng.random((1, 1, 28, 28), dtype=np.float32)
+        expected = lenet.run({"image": image})["probabilities"]
+        read_only = image.copy()
+        read_only.flags.writeable = False
+        for value in (image, read_only, np.asfortranarray(image), image[:, :, :, ::-1][:, :, :, ::-1]):
+            np.testing.assert_allclose(model.run({"image": value})["probabilities"], expected, rtol=1e-4, atol=1e-6)
