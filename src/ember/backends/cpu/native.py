@@ -47,7 +47,7 @@ def _address(array: np.ndarray) -> int:
     time of `array.ctypes.data`, which matters on models that run in tens of microseconds;
     read-only and empty arrays take the general way."""
     try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]  (ndarray is a buffer)
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))  # type: ignore[arg-type]
     except (TypeError, ValueError, BufferError):
         return array.ctypes.data
 
