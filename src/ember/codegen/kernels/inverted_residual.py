@@ -7,7 +7,12 @@ registers; the depthwise convolution reads E 16 channels at a time, one vector p
 pixel and tap with no lane wasted on narrow rows and no masked edge vectors, into
 D [out pixels][C_e]; the projection is a GEMM from D into [out pixels][C_out] with its bias
 (and activation when there is no residual), transposed into NCHW y; a residual and the
-activation after it come last. The intermediates live in the step's scratch."""
+activation after it come last. The intermediates live in the step's scratch.
+
+On several threads (`_split`, shown in `ember dump` as the step's `split`): "pixels" runs two
+parallel regions, chunks of input pixels transposed and expanded, then chunks of output
+pixels depthwised, projected and stored, each chunk all of its stage's channels; "channels"
+(7x7 maps, where the weights outweigh E) splits every stage on its own by channels."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
