@@ -110,3 +110,24 @@ def test_a_row_masked_out_entirely_is_nan_as_softmax_gives():
     reference = compile_graph(_attention_graph(*case), "interpreter").run(feeds)["y"]
     assert np.isnan(y[0, 1]).all() and np.isnan(reference[0, 1]).all()
     np.testing.assert_allclose(y[0, [0, 2]], reference[0, [0, 2]], rtol=1e-6)
+
+
+def test_keys_masked_with_minus_infinity_or_the_float_minimum_get_no_weight():
+    """Scores far below their row's peak (here -inf and float32's minimum, as exporters write
+    masks) take the kernel's vector exp to exactly 0: the result is attention over the other
+    keys alone."""
+    case = (1, 2, 4, 32, 8, 8, (1, 1, 1, 32))
+    rng = np.random.default_rng(7)
+    feeds = {"q": rng.standard_normal((1, 4, 16)).astype(np.float32),
+             "k": rng.standard_normal((1, 32, 16)).astype(np.float32),
+             "v": rng.standard_normal((1, 32, 16)).astype(np.float32)}
+    for masked_value in (-np.inf, np.finfo(np.float32).min):
+        mask = np.zeros((1, 1, 1, 32), np.float32)
+        mask[..., 5:29] = masked_value
+        feeds["m"] = mask
+        y = compile_graph(_attention_graph(*case), CpuBackend(num_threads=1)).run(feeds)["y"]
+        kept = np.r_[0:5, 29:32]
+        short = (1, 2, 4, 8, 8, 8, None)
+        alone = compile_graph(_attention_graph(*short), "interpreter").run(
+            {"q": feeds["q"], "k": feeds["k"][:, kept], "v": feeds["v"][:, kept]})["y"]
+        np.testing.assert_allclose(y, alone, rtol=1e-5, atol=1e-6)
