@@ -23,24 +23,15 @@ static inline ember_at_v16 ember_at_pick(ember_at_i16 take, ember_at_v16 a, embe
 {
     return (ember_at_v16)(((ember_at_i16)a & take) | ((ember_at_i16)b & ~take));
 }
-/* e^x on 16 lanes for x <= 0 (a score less its row's peak), ember_expf's reduction and
- * polynomial with one power of two: below -87.3 (where e^x < 2^-126, nothing next to the
- * peak's 1 in a row's sum) it is 0, and a NaN stays NaN. */
+/* e^x on 16 lanes for x <= 0 (a score less its row's peak): ember_expf's reduction and
+ * polynomial (EMBER_EXP_*, ember_math.h) with one power of two. Below -87.3 (where e^x < 2^-126,
+ * nothing next to the peak's 1 in a row's sum) it is 0, and a NaN stays NaN. */
 static inline ember_at_v16 ember_at_exp(ember_at_v16 x)
 {
     ember_at_v16 zero = {0};
     ember_at_i16 nan = x != x, tiny = x < zero - 87.3f;
     x = ember_at_pick(nan | tiny, zero, x);
-    ember_at_v16 n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    ember_at_v16 r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    ember_at_v16 p = zero + 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    ember_at_v16 n = EMBER_EXP_ROUND(x), r = EMBER_EXP_REDUCED(x, n), p = EMBER_EXP_POLY(r);
     ember_at_i16 bits = (__builtin_convertvector(n, ember_at_i16) + 127) << 23;
     p *= (ember_at_v16)bits;
     return ember_at_pick(nan, x + NAN, ember_at_pick(tiny, zero, p));

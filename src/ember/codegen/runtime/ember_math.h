@@ -23,10 +23,18 @@ static inline uint64_t ember_ipow(uint64_t base, uint64_t exponent)
     return result;
 }
 
+/* e^x's range reduction and polynomial, as macros so that ember_expf and the kernels' own
+ * vector exps (a float or a GCC vector of floats) compute them alike: n = round(x / ln2),
+ * r = x - n ln2 in [-ln2/2, ln2/2] with ln2 split in two for accuracy, e^r = EMBER_EXP_POLY(r). */
+#define EMBER_EXP_ROUND(x) (((x) * 1.44269504088896341f + 12582912.0f) - 12582912.0f)
+#define EMBER_EXP_REDUCED(x, n) (((x) - (n) * 0.693359375f) - (n) * -2.12194440e-4f)
+#define EMBER_EXP_POLY(r) \
+    ((((((1.9875691500e-4f * (r) + 1.3981999507e-3f) * (r) + 8.3334519073e-3f) * (r) + 4.1665795894e-2f) * (r) \
+       + 1.6666665459e-1f) * (r) + 5.0000001201e-1f) * (r) * (r) + (r) + 1.0f)
+
 static inline __attribute__((always_inline)) float ember_expf(float x)
 {
-    /* e^x = 2^n * e^r with r = x - n ln2 in [-ln2/2, ln2/2]; ln2 split in two for accuracy.
-     * NaN goes through as NaN: computed on 0 (converting NaN to an integer is undefined),
+    /* e^x = 2^n * e^r (EMBER_EXP_*). NaN goes through as NaN: computed on 0 (converting NaN to an integer is undefined),
      * then selected back, which stays a vector blend. 2^n is applied as two halves, each a
      * normal float, so results past FLT_MAX overflow to inf and tiny ones go subnormal or
      * to 0 as expf's do (inputs clamped where the result already is inf or 0). */
@@ -34,18 +42,11 @@ static inline __attribute__((always_inline)) float ember_expf(float x)
     x = x != x ? 0.0f : x;
     x = x > 89.0f ? 89.0f : x;
     x = x < -104.0f ? -104.0f : x;
-    /* Round to nearest by adding and removing 1.5 * 2^23: plain arithmetic, so it vectorizes
+    /* Rounds to nearest by adding and removing 1.5 * 2^23: plain arithmetic, so it vectorizes
      * (roundf does not without -ffast-math). */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
+    float n = EMBER_EXP_ROUND(x);
+    float r = EMBER_EXP_REDUCED(x, n);
+    float p = EMBER_EXP_POLY(r);
     int32_t half = (int32_t)n >> 1;
     uint32_t bits1 = (uint32_t)(half + 127) << 23, bits2 = (uint32_t)((int32_t)n - half + 127) << 23;
     float scale1, scale2;
