@@ -38,8 +38,21 @@ class _Arena:
     def __init__(self, nbytes: int, outputs: int) -> None:
         self.memory = _aligned_empty(nbytes)
         self.address = self.memory.ctypes.data
-        self.in_ptrs = (ctypes.c_void_p * 1)()
-        self.out_ptrs = (ctypes.c_void_p * max(outputs, 1))()
+        self.in_ptrs = _pointer_table(1)
+        self.out_ptrs = _pointer_table(max(outputs, 1))
+
+
+# ctypes array types by length, kept: ctypes caches them weakly, so a type made for one model's
+# tables is garbage with cycles (type, mro, descriptors) once the model goes.
+_TABLE_TYPES: dict[int, type[ctypes.Array]] = {}
+
+
+def _pointer_table(length: int) -> ctypes.Array:
+    """A zeroed table of `length` pointers."""
+    table_type = _TABLE_TYPES.get(length)
+    if table_type is None:
+        table_type = _TABLE_TYPES.setdefault(length, ctypes.c_void_p * length)
+    return table_type()
 
 
 def _address(array: np.ndarray) -> int:
@@ -167,7 +180,7 @@ class NativeProgram:
         if arena is None:
             arena = self._new_arena()
         if len(arena.in_ptrs) < len(inputs):
-            arena.in_ptrs = (ctypes.c_void_p * len(inputs))()
+            arena.in_ptrs = _pointer_table(len(inputs))
         in_ptrs, out_ptrs = arena.in_ptrs, arena.out_ptrs
         for i, a in enumerate(inputs):
             in_ptrs[i] = _address(a)
