@@ -122,24 +122,36 @@ def test_block_kernel_matches_interpreter(case, monkeypatch):
     feeds = {"x": np.random.default_rng(3).standard_normal((2, case[0], *case[3])).astype(np.float32)}
     expected = compile_graph(_block_graph(*case), "interpreter").run(feeds)["y"]
     monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
-    for threads, split in ((1, "pixels"), (2, "pixels"), (2, "channels")):
+    # bands: every map counts as large; one-row bands (none fits 1 byte), then a few rows each
+    for threads, split, band_bytes in ((1, "pixels", 0), (2, "pixels", 0), (2, "channels", 0), (1, "bands", 1),
+                                       (2, "bands", 1), (1, "bands", 60_000), (2, "bands", 60_000)):
         monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
+        monkeypatch.setattr(kernel, "MAX_PIXELS", 0 if split == "bands" else 10**9)
+        monkeypatch.setattr(kernel, "BANDS_ABOVE_BYTES", 0)
+        monkeypatch.setattr(kernel, "BAND_BYTES", band_bytes)
         model = compile_graph(_block_graph(*case), CpuBackend(num_threads=threads))
         source = model._executable.source
-        assert "ember_depthwise_nhwc(" in source
+        assert ("ember_depthwise_nhwc(" in source) == (split != "bands")
+        assert (".x = e," in source) == (split == "bands")
         assert ("#pragma omp parallel" in source) == (threads > 1)
         assert ("ember_transpose_f32_threads(" in source) == (split == "channels")
-        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, (threads, split)
+        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, (threads, split, band_bytes)
 
 
 def test_split_follows_where_the_weights_outweigh_the_expanded_tensor():
     def split(channels, expanded, out, hw):
         graph = _block_graph(channels, expanded, out, hw, 1, 3, False, ("clip", "clip", "none"))
         source = compile_graph(graph, CpuBackend(num_threads=2))._executable.source
+        if ".x = e," in source:  # the band's expanded rows as the depthwise kernel's map
+            return "bands"
+        if "ember_depthwise_nhwc(" not in source:
+            return "three steps"
         return "channels" if "ember_transpose_f32_threads(" in source else "pixels"
 
     assert split(32, 192, 32, (28, 28)) == "pixels"       # 12 K floats of weights, 150 K of E
     assert split(160, 960, 320, (7, 7)) == "channels"    # 460 K floats of weights, 47 K of E
+    assert split(24, 144, 24, (56, 56)) == "three steps"  # over MAX_PIXELS, E of 1.8 MB
+    assert split(16, 96, 24, (112, 112)) == "bands"      # E of 4.8 MB
 
 
 def test_profiles_count_the_blocks_work_as_its_three_convolutions(monkeypatch):
@@ -147,7 +159,7 @@ def test_profiles_count_the_blocks_work_as_its_three_convolutions(monkeypatch):
 
     case = BLOCKS[1]
     fused = compile_graph(_block_graph(*case), CpuBackend(num_threads=1))._executable.steps
-    monkeypatch.setattr(kernel, "MAX_PIXELS", 0)  # refused: lowered back into its three FusedConvs
+    monkeypatch.setattr(kernel, "LANES", 10**6)  # refused: lowered back into its three FusedConvs
     parts = compile_graph(_block_graph(*case), CpuBackend(num_threads=1))._executable.steps
     assert [s.op for s in fused if s.flops] == ["InvertedResidual"]
     assert [s.op for s in parts if s.flops] == ["FusedConv"] * 3

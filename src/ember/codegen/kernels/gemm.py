@@ -53,10 +53,10 @@ class Epilogue:
         return init("ember_epilogue", name, **fields)
 
 
-def gemm_call(*, m: int | str, n: int, k: int, a: str, a_layout: tuple[int, int, int], c: str, ldc: int | None = None,
-              b_packed: str = "NULL", packer: str = "NULL", pack_ctx: str = "NULL", b_direct: str = "NULL",
-              ldb: int | None = None, koff: str = "NULL", epilogue: str = "&ep", scratch: str = "NULL",
-              threads: int = 1) -> str:
+def gemm_call(*, m: int | str, n: int | str, k: int, a: str, a_layout: tuple[int, int, int], c: str,
+              ldc: int | str | None = None, b_packed: str = "NULL", packer: str = "NULL", pack_ctx: str = "NULL",
+              b_direct: str = "NULL", ldb: int | str | None = None, koff: str = "NULL", epilogue: str = "&ep",
+              scratch: str = "NULL", threads: int = 1) -> str:
     """One call of ember_gemm, each argument named in a comment; a_layout = (row stride,
     k stride, 8-row block stride). B is exactly one of: b_packed (compile-time panels),
     b_direct (row-major [K, N] read in place), or packer + pack_ctx (panels built at run time)."""

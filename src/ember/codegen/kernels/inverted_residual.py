@@ -23,7 +23,7 @@ import numpy as np
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.gemm import Epilogue, gemm_call
-from ember.codegen.kernels.layouts import MR, NR, pack_panels, threads_for
+from ember.codegen.kernels.layouts import MR, NR, depthwise_scratch_bytes, pack_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Buffer, Instr
@@ -32,13 +32,18 @@ from ember.types import DType
 
 DEPTHWISE = "ember_depthwise_nhwc"
 LANES = 16
-# Blocks on larger input maps stay three steps: on 56x56 (24 -> 144 -> 24) the fused step took
-# 788 us against 652 for the three (the 24-wide projection fills 3/4 of a 32-column panel,
-# and the 1.8 MB expanded tensor leaves L2); from 28x28 down it is as fast or faster
-# (thread CPU time, 1 thread, AMD EPYC Zen 4). Computing such a block in bands of output rows
-# that keep E in L2 (tried: each band in its thread's scratch, halo rows expanded twice) was
-# as slow as the whole map at 1 and 2 threads: the padded projection, not memory, is the cost.
+# Blocks on input maps over MAX_PIXELS run channels last only up to there: on 56x56 (24 -> 144
+# -> 24) that step took 788 us against 652 for three separate steps (the 24-wide projection
+# fills 3/4 of a 32-column panel, and the 1.8 MB expanded tensor leaves L2). Where the expanded
+# tensor passes BANDS_ABOVE_BYTES, the block runs channels first in bands of output rows
+# (`_emit_bands`), each band's expanded and depthwised rows within BAND_BYTES of its thread's
+# scratch: MobileNetV2's 112x112 block (16 -> 96 -> 24, 4.8 MB expanded) 8% faster than three
+# steps at 1 thread, 12% at 2; on 56x56 (1.8 MB) bands were no faster than three steps at any
+# band size, and 2-4x slower with bands under 512 KB (each band's fixed costs and re-expanded
+# rows). Zen 4 (1 MB L2 a core), `ember` block timings side by side.
 MAX_PIXELS = 28 * 28
+BANDS_ABOVE_BYTES = 4 << 20
+BAND_BYTES = 1 << 20
 # A chunk's fixed cost (its GEMM calls, the depthwise taps reloaded per 16 channels) and how
 # late a pool worker starts on a region, both in multiply-adds (about 0.3 us each).
 CHUNK_MACS = 16_000
@@ -162,8 +167,12 @@ def _accepts(view: OpView) -> str | None:
     if view.operand(1).shape[0] % LANES:
         return f"the InvertedResidual kernel needs a multiple of {LANES} expanded channels"
     x = view.operand(0)
-    if x.rank != 4 or x.shape[2] * x.shape[3] > MAX_PIXELS:
-        return f"input maps over {MAX_PIXELS} pixels run as three convolution steps (measured faster)"
+    if x.rank != 4:
+        return "the InvertedResidual kernel takes NCHW images"
+    expanded_bytes = x.shape[2] * x.shape[3] * view.operand(1).shape[0] * 4
+    if x.shape[2] * x.shape[3] > MAX_PIXELS and expanded_bytes <= BANDS_ABOVE_BYTES:
+        return (f"input maps over {MAX_PIXELS} pixels whose expanded tensor is at most {BANDS_ABOVE_BYTES} bytes run "
+                "as three convolution steps (measured faster)")
     return None
 
 
@@ -206,9 +215,50 @@ class _Block:
     def output_pixel_macs(self) -> int:
         return self.expanded * (self.kh * self.kw + self.c_out)
 
+    def band_input_rows(self, i0: int, i1: int) -> tuple[int, int]:
+        """The input rows output rows [i0, i1) read: their taps' rows, clipped to the map."""
+        stride, pad = self.attrs.strides[0], self.attrs.pads[0]
+        return max(0, i0 * stride - pad), min(self.h, (i1 - 1) * stride - pad + self.kh)
+
+    def band_floats(self, rows: int) -> int:
+        """A band's scratch: its expanded input rows, its depthwised rows, one GEMM panel (the
+        partial last one, packed) and the depthwise kernel's own (for the largest band)."""
+        in_rows = (rows - 1) * self.attrs.strides[0] + self.kh
+        sizes = {min(rows, self.oh), self.oh % rows or rows}
+        strides = (self.attrs.strides[0], self.attrs.strides[1])
+        depthwise = max(depthwise_scratch_bytes(self.w, (r, self.ow), (self.kh, self.kw), strides)
+                        for r in sizes) // 4
+        return (self.expanded * (in_rows * self.w + rows * self.ow) + max(self.c_in, self.expanded) * NR
+                + depthwise)
+
+    def band_rows(self, threads: int) -> int:
+        """Output rows per band: the earliest finish when threads take bands as they free up (a
+        band's multiply-adds count the input rows it expands again for its neighbour), among
+        bands whose expanded and depthwised rows fit BAND_BYTES."""
+        stride = self.attrs.strides[0]
+        fitting = [r for r in range(1, self.oh + 1)
+                   if self.expanded * (((r - 1) * stride + self.kh) * self.w + r * self.ow) * 4 <= BAND_BYTES] or [1]
+
+        def band_macs(i0: int, i1: int) -> int:
+            r0, r1 = self.band_input_rows(i0, i1)
+            return (r1 - r0) * self.w * self.input_pixel_macs + (i1 - i0) * self.ow * self.output_pixel_macs
+
+        def finish(rows: int) -> int:
+            loads = [0] + [WAKE_MACS] * (threads - 1)
+            for i0 in range(0, self.oh, rows):
+                loads[loads.index(min(loads))] += band_macs(i0, min(self.oh, i0 + rows)) + CHUNK_MACS
+            return max(loads)
+
+        return min(fitting, key=lambda rows: (finish(rows), -rows))
+
 
 def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = _Block(instr)
+    threads = threads_for(options.num_threads, s.macs())
+    if s.pixels > MAX_PIXELS:  # the weights as stored: row-major GEMM operands, depthwise taps per channel
+        rows = s.band_rows(threads)
+        return KernelPlan({"threads": threads, "split": "bands", "band_rows": rows},
+                          scratch_bytes=threads * s.band_floats(rows) * 4)
     expand = pack_panels(s.w_expand.constant().reshape(s.expanded, s.c_in).T.astype(np.float32))
     taps = np.ascontiguousarray(s.w_depthwise.constant().reshape(s.expanded, s.kh * s.kw).T.astype(np.float32))
     project = pack_panels(s.w_project.constant().reshape(s.c_out, s.expanded).T.astype(np.float32))
@@ -221,7 +271,6 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
             padded = np.zeros(columns, np.float32)
             padded[:bias.type.shape[0]] = bias.constant().astype(np.float32)
             packed.append((bias, layout, padded))
-    threads = threads_for(options.num_threads, s.macs())
     return KernelPlan({"threads": threads, "split": _split(s, threads)}, packed=packed,
                       scratch_bytes=s.scratch_floats() * 4)
 
@@ -245,8 +294,10 @@ def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue
 @C_KERNELS.kernel("inverted_residual", "InvertedResidual", accepts=_accepts, plan=_plan)
 def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     s, a = _Block(instr), instr.attrs
-    em.define(DEPTHWISE, _DEPTHWISE_C)
     threads = int(param(instr, "threads", 1))
+    if param(instr, "split", "pixels") == "bands":
+        return _emit_bands(em, instr, s, threads)
+    em.define(DEPTHWISE, _DEPTHWISE_C)
 
     def pointer(buffer: Buffer | None) -> str:
         return em.pointer(buffer, const=True) if buffer is not None else "NULL"
@@ -278,6 +329,57 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
             _split_channels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
         else:
             _split_pixels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
+    return w.text()
+
+
+def _emit_bands(em: Emitter, instr: Instr, s: _Block, threads: int) -> str:
+    """A large map, channels first and one parallel region: bands of output rows taken by the
+    threads as they free up, each band in its thread's scratch. A band expands the input rows
+    it reads (x read in place as the GEMM's B, the weights as stored as its A), depthwises
+    them with the library's ember_depthwise (the band's rows as a map of their own, its top
+    padding where the map's is) and projects straight into y's rows, bias, residual and
+    activation in the GEMM's epilogue: no transposes, no padded channels, and the expanded
+    rows stay in L2."""
+    a = s.attrs
+    rows, stride, pad = int(param(instr, "band_rows", 1)), a.strides[0], a.pads[0]
+    in_rows, pixels, out_pixels, ce = (rows - 1) * stride + s.kh, s.pixels, s.out_pixels, s.expanded
+
+    def pointer(buffer: Buffer | None) -> str:
+        return em.pointer(buffer, const=True) if buffer is not None else "NULL"
+
+    w = CWriter().line(f"const float *x = {pointer(s.x)};", f"float *y = {em.pointer(s.out)};",
+                       f"const float *res = {pointer(s.residual)};", "(void)res;",
+                       f"float *scratch = {em.scratch(instr)};")
+    w.line(Epilogue(bias=pointer(s.b_expand), bias_per_row=True, activation=a.expand_activation,
+                    alpha=a.expand_alpha, beta=a.expand_beta).c_init("ep_expand"),
+           _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"))
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(f"const float *xn = x + nb * {s.c_in * pixels};", f"float *yn = y + nb * {s.c_out * out_pixels};",
+               f"const float *rn = res ? res + nb * {s.c_out * out_pixels} : NULL;", "(void)rn;")
+        with _chunks(w, s.oh, rows, threads, "i0", "i1"):
+            w.line(f"long r0 = i0 * {stride} - {pad} > 0 ? i0 * {stride} - {pad} : 0;",
+                   f"long r1 = (i1 - 1) * {stride} - {pad} + {s.kh};",
+                   f"if (r1 > {s.h}) r1 = {s.h};",
+                   f"long np = (r1 - r0) * {s.w}, nq = (i1 - i0) * {s.ow};",
+                   f"float *e = scratch + (long)ember_thread_num() * {s.band_floats(rows)}, "
+                   f"*d = e + {ce * in_rows * s.w}, *panel = d + {ce * rows * s.ow}, "
+                   f"*dw_scratch = panel + {max(s.c_in, ce) * NR};",
+                   gemm_call(m=ce, n="np", k=s.c_in, a=pointer(s.w_expand), a_layout=(s.c_in, 1, MR * s.c_in),
+                             b_direct=f"xn + r0 * {s.w}", ldb=pixels, c="e", ldc="np", epilogue="&ep_expand",
+                             scratch="panel"),
+                   # The band's rows as a map: its top padding is the map's where it starts at row 0.
+                   f"ember_conv_geom g = {{ .x = e, .C = {ce}, .H = r1 - r0, .W = {s.w}, .KH = {s.kh}, "
+                   f".KW = {s.kw}, .SH = {stride}, .SW = {a.strides[1]}, .PH = r0 - (i0 * {stride} - {pad}), "
+                   f".PW = {a.pads[1]}, .DH = 1, .DW = 1, .OH = i1 - i0, .OW = {s.ow} }};",
+                   f"ember_depthwise(&g, {pointer(s.w_depthwise)}, {pointer(s.b_depthwise)}, NULL, d, "
+                   f"&ep_depthwise, dw_scratch, 1);",
+                   Epilogue(bias=pointer(s.b_project), bias_per_row=True,
+                            residual=f"rn ? rn + i0 * {s.ow} : NULL", ld_residual=out_pixels,
+                            activation=a.project_activation, alpha=a.project_alpha,
+                            beta=a.project_beta).c_init("ep_project"),
+                   gemm_call(m=s.c_out, n="nq", k=ce, a=pointer(s.w_project), a_layout=(ce, 1, MR * ce),
+                             b_direct="d", ldb="nq", c=f"yn + i0 * {s.ow}", ldc=out_pixels,
+                             epilogue="&ep_project", scratch="panel"))
     return w.text()
 
 
