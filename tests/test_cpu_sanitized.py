@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 SANITIZED_FILES = ("test_cpu_ops.py", "test_cpu_conv_kernels.py", "test_cpu_attention.py", "test_cpu_einsum.py",
                    "test_cpu_loss.py", "test_cpu_rnn.py", "test_cpu_misc_ops.py", "test_cpu_quantized.py",
                    "test_cpu_conv_nd.py", "test_cpu_resize.py", "test_ml_ops.py", "test_cpu_gemm_tiles.py",
-                   "test_transforms_attention.py")
+                   "test_transforms_attention.py", "test_transforms_inverted_residual.py")
 
 
 def _runtime(name: str) -> str | None:
