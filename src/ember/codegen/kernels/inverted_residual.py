@@ -9,10 +9,12 @@ D [out pixels][C_e]; the projection is a GEMM from D into [out pixels][C_out] wi
 (and activation when there is no residual), transposed into NCHW y; a residual and the
 activation after it come last. The intermediates live in the step's scratch.
 
-On several threads (`_split`, shown in `ember dump` as the step's `split`): "pixels" runs two
+How the threads share a block shows in `ember dump` as the step's `split`: "pixels" runs two
 parallel regions, chunks of input pixels transposed and expanded, then chunks of output
 pixels depthwised, projected and stored, each chunk all of its stage's channels; "channels"
-(7x7 maps, where the weights outweigh E) splits every stage on its own by channels."""
+(7x7 maps, where the weights outweigh E) splits every stage on its own by channels; "bands"
+(large maps with an expanded tensor over BANDS_ABOVE_BYTES) runs channels first instead, in
+bands of output rows that keep their expanded rows in L2 (`_emit_bands`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
