@@ -60,10 +60,10 @@ static void ember_attention_heads(const float *q, const float *k, const float *v
         for (long i = 0; i < S; i++) {
             float *row = s + i * T;
             const float *m = mask ? mask + b * mb + h * mh + i * mi : NULL;
-            /* Peaks and sums in 16 lanes over whole blocks of 16 (the tail into lane 0), so that
-             * the loops vectorize; NaNs pass the peak's `>` by and come through the exps. The
-             * scale and the mask are applied in the peak's pass, on vectors of 16 (GCC left a
-             * plain loop of it scalar). */
+            /* The scale, the mask and the peak in one pass over whole blocks of 16 on vectors
+             * (GCC had left a plain loop of it scalar), then the exps and their sums; the tail
+             * past the last whole block one value at a time. NaNs pass the peak's `>` by and
+             * come through the exps. */
             long whole = T / 16 * 16;
             ember_at_v16 peaks = {0}, sums = {0}, v;
             peaks -= INFINITY;
@@ -78,8 +78,7 @@ static void ember_attention_heads(const float *q, const float *k, const float *v
                     for (int l = 0; l < 16; l++) v[l] += m[(j + l) * mj];
                 }
                 memcpy(row + j, &v, sizeof v);
-                ember_at_i16 above = v > peaks;
-                peaks = (ember_at_v16)(((ember_at_i16)v & above) | ((ember_at_i16)peaks & ~above));
+                peaks = ember_at_pick(v > peaks, v, peaks);
             }
             float peak = -INFINITY;
             for (long j = whole; j < T; j++) {
