@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -42,17 +43,16 @@ class _Arena:
         self.out_ptrs = _pointer_table(max(outputs, 1))
 
 
-# ctypes array types by length, kept: ctypes caches them weakly, so a type made for one model's
-# tables is garbage with cycles (type, mro, descriptors) once the model goes.
-_TABLE_TYPES: dict[int, type[ctypes.Array]] = {}
+@functools.cache
+def _table_type(length: int) -> type[ctypes.Array]:
+    """ctypes' array type of `length` pointers, kept: ctypes caches them weakly, so a type made
+    for one model's tables is garbage with cycles (type, mro, descriptors) once the model goes."""
+    return ctypes.c_void_p * length
 
 
 def _pointer_table(length: int) -> ctypes.Array:
     """A zeroed table of `length` pointers."""
-    table_type = _TABLE_TYPES.get(length)
-    if table_type is None:
-        table_type = _TABLE_TYPES.setdefault(length, ctypes.c_void_p * length)
-    return table_type()
+    return _table_type(length)()
 
 
 def _address(array: np.ndarray) -> int:

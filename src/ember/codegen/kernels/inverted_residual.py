@@ -115,7 +115,7 @@ static inline void ember_dn_one(const float *e, long ldE, long H, long W, const 
 }
 static inline __attribute__((always_inline)) void
 ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
-                           float *d, long OH, long OW, const long KH, const long KW, const long S, long PH, long PW,
+                           float *d, long OW, const long KH, const long KW, const long S, long PH, long PW,
                            const ember_epilogue *ep, long c0, long q0, long q1)
 {
     ember_dn_v16 w[64], zero = {0}, lo = zero + (ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = zero + ep->beta;
@@ -127,7 +127,6 @@ ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, con
     long j_lo = (PW + S - 1) / S, j_hi = W - KW + PW >= 0 ? (W - KW + PW) / S + 1 : 0;
     if (j_hi > OW) j_hi = OW;
     if (j_lo > j_hi) j_lo = j_hi;
-    (void)OH;
     /* Output pixels [q0, q1): whole rows, and a part row at either end. */
     for (long i = q0 / OW; i * OW < q1; i++) {
         long ih0 = i * S - PH, j = i * OW < q0 ? q0 - i * OW : 0, end = q1 - i * OW < OW ? q1 - i * OW : OW;
@@ -144,16 +143,16 @@ ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, con
 /* e: [H][W] pixels ldE floats apart, its first C channels read; d: [OH][OW][C]; wt: [taps][C].
  * Channels [c_lo, c_hi) (multiples of 16) of output pixels [q0, q1): one task's share. */
 static void ember_depthwise_nhwc(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
-                                 float *d, long OH, long OW, long KH, long KW, long S, long PH, long PW,
+                                 float *d, long OW, long KH, long KW, long S, long PH, long PW,
                                  const ember_epilogue *ep, long c_lo, long c_hi, long q0, long q1)
 {
     for (long c0 = c_lo; c0 < c_hi; c0 += 16) {
         if (KH == 3 && KW == 3 && S == 1)
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 1, PH, PW, ep, c0, q0, q1);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OW, 3, 3, 1, PH, PW, ep, c0, q0, q1);
         else if (KH == 3 && KW == 3 && S == 2)
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, 3, 3, 2, PH, PW, ep, c0, q0, q1);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OW, 3, 3, 2, PH, PW, ep, c0, q0, q1);
         else
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OH, OW, KH, KW, S, PH, PW, ep, c0, q0, q1);
+            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OW, KH, KW, S, PH, PW, ep, c0, q0, q1);
     }
 }
 """
@@ -246,10 +245,7 @@ class _Block:
             return (r1 - r0) * self.w * self.input_pixel_macs + (i1 - i0) * self.ow * self.output_pixel_macs
 
         def finish(rows: int) -> int:
-            loads = [0] + [WAKE_MACS] * (threads - 1)
-            for i0 in range(0, self.oh, rows):
-                loads[loads.index(min(loads))] += band_macs(i0, min(self.oh, i0 + rows)) + CHUNK_MACS
-            return max(loads)
+            return _finish([band_macs(i0, min(self.oh, i0 + rows)) for i0 in range(0, self.oh, rows)], threads)
 
         return min(fitting, key=lambda rows: (finish(rows), -rows))
 
@@ -289,6 +285,10 @@ def _split(s: _Block, threads: int) -> str:
     return "pixels" if weights <= s.pixels * s.expanded else "channels"
 
 
+def _const_pointer(em: Emitter, buffer: Buffer | None) -> str:
+    return em.pointer(buffer, const=True) if buffer is not None else "NULL"
+
+
 def _epilogue(bias: str, activation: str, alpha: float, beta: float) -> Epilogue:
     return Epilogue(bias=bias, activation=activation, alpha=alpha, beta=beta)
 
@@ -302,7 +302,7 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     em.define(DEPTHWISE, _DEPTHWISE_C)
 
     def pointer(buffer: Buffer | None) -> str:
-        return em.pointer(buffer, const=True) if buffer is not None else "NULL"
+        return _const_pointer(em, buffer)
 
     w = CWriter().line(f"const float *x = {pointer(s.x)};", f"float *y = {em.pointer(s.out)};",
                        f"const float *res = {pointer(s.residual)};", "(void)res;")
@@ -314,7 +314,7 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
 
     def depthwise(c_lo: str, c_hi: str, q0: str, q1: str) -> str:
         return (f"{DEPTHWISE}(e, {ce_padded}, {s.h}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
-                f"d, {s.oh}, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, "
+                f"d, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, "
                 f"{c_lo}, {c_hi}, {q0}, {q1});")
 
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
@@ -347,7 +347,7 @@ def _emit_bands(em: Emitter, instr: Instr, s: _Block, threads: int) -> str:
     in_rows, pixels, out_pixels, ce = (rows - 1) * stride + s.kh, s.pixels, s.out_pixels, s.expanded
 
     def pointer(buffer: Buffer | None) -> str:
-        return em.pointer(buffer, const=True) if buffer is not None else "NULL"
+        return _const_pointer(em, buffer)
 
     w = CWriter().line(f"const float *x = {pointer(s.x)};", f"float *y = {em.pointer(s.out)};",
                        f"const float *res = {pointer(s.residual)};", "(void)res;",
@@ -434,13 +434,20 @@ def _chunk(pixels: int, pixel_macs: int, threads: int) -> int:
         return pixels
 
     def finish(chunk: int) -> int:
-        loads = [0] + [WAKE_MACS] * (threads - 1)
-        for start in range(0, pixels, chunk):
-            loads[loads.index(min(loads))] += min(chunk, pixels - start) * pixel_macs + CHUNK_MACS
-        return max(loads)
+        return _finish([min(chunk, pixels - start) * pixel_macs for start in range(0, pixels, chunk)], threads)
 
     candidates = range(MR, max(MR, -(-pixels // threads)) + MR, MR)
     return min(candidates, key=lambda chunk: (finish(chunk), -chunk))
+
+
+def _finish(work: list[int], threads: int) -> int:
+    """When the last of `threads` finishes pieces of `work` (multiply-adds each), each piece
+    going to whichever thread frees up first: a piece costs CHUNK_MACS more, and the workers
+    start WAKE_MACS after the caller."""
+    loads = [0] + [WAKE_MACS] * (threads - 1)
+    for macs in work:
+        loads[loads.index(min(loads))] += macs + CHUNK_MACS
+    return max(loads)
 
 
 @contextmanager

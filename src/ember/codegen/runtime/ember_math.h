@@ -34,8 +34,8 @@ static inline uint64_t ember_ipow(uint64_t base, uint64_t exponent)
 
 static inline __attribute__((always_inline)) float ember_expf(float x)
 {
-    /* e^x = 2^n * e^r (EMBER_EXP_*). NaN goes through as NaN: computed on 0 (converting NaN to an integer is undefined),
-     * then selected back, which stays a vector blend. 2^n is applied as two halves, each a
+    /* e^x = 2^n * e^r (EMBER_EXP_*). NaN goes through as NaN: computed on 0 (converting NaN
+     * to an integer is undefined), then selected back, which stays a vector blend. 2^n is applied as two halves, each a
      * normal float, so results past FLT_MAX overflow to inf and tiny ones go subnormal or
      * to 0 as expf's do (inputs clamped where the result already is inf or 0). */
     float nan_in = x;
