@@ -122,8 +122,10 @@ def lib(tmp_path_factory):
     lib.ember_conv_rows.restype = None
     lib.ember_winograd4_scratch_bytes.argtypes = [geom, ctypes.c_long, ctypes.c_int]
     lib.ember_winograd4_scratch_bytes.restype = ctypes.c_long
-    lib.ember_winograd4_block_tiles.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long]
+    lib.ember_winograd4_block_tiles.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
     lib.ember_winograd4_block_tiles.restype = ctypes.c_long
+    lib.ember_winograd4_tile_split.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_int]
+    lib.ember_winograd4_tile_split.restype = ctypes.c_int
     lib.ember_winograd_scratch_bytes.argtypes = [geom, ctypes.c_long, ctypes.c_int]
     lib.ember_winograd_scratch_bytes.restype = ctypes.c_long
     lib.ember_depthwise_scratch_bytes.argtypes = [geom, ctypes.c_int]
@@ -357,17 +359,22 @@ def test_winograd_scratch_bytes(lib):
 
 def test_winograd4_scratch_bytes_and_blocks(lib):
     cases = itertools.product((1, 3, 32, 33, 64, 256), (1, 8, 32, 65, 512), ((2, 2), (5, 5), (12, 12), (14, 14),
-                                                                               (17, 9), (28, 28), (56, 56)), (0, 1))
-    blocked = 0
-    for channels, out_channels, out_hw, pad in cases:
+                                                                               (17, 9), (28, 28), (56, 56)), (0, 1),
+                              (1, 2, 3))
+    blocked = split = 0
+    for channels, out_channels, out_hw, pad, threads in cases:
         hw = (out_hw[0] + 2 - 2 * pad, out_hw[1] + 2 - 2 * pad)
         g = _geom(channels, hw, (3, 3), 1, (pad,) * 4)
-        layout = Winograd4Layout(channels, out_channels, out_hw)
-        case = (channels, out_channels, out_hw, pad)
-        assert layout.block == lib.ember_winograd4_block_tiles(layout.tiles, channels, out_channels), case
-        assert layout.scratch_bytes() == lib.ember_winograd4_scratch_bytes(ctypes.byref(g), out_channels, 2), case
+        layout = Winograd4Layout(channels, out_channels, out_hw, threads)
+        case = (channels, out_channels, out_hw, pad, threads)
+        assert layout.block == lib.ember_winograd4_block_tiles(layout.tiles, channels, out_channels, threads), case
+        assert layout.tile_split == bool(lib.ember_winograd4_tile_split(layout.tiles, channels, out_channels,
+                                                                         threads)), case
+        assert layout.scratch_bytes() == lib.ember_winograd4_scratch_bytes(ctypes.byref(g), out_channels,
+                                                                           threads), case
         blocked += layout.block < layout.tiles
-    assert blocked > 10  # large maps go in several blocks
+        split += layout.tile_split
+    assert blocked > 10 and split > 10  # large maps go in several blocks; thin ones split by tiles
 
 
 def test_depthwise_scratch_bytes(lib):

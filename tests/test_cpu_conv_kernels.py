@@ -154,6 +154,7 @@ WINOGRAD4 = [
     (36, 32, (12, 15), (2, 1, 0, 1), "sigmoid", False),   # asymmetric padding
     (64, 48, (58, 58), (0, 0, 0, 0), "relu", True),       # 196 tiles: blocks of tiles, a short last one
     (32, 32, (14, 14), (1, 1, 1, 1), "hard_swish", False),  # an activation with a scale and shift
+    (40, 33, (30, 27), (1, 1, 1, 1), "relu", True),       # 2 threads split the 56 tiles (thin U)
 ]
 
 

@@ -107,3 +107,29 @@ def test_bf16_fully_connected_with_gelu_matches_float32(m, k, n):
     assert "EMBER_ACT_GELU" in bf16.executable.source and "ember_gemm_bf16(" in bf16.executable.source
     expected = compile_graph(build(), CpuBackend(num_threads=1)).run(feeds)["y"]
     assert relative_error(bf16.run(feeds)["y"], expected) <= 2e-2
+
+
+@pytest.mark.parametrize("out_channels,channels,hw", [
+    (24, 144, (56, 56)),  # 98 panels of pixels, 3 row blocks: threads take whole chunks of panels
+    (256, 256, (8, 8)),   # 2 panels, 32 row blocks: threads take runs of row blocks
+    (24, 1024, (6, 7)),   # 2 panels (one partial), 3 row blocks: one panel each
+])
+def test_pointwise_convolution_on_two_threads_matches_interpreter(out_channels, channels, hw):
+    """A 1x1 convolution reads its input in place as B (conv_gemm, b="direct") with a residual:
+    each of ember_gemm's splits of that case between two threads."""
+    rng = np.random.default_rng(out_channels + channels)
+    w = rng.standard_normal((out_channels, channels, 1, 1)).astype(np.float32)
+
+    def build() -> Graph:
+        g = Graph("pointwise")
+        x = g.add_input("x", TensorType(DType.FLOAT32, (1, channels, *hw)))
+        r = g.add_input("r", TensorType(DType.FLOAT32, (1, out_channels, *hw)))
+        attrs = ConvAttrs(strides=(1, 1), pads=(0, 0, 0, 0), dilations=(1, 1))
+        y = g.add("Conv", x, g.add_constant(w, "w"), attrs=attrs)
+        g.set_outputs([("y", g.add("Add", y, r))])
+        return g
+    feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32),
+             "r": rng.standard_normal((1, out_channels, *hw)).astype(np.float32)}
+    actual, expected, source = _run_both(build, feeds, threads=2)
+    assert "/*b_direct*/ xg" in source and "/*nthreads*/ 2" in source
+    assert relative_error(actual["y"], expected["y"]) <= 1e-5

@@ -55,6 +55,7 @@ EXPORTS: dict[str, str] = {
     "ember_winograd_with": "ember_winograd.c",
     # Winograd F(4x4, 3x3), channel-last
     "ember_winograd4_block_tiles": "ember_winograd4.c",
+    "ember_winograd4_tile_split": "ember_winograd4.c",
     "ember_winograd4_scratch_bytes": "ember_winograd4.c",
     "ember_winograd4": "ember_winograd4.c",
     # the bf16 GEMM (precision="bf16")

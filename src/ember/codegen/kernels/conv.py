@@ -176,8 +176,10 @@ _winograd4_applies = _winograd_applies_where(Winograd4Layout)
 
 def _winograd4_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
-    layout = Winograd4Layout(s.cg, s.mg, (s.oh, s.ow))
-    return KernelPlan({"threads": s.gemm_threads(options), "block_tiles": layout.block},
+    threads = s.gemm_threads(options)
+    layout = Winograd4Layout(s.cg, s.mg, (s.oh, s.ow), threads)
+    return KernelPlan({"threads": threads, "block_tiles": layout.block,
+                       "split": "tiles" if layout.tile_split else "gemms"},
                       packed=[(s.w, "winograd_f4x3", layout.transformed_weights(s.w.constant()))],
                       scratch_bytes=layout.scratch_bytes())
 

@@ -181,13 +181,25 @@ class Winograd4Layout:
     G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
                   [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
 
-    def __init__(self, channels: int, out_channels: int, out_hw: tuple[int, int]) -> None:
+    def __init__(self, channels: int, out_channels: int, out_hw: tuple[int, int], threads: int = 1) -> None:
         self.channels, self.out_channels, self.out_hw = channels, out_channels, out_hw
         self.tiles_hw = (-(-out_hw[0] // 4), -(-out_hw[1] // 4))
         self.tiles = self.tiles_hw[0] * self.tiles_hw[1]
         self.cp, self.mp = _round16(channels), _round16(out_channels)
         per_tile = 36 * (self.cp + self.mp) * 4
-        if self.tiles * per_tile <= WINOGRAD4_WHOLE_BYTES:
+        # Threads split the tiles (each runs its own from input transform to output transform,
+        # in its own V and O) where the transformed weights U are smaller than the map's V and O:
+        # splitting each block's 36 GEMMs instead passes V and O between cores at every phase,
+        # which on a 56x56 map cost more than the second core saved. Else they split the GEMMs
+        # (each reading a share of U).
+        u_bytes = 36 * self.cp * -(-out_channels // NR) * NR * 4
+        self.tile_split = threads > 1 and self.tiles >= 2 * MR * threads and u_bytes < self.tiles * per_tile
+        self.teams = threads if self.tile_split else 1
+        if self.tile_split:
+            share = -(-self.tiles // threads)
+            most = max(MR, WINOGRAD4_BLOCK_BYTES // per_tile)
+            self.block = -(-share // -(-share // most))
+        elif self.tiles * per_tile <= WINOGRAD4_WHOLE_BYTES:
             self.block = self.tiles
         else:
             self.block = max(MR, WINOGRAD4_BLOCK_BYTES // per_tile // MR * MR)
@@ -203,7 +215,8 @@ class Winograd4Layout:
 
     def scratch_bytes(self) -> int:
         padded = (4 * self.tiles_hw[0] + 2) * (4 * self.tiles_hw[1] + 2) * self.cp
-        return (padded + 36 * self.block * (self.cp + self.mp) + self.out_hw[0] * self.out_hw[1] * self.mp) * 4
+        transformed = self.teams * 36 * self.block * (self.cp + self.mp)
+        return (padded + transformed + self.out_hw[0] * self.out_hw[1] * self.mp) * 4
 
     def transformed_weights(self, w: np.ndarray) -> np.ndarray:
         """U = G g G^T per (output, input) channel pair, computed in float64, as 36 sets of

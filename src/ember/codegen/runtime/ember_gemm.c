@@ -577,27 +577,37 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
          * unless rows come from an offset table over a padded buffer. */
         ember_bsource src = { NULL, b_direct, ldb, scratch, koff };
         if (!koff && N % EMBER_NR) ember_pack_panel(scratch, b_direct, ldb, K, N, (panels - 1) * EMBER_NR);
-        /* Items are (chunk of panels, row block), row blocks inner: a thread's consecutive
-         * items share a chunk of B (kept in L2) while each A block sweeps the whole chunk
-         * from L1. */
         long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
-        long chunk = chunk_panels(K, panels);
-        long chunks = (panels + chunk - 1) / chunk;
-        long items = chunks * row_blocks;
         /* Serial calls stay out of OpenMP: an inactive region still costs microseconds,
          * which small GEMMs (Winograd's, a GRU step's) would pay every call. */
-        if (nthreads <= 1 || items <= 1) {
-            for (long ch = 0; ch < chunks; ch++)
-                sweep(M, K, a, a_rs, a_ks, a_block, &src, ch * chunk,
-                      ch * chunk + chunk < panels ? ch * chunk + chunk : panels, N, c, ldc, ep, 0, M);
+        if (nthreads <= 1 || panels * row_blocks <= 1) {
+            long chunk = chunk_panels(K, panels);
+            for (long p0 = 0; p0 < panels; p0 += chunk)
+                sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p0 + chunk < panels ? p0 + chunk : panels, N, c, ldc,
+                      ep, 0, M);
             return;
         }
-        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
-        for (long item = 0; item < items; item++) {
-            long ch = item / row_blocks, rb = item % row_blocks;
-            long p0 = ch * chunk, p1 = p0 + chunk < panels ? p0 + chunk : panels;
-            sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, rb * EMBER_MR,
-                  rb * EMBER_MR + EMBER_MR < M ? rb * EMBER_MR + EMBER_MR : M);
+        /* Each thread reads its own part of B: whole chunks of panels against every row where
+         * there are enough chunks to share evenly, else a contiguous range of row blocks against
+         * every chunk (chunk outer, so each chunk stays in that core's L2 while its rows sweep
+         * it). Threads taking interleaved (chunk, row block) items instead would each stream
+         * all of B, from the other core's cache where the previous step wrote it there. */
+        long chunks = balanced_chunks(K, panels, nthreads);
+        if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads) {
+            #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+            for (long ch = 0; ch < chunks; ch++)
+                sweep(M, K, a, a_rs, a_ks, a_block, &src, chunk_start(ch, chunks, panels),
+                      chunk_start(ch + 1, chunks, panels), N, c, ldc, ep, 0, M);
+            return;
+        }
+        long chunk = chunk_panels(K, panels);
+        #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
+        for (long t = 0; t < nthreads; t++) {
+            long m0 = row_blocks * t / nthreads * EMBER_MR, m1 = row_blocks * (t + 1) / nthreads * EMBER_MR;
+            if (m1 > M) m1 = M;
+            for (long p0 = 0; p0 < panels; p0 += chunk)
+                sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p0 + chunk < panels ? p0 + chunk : panels, N, c, ldc,
+                      ep, m0, m1);
         }
         return;
     }

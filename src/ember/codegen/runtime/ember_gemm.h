@@ -124,8 +124,10 @@ void ember_winograd(const ember_conv_geom *g, long M, const float *u, const floa
 /* Winograd F(4x4, 3x3), channel-last (ember_winograd4.c), same conditions: `u` holds G g G^T
  * as [36][ceil(M/32)][Cp][32] panels (Cp = C rounded up to 16, zero rows past C); scratch holds
  * ember_winograd4_scratch_bytes(g, M, nthreads) bytes; ember_winograd4_block_tiles says how
- * many 4x4 tiles go in one block. */
-long ember_winograd4_block_tiles(long tiles, long C, long M);
+ * many 4x4 tiles go in one block, ember_winograd4_tile_split whether threads split the tiles
+ * (each its own blocks, start to end) rather than each block's 36 GEMMs. */
+long ember_winograd4_block_tiles(long tiles, long C, long M, int nthreads);
+int ember_winograd4_tile_split(long tiles, long C, long M, int nthreads);
 long ember_winograd4_scratch_bytes(const ember_conv_geom *g, long M, int nthreads);
 void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
                      float *y, const ember_epilogue *ep, float *scratch, int nthreads);

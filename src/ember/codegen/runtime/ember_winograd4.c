@@ -25,23 +25,43 @@
 /* Mirrored by Winograd4Layout (kernels/layouts.py). */
 static long w4_round16(long n) { return (n + 15) / 16 * 16; }
 
-long ember_winograd4_block_tiles(long tiles, long C, long M)
+/* Bytes of V and O per tile. */
+static long w4_tile_bytes(long C, long M) { return 36 * (w4_round16(C) + w4_round16(M)) * (long)sizeof(float); }
+
+int ember_winograd4_tile_split(long tiles, long C, long M, int nthreads)
 {
-    long per_tile = 36 * (w4_round16(C) + w4_round16(M)) * (long)sizeof(float);
+    if (nthreads <= 1 || tiles < 2L * EMBER_MR * nthreads) return 0;
+    long u_bytes = 36 * w4_round16(C) * ((M + EMBER_NR - 1) / EMBER_NR * EMBER_NR) * (long)sizeof(float);
+    return u_bytes < tiles * w4_tile_bytes(C, M);
+}
+
+long ember_winograd4_block_tiles(long tiles, long C, long M, int nthreads)
+{
+    long per_tile = w4_tile_bytes(C, M);
+    if (ember_winograd4_tile_split(tiles, C, M, nthreads)) {
+        /* Each thread's share of the tiles in as few blocks as keep its V and O in L2, the
+         * blocks of nearly equal size. */
+        long share = (tiles + nthreads - 1) / nthreads, most = EMBER_WINO4_BLOCK_BYTES / per_tile;
+        if (most < EMBER_MR) most = EMBER_MR;
+        long blocks = (share + most - 1) / most;
+        return (share + blocks - 1) / blocks;
+    }
     if (tiles * per_tile <= EMBER_WINO4_WHOLE_BYTES) return tiles;
     long block = EMBER_WINO4_BLOCK_BYTES / per_tile / EMBER_MR * EMBER_MR;
     return block < EMBER_MR ? EMBER_MR : block;
 }
 
-typedef struct { long TH, TW, T, TB, Cp, Mp, Hp, Wp, gemms; } w4_plan;
+typedef struct { long TH, TW, T, TB, Cp, Mp, Hp, Wp, gemms; int split, teams; } w4_plan;
 
-static w4_plan w4_plan_of(const ember_conv_geom *g, long M)
+static w4_plan w4_plan_of(const ember_conv_geom *g, long M, int nthreads)
 {
     w4_plan p;
     p.TH = (g->OH + 3) / 4;
     p.TW = (g->OW + 3) / 4;
     p.T = p.TH * p.TW;
-    p.TB = ember_winograd4_block_tiles(p.T, g->C, M);
+    p.TB = ember_winograd4_block_tiles(p.T, g->C, M, nthreads);
+    p.split = ember_winograd4_tile_split(p.T, g->C, M, nthreads);
+    p.teams = p.split ? nthreads : 1;  /* sets of V and O in scratch */
     p.Cp = w4_round16(g->C);
     p.Mp = w4_round16(M);
     p.Hp = 4 * p.TH + 2;
@@ -52,9 +72,8 @@ static w4_plan w4_plan_of(const ember_conv_geom *g, long M)
 
 long ember_winograd4_scratch_bytes(const ember_conv_geom *g, long M, int nthreads)
 {
-    (void)nthreads;
-    w4_plan p = w4_plan_of(g, M);
-    long floats = p.Hp * p.Wp * p.Cp + 36 * p.TB * (p.Cp + p.Mp) + g->OH * g->OW * p.Mp;
+    w4_plan p = w4_plan_of(g, M, nthreads);
+    long floats = p.Hp * p.Wp * p.Cp + p.teams * 36 * p.TB * (p.Cp + p.Mp) + g->OH * g->OW * p.Mp;
     return floats * (long)sizeof(float);
 }
 
@@ -137,13 +156,53 @@ static void w4_transform_out(const ember_conv_geom *g, const w4_plan *p, long M,
     }
 }
 
+/* One block of tiles [t0, t0 + n) through phases 1-3 by the calling thread alone. */
+static void w4_block_serial(const ember_conv_geom *g, const w4_plan *p, long M, const float *u, const float *bias,
+                            const float *xp, float *V, float *O, float *yc, long t0, long n)
+{
+    long u_plane = (M + EMBER_NR - 1) / EMBER_NR * p->Cp * EMBER_NR;
+    for (long tl = 0; tl < n; tl++) w4_transform_in(p, xp, t0 + tl, tl, V);
+    for (long xi = 0; xi < p->gemms; xi++)
+        ember_gemm(n, M, p->Cp, V + xi * p->TB * p->Cp, p->Cp, 1, EMBER_MR * p->Cp, u + xi * u_plane, NULL, NULL, NULL,
+                   0, NULL, O + xi * p->TB * p->Mp, p->Mp, NULL, NULL, 1);
+    for (long tl = 0; tl < n; tl++) w4_transform_out(g, p, M, O, bias, t0 + tl, tl, yc);
+}
+
 void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const float *bias, const float *residual,
                      float *y, const ember_epilogue *ep, float *scratch, int nthreads)
 {
-    w4_plan p = w4_plan_of(g, M);
-    float *xp = scratch, *V = xp + p.Hp * p.Wp * p.Cp, *O = V + 36 * p.TB * p.Cp, *yc = O + 36 * p.TB * p.Mp;
+    w4_plan p = w4_plan_of(g, M, nthreads);
+    long team_floats = 36 * p.TB * (p.Cp + p.Mp);
+    float *xp = scratch, *V = xp + p.Hp * p.Wp * p.Cp, *yc = V + p.teams * team_floats;
     long panels = (M + EMBER_NR - 1) / EMBER_NR, u_plane = panels * p.Cp * EMBER_NR;
+    long plane = g->OH * g->OW, bands = (M + 15) / 16;
     w4_pad_input(g, &p, xp, nthreads);
+    if (p.split) {
+        /* Each thread its own run of tiles (the rows of xp its pad pass wrote, mostly), in its
+         * own V and O: nothing but U and the edges cross between cores. The bound in a variable
+         * (nthreads), so GCC calls the loop entry points Ember's pool defines. */
+        #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
+        for (long team = 0; team < nthreads; team++) {
+            float *Vt = V + team * team_floats, *Ot = Vt + 36 * p.TB * p.Cp;
+            long t1 = p.T * (team + 1) / nthreads;
+            for (long t0 = p.T * team / nthreads; t0 < t1; t0 += p.TB)
+                w4_block_serial(g, &p, M, u, bias, xp, Vt, Ot, yc, t0, t1 - t0 < p.TB ? t1 - t0 : p.TB);
+        }
+        /* Phase 4 by runs of output pixels, which the same thread's tiles mostly produced. */
+        #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
+        for (long team = 0; team < nthreads; team++) {
+            long q0 = plane * team / nthreads, q1 = plane * (team + 1) / nthreads;
+            for (long band = 0; band < bands; band++) {
+                long m0 = band * 16, mc = M - m0 < 16 ? M - m0 : 16;
+                ember_transpose_f32(yc + q0 * p.Mp + m0, q1 - q0, mc, p.Mp, y + m0 * plane + q0, plane);
+                if (residual || ep->act != EMBER_ACT_NONE)
+                    for (long m = m0; m < m0 + mc; m++)
+                        ember_finish_span(y + m * plane + q0, residual ? residual + m * plane + q0 : NULL, q1 - q0, ep);
+            }
+        }
+        return;
+    }
+    float *O = V + 36 * p.TB * p.Cp;
     for (long t0 = 0; t0 < p.T; t0 += p.TB) {
         long n = p.T - t0 < p.TB ? p.T - t0 : p.TB;
         #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
@@ -160,7 +219,6 @@ void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const flo
     }
     /* Phase 4: NCHW, in bands of 16 channels per thread, each finished (residual, activation)
      * while in cache. */
-    long plane = g->OH * g->OW, bands = (M + 15) / 16;
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
     for (long band = 0; band < bands; band++) {
         long m0 = band * 16, mc = M - m0 < 16 ? M - m0 : 16;
