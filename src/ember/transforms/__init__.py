@@ -9,6 +9,7 @@ from ember.transforms import (  # noqa: F401  (registration)
     cse,
     dce,
     eliminate_noops,
+    flush_denormals,
     fold_batchnorm,
     fold_conv_arithmetic,
     fold_qdq,

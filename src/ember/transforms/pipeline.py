@@ -20,6 +20,7 @@ DEFAULT_PIPELINE: list[str] = [
     "merge-pad",  # zero Pad into Conv/AveragePool pads, neutral Pad into MaxPool
     "fold-batchnorm",  # BatchNormalization into the preceding Conv or dense layer's weights
     "fold-conv-arithmetic",  # per-channel Mul/Div/Add/Sub constants into conv weights and bias
+    "flush-denormal-weights",  # subnormal weights -> 0 (after the folds, which can make them)
     "form-fully-connected",  # MatMul/Gemm with constant weights (+ bias Add) -> FullyConnected
     "fuse-activations",  # activations and residual Adds into FusedConv/FullyConnected epilogues
     "constant-fold",  # fold what the rewrites left constant
