@@ -12,6 +12,7 @@ import pytest
 import ember  # noqa: F401
 from ember.backends.cpu import CpuBackend
 from ember.backends.cpu.features import has_avx512_bf16
+from ember.codegen.kernels.conv import pointwise_b
 from ember.driver import compile_graph
 from ember.graph.ir import Graph
 from ember.ops.activations import GeluAttrs
@@ -113,10 +114,12 @@ def test_bf16_fully_connected_with_gelu_matches_float32(m, k, n):
     (24, 144, (56, 56)),  # 98 panels of pixels, 3 row blocks: threads take whole chunks of panels
     (256, 256, (8, 8)),   # 2 panels, 32 row blocks: threads take runs of row blocks
     (24, 1024, (6, 7)),   # 2 panels (one partial), 3 row blocks: one panel each
+    (40, 96, (32, 32)),   # rows 4 KB apart: B copied into panels (b="panels")
 ])
 def test_pointwise_convolution_on_two_threads_matches_interpreter(out_channels, channels, hw):
-    """A 1x1 convolution reads its input in place as B (conv_gemm, b="direct") with a residual:
-    each of ember_gemm's splits of that case between two threads."""
+    """A 1x1 convolution reads its input in place as B (conv_gemm, b="direct"), or copies it
+    into panels where the map's rows alias in the caches, with a residual: each of ember_gemm's
+    splits of those cases between two threads."""
     rng = np.random.default_rng(out_channels + channels)
     w = rng.standard_normal((out_channels, channels, 1, 1)).astype(np.float32)
 
@@ -131,5 +134,12 @@ def test_pointwise_convolution_on_two_threads_matches_interpreter(out_channels, 
     feeds = {"x": rng.standard_normal((1, channels, *hw)).astype(np.float32),
              "r": rng.standard_normal((1, out_channels, *hw)).astype(np.float32)}
     actual, expected, source = _run_both(build, feeds, threads=2)
-    assert "/*b_direct*/ xg" in source and "/*nthreads*/ 2" in source
+    in_place = pointwise_b(hw[0] * hw[1], channels) == "direct"
+    assert ("/*b_direct*/ xg" in source) == in_place and "/*nthreads*/ 2" in source
     assert relative_error(actual["y"], expected["y"]) <= 1e-5
+
+
+def test_pointwise_b_is_copied_only_where_rows_alias_and_panels_are_deep():
+    assert pointwise_b(32 * 32, 96) == "panels" and pointwise_b(48 * 64, 480) == "panels"
+    assert pointwise_b(32 * 32, 32) == "direct"  # shallow panels fit the sets they share
+    assert pointwise_b(56 * 56, 144) == pointwise_b(12 * 40, 480) == pointwise_b(8 * 32, 480) == "direct"
