@@ -149,7 +149,10 @@ static void run_as_task(pool_task_fn fn, void *data, int id, int count, int kind
 /* Claims and runs tasks of the region of `generation` until none is left; how many it ran.
  * A worker arriving late (woken after a long sleep, or queued behind another process) leaves
  * a task alone when the threads already at work would start it before it could finish it:
- * task `next` is reached about next x (one task's time) after the region began. */
+ * task `next` is reached about next x (one task's time) after the region began. Task 0 is
+ * nobody's yet: a worker that sees the region before its caller claims it takes it (without
+ * that exception, a spinning worker that won the race to a region left the caller all of
+ * its tasks: 40% of a 2-thread run's regions, on a Xeon). */
 static int claim_tasks(uint32_t generation, bool worker) {
     uint64_t word = atomic_load_explicit(&pool.claim, memory_order_acquire);
     int ran = 0;
@@ -159,7 +162,7 @@ static int claim_tasks(uint32_t generation, bool worker) {
         if (worker && ran == 0) {
             int64_t task_ns = atomic_load_explicit(&pool.task_ns, memory_order_relaxed);
             int64_t late = now_ns() - atomic_load_explicit(&pool.published_at, memory_order_relaxed);
-            if (task_ns > 0 && late > task_ns * next * 3 / 4) return ran;
+            if (next > 0 && task_ns > 0 && late > task_ns * next * 3 / 4) return ran;
         }
         if (!atomic_compare_exchange_weak_explicit(&pool.claim, &word, word + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
