@@ -179,8 +179,7 @@ void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const flo
     w4_pad_input(g, &p, xp, nthreads);
     if (p.split) {
         /* Each thread its own run of tiles (the rows of xp its pad pass wrote, mostly), in its
-         * own V and O: nothing but U and the edges cross between cores. The bound in a variable
-         * (nthreads), so GCC calls the loop entry points Ember's pool defines. */
+         * own V and O: nothing but U and the edges cross between cores. */
         #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
         for (long team = 0; team < nthreads; team++) {
             float *Vt = V + team * team_floats, *Ot = Vt + 36 * p.TB * p.Cp;
