@@ -547,6 +547,16 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
     }
 }
 
+/* Every panel against rows [m0, m1), chunk by chunk (chunk outer: each chunk stays in L2 while
+ * the rows sweep it). */
+static void sweep_chunks(long M, long K, const float *a, long a_rs, long a_ks, long a_block, const ember_bsource *b,
+                         long panels, long N, float *c, long ldc, const ember_epilogue *ep, long m0, long m1)
+{
+    long chunk = chunk_panels(K, panels);
+    for (long p0 = 0; p0 < panels; p0 += chunk)
+        sweep(M, K, a, a_rs, a_ks, a_block, b, p0, p0 + chunk < panels ? p0 + chunk : panels, N, c, ldc, ep, m0, m1);
+}
+
 /* Panels [p0, p1) against all rows, packed into `mine` first unless B is pre-packed. */
 static void chunk_sweep(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
                         const float *bp, ember_packer pack, const void *pack_ctx, float *c, long ldc,
@@ -581,17 +591,14 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         /* Serial calls stay out of OpenMP: an inactive region still costs microseconds,
          * which small GEMMs (Winograd's, a GRU step's) would pay every call. */
         if (nthreads <= 1 || panels * row_blocks <= 1) {
-            long chunk = chunk_panels(K, panels);
-            for (long p0 = 0; p0 < panels; p0 += chunk)
-                sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p0 + chunk < panels ? p0 + chunk : panels, N, c, ldc,
-                      ep, 0, M);
+            sweep_chunks(M, K, a, a_rs, a_ks, a_block, &src, panels, N, c, ldc, ep, 0, M);
             return;
         }
         /* Each thread reads its own part of B: whole chunks of panels against every row where
          * there are enough chunks to share evenly, else a contiguous range of row blocks against
-         * every chunk (chunk outer, so each chunk stays in that core's L2 while its rows sweep
-         * it). Threads taking interleaved (chunk, row block) items instead would each stream
-         * all of B, from the other core's cache where the previous step wrote it there. */
+         * every chunk (sweep_chunks). Threads taking interleaved (chunk, row block) items
+         * instead would each stream all of B, from the other core's cache where the previous
+         * step wrote it there. */
         long chunks = balanced_chunks(K, panels, nthreads);
         if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads) {
             #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
@@ -600,14 +607,10 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
                       chunk_start(ch + 1, chunks, panels), N, c, ldc, ep, 0, M);
             return;
         }
-        long chunk = chunk_panels(K, panels);
         #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
         for (long t = 0; t < nthreads; t++) {
             long m0 = row_blocks * t / nthreads * EMBER_MR, m1 = row_blocks * (t + 1) / nthreads * EMBER_MR;
-            if (m1 > M) m1 = M;
-            for (long p0 = 0; p0 < panels; p0 += chunk)
-                sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p0 + chunk < panels ? p0 + chunk : panels, N, c, ldc,
-                      ep, m0, m1);
+            sweep_chunks(M, K, a, a_rs, a_ks, a_block, &src, panels, N, c, ldc, ep, m0, m1 < M ? m1 : M);
         }
         return;
     }

@@ -156,15 +156,32 @@ static void w4_transform_out(const ember_conv_geom *g, const w4_plan *p, long M,
     }
 }
 
+/* Phase 2, one of the 36 GEMMs: O[xi] (n tiles x M) = V[xi] (n x Cp) * U[xi]. */
+static void w4_gemm(const w4_plan *p, long M, const float *u, const float *V, float *O, long n, long xi)
+{
+    long u_plane = (M + EMBER_NR - 1) / EMBER_NR * p->Cp * EMBER_NR;
+    ember_gemm(n, M, p->Cp, V + xi * p->TB * p->Cp, p->Cp, 1, EMBER_MR * p->Cp, u + xi * u_plane, NULL, NULL, NULL, 0,
+               NULL, O + xi * p->TB * p->Mp, p->Mp, NULL, NULL, 1);
+}
+
+/* Phase 4 for output pixels [q0, q1) of channels [m0, m0 + mc): yc transposed into NCHW y,
+ * each channel's run then finished (residual, activation) while in cache. */
+static void w4_store(const ember_conv_geom *g, const w4_plan *p, long M, const float *yc, const float *residual,
+                     float *y, const ember_epilogue *ep, long q0, long q1, long m0)
+{
+    long plane = g->OH * g->OW, mc = M - m0 < 16 ? M - m0 : 16;
+    ember_transpose_f32(yc + q0 * p->Mp + m0, q1 - q0, mc, p->Mp, y + m0 * plane + q0, plane);
+    if (residual || ep->act != EMBER_ACT_NONE)
+        for (long m = m0; m < m0 + mc; m++)
+            ember_finish_span(y + m * plane + q0, residual ? residual + m * plane + q0 : NULL, q1 - q0, ep);
+}
+
 /* One block of tiles [t0, t0 + n) through phases 1-3 by the calling thread alone. */
 static void w4_block_serial(const ember_conv_geom *g, const w4_plan *p, long M, const float *u, const float *bias,
                             const float *xp, float *V, float *O, float *yc, long t0, long n)
 {
-    long u_plane = (M + EMBER_NR - 1) / EMBER_NR * p->Cp * EMBER_NR;
     for (long tl = 0; tl < n; tl++) w4_transform_in(p, xp, t0 + tl, tl, V);
-    for (long xi = 0; xi < p->gemms; xi++)
-        ember_gemm(n, M, p->Cp, V + xi * p->TB * p->Cp, p->Cp, 1, EMBER_MR * p->Cp, u + xi * u_plane, NULL, NULL, NULL,
-                   0, NULL, O + xi * p->TB * p->Mp, p->Mp, NULL, NULL, 1);
+    for (long xi = 0; xi < p->gemms; xi++) w4_gemm(p, M, u, V, O, n, xi);
     for (long tl = 0; tl < n; tl++) w4_transform_out(g, p, M, O, bias, t0 + tl, tl, yc);
 }
 
@@ -174,7 +191,6 @@ void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const flo
     w4_plan p = w4_plan_of(g, M, nthreads);
     long team_floats = 36 * p.TB * (p.Cp + p.Mp);
     float *xp = scratch, *V = xp + p.Hp * p.Wp * p.Cp, *yc = V + p.teams * team_floats;
-    long panels = (M + EMBER_NR - 1) / EMBER_NR, u_plane = panels * p.Cp * EMBER_NR;
     long plane = g->OH * g->OW, bands = (M + 15) / 16;
     w4_pad_input(g, &p, xp, nthreads);
     if (p.split) {
@@ -191,13 +207,7 @@ void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const flo
         #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
         for (long team = 0; team < nthreads; team++) {
             long q0 = plane * team / nthreads, q1 = plane * (team + 1) / nthreads;
-            for (long band = 0; band < bands; band++) {
-                long m0 = band * 16, mc = M - m0 < 16 ? M - m0 : 16;
-                ember_transpose_f32(yc + q0 * p.Mp + m0, q1 - q0, mc, p.Mp, y + m0 * plane + q0, plane);
-                if (residual || ep->act != EMBER_ACT_NONE)
-                    for (long m = m0; m < m0 + mc; m++)
-                        ember_finish_span(y + m * plane + q0, residual ? residual + m * plane + q0 : NULL, q1 - q0, ep);
-            }
+            for (long band = 0; band < bands; band++) w4_store(g, &p, M, yc, residual, y, ep, q0, q1, band * 16);
         }
         return;
     }
@@ -209,20 +219,12 @@ void ember_winograd4(const ember_conv_geom *g, long M, const float *u, const flo
         /* Dynamic (a thread the machine preempts holds one GEMM up, not half of them); the
          * bound in a variable, so GCC calls the split loop entry points Ember's pool defines. */
         #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1)
-        for (long xi = 0; xi < p.gemms; xi++)
-            ember_gemm(n, M, p.Cp, V + xi * p.TB * p.Cp, p.Cp, 1, EMBER_MR * p.Cp, u + xi * u_plane, NULL, NULL, NULL,
-                       0, NULL, O + xi * p.TB * p.Mp, p.Mp, NULL, NULL, 1);
+        for (long xi = 0; xi < p.gemms; xi++) w4_gemm(&p, M, u, V, O, n, xi);
         #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
         for (long tl = 0; tl < n; tl++)
             w4_transform_out(g, &p, M, O, bias, t0 + tl, tl, yc);
     }
-    /* Phase 4: NCHW, in bands of 16 channels per thread, each finished (residual, activation)
-     * while in cache. */
+    /* Phase 4 in bands of 16 channels per thread. */
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
-    for (long band = 0; band < bands; band++) {
-        long m0 = band * 16, mc = M - m0 < 16 ? M - m0 : 16;
-        ember_transpose_f32(yc + m0, plane, mc, p.Mp, y + m0 * plane, plane);
-        if (residual || ep->act != EMBER_ACT_NONE)
-            ember_finish_span(y + m0 * plane, residual ? residual + m0 * plane : NULL, mc * plane, ep);
-    }
+    for (long band = 0; band < bands; band++) w4_store(g, &p, M, yc, residual, y, ep, 0, plane, band * 16);
 }
