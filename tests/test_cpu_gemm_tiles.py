@@ -111,8 +111,9 @@ def test_bf16_fully_connected_with_gelu_matches_float32(m, k, n):
 
 
 @pytest.mark.parametrize("out_channels,channels,hw", [
-    (24, 144, (56, 56)),  # 98 panels of pixels, 3 row blocks: threads take whole chunks of panels
-    (256, 256, (8, 8)),   # 2 panels, 32 row blocks: threads take runs of row blocks
+    (24, 144, (56, 56)),  # 98 panels of pixels, 3 row blocks: threads take runs of whole chunks of panels
+    (144, 24, (28, 28)),  # 25 panels in 2 chunks, 18 row blocks, A smaller than B: still a chunk each
+    (256, 256, (8, 8)),   # 2 panels, 32 row blocks, A bigger than B: threads take runs of row blocks
     (24, 1024, (6, 7)),   # 2 panels (one partial), 3 row blocks: one panel each
     (40, 96, (32, 32)),   # rows 4 KB apart: B copied into panels (b="panels")
 ])

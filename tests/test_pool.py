@@ -227,3 +227,69 @@ def test_only_gcc_built_libraries_use_the_pool(tmp_path, defines, pool):
         assert speaks_libgomp_abi(str(fake)) is pool
     finally:
         speaks_libgomp_abi.cache_clear()
+
+
+# The claim policy, driven directly: the pool's source compiled into a harness of its own (not a
+# model library, which links the pool as well) that publishes a region by hand.
+CLAIM_HARNESS = r"""
+#include "ember_pool.c"
+static int order[POOL_MAX_THREADS], ran_count;
+static void record(void *data) { (void)data; order[ran_count++] = task_id; }
+/* Publishes a region of `tasks` tasks (those in `taken` already claimed), then claims as
+ * thread `self` (a worker unless self is 0) for `generation_offset` regions back (0: this
+ * one); writes the task ids it ran to `out` and returns how many. */
+int claim_as(int self, int tasks, const int *taken, int generation_offset, int *out) {
+    uint32_t generation = atomic_load(&pool.generation) + 1;
+    for (int t = 0; t < tasks; t++) atomic_store(&task_claims[t].generation, taken[t] ? generation : generation - 1);
+    pool.fn = record;
+    pool.data = NULL;
+    atomic_store(&pool.finished, 0);
+    atomic_store(&pool.task_ns, 0);
+    atomic_store(&pool.claim, ((uint64_t)generation << 32) | (uint64_t)tasks);
+    atomic_store(&pool.generation, generation);
+    ran_count = 0;
+    claim_tasks(generation - (uint32_t)generation_offset, self, self != 0);
+    for (int i = 0; i < ran_count; i++) out[i] = order[i];
+    return ran_count;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def claims(tmp_path_factory) -> ctypes.CDLL:
+    from ember.backends.cpu.build import _pool_source
+
+    work = tmp_path_factory.mktemp("claims")
+    (work / "ember_pool.c").write_text(_pool_source())
+    (work / "harness.c").write_text(CLAIM_HARNESS)
+    library = work / "harness.so"
+    subprocess.run([*find_compiler().split(), "-O1", "-std=gnu11", "-fPIC", "-shared", "-I", str(work),
+                    str(work / "harness.c"), "-o", str(library), "-lpthread"], check=True)
+    lib = ctypes.CDLL(str(library))
+    lib.claim_as.argtypes = [ctypes.c_int, ctypes.c_int, INT_P, ctypes.c_int, INT_P]
+    return lib
+
+
+def _claim(claims: ctypes.CDLL, self: int, tasks: int, taken=(), generation_offset: int = 0) -> list[int]:
+    flags, out = _ints(tasks), _ints(tasks)
+    flags[list(taken)] = 1
+    ran = claims.claim_as(self, tasks, _ptr(flags), generation_offset, _ptr(out))
+    return out[:ran].tolist()
+
+
+def test_each_thread_claims_its_own_task_first_then_the_following_ones(claims):
+    """Task t runs on thread t where both are there (the caller task 0, worker k task k), so
+    kernels that split their data statically by thread number find their previous step's
+    data in their own core's cache; a thread with time to spare then takes the tasks after
+    its own, wrapping round (tasks of threads that are late or asleep)."""
+    assert _claim(claims, 0, 2) == [0, 1]
+    assert _claim(claims, 1, 2) == [1, 0]  # arrival order gave an early worker task 0
+    assert _claim(claims, 2, 4) == [2, 3, 0, 1]
+    assert _claim(claims, 1, 4, taken=(1, 2)) == [3, 0]
+    assert _claim(claims, 5, 3) == [2, 0, 1]  # a worker numbered past the tasks starts at its number modulo theirs
+
+
+def test_a_worker_still_on_an_older_region_claims_nothing(claims):
+    """A worker that read an earlier region's generation, then slept through its end, finds
+    every task of the region it knew claimed, and never runs a task of the current one."""
+    assert _claim(claims, 1, 2, generation_offset=1) == []

@@ -420,7 +420,7 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
 #ifdef DW_BLOCK
     if (dw_blocked(g)) {
         long blocks = (g->C + DW_BLOCK - 1) / DW_BLOCK, per_thread = dw_blocked_floats(g);
-        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1) if(nthreads > 1 && blocks > 1)
+        #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && blocks > 1)
         for (long bi = 0; bi < blocks; bi++) {
             long c0 = bi * DW_BLOCK;
             int nch = g->C - c0 < DW_BLOCK ? (int)(g->C - c0) : DW_BLOCK;
@@ -429,7 +429,12 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
         return;
     }
 #endif
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1 && g->C > 1)
+    /* Contiguous runs of channels, the same thread's every call (the pool runs task t on the
+     * same thread where it can): thread t then reads what it wrote where the previous step
+     * split its channels the same way. Two depthwise convolutions in a row (144 channels,
+     * 56x56) ran the second in 88 us split so, 101 us taking 4 channels at a time as they
+     * came, and 134 us split by output rows (Xeon, 2 threads; 188 us on one). */
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && g->C > 1)
     for (long c = 0; c < g->C; c++)
         dw_channel(g, g->x + c * g->H * g->W, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane,
                    residual ? residual + c * plane : NULL, ep, scratch);

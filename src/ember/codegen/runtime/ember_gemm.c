@@ -594,14 +594,17 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
             sweep_chunks(M, K, a, a_rs, a_ks, a_block, &src, panels, N, c, ldc, ep, 0, M);
             return;
         }
-        /* Each thread reads its own part of B: whole chunks of panels against every row where
-         * there are enough chunks to share evenly, else a contiguous range of row blocks against
-         * every chunk (sweep_chunks). Threads taking interleaved (chunk, row block) items
-         * instead would each stream all of B, from the other core's cache where the previous
-         * step wrote it there. */
+        /* Each thread reads its own part of B: its run of whole chunks of panels against every
+         * row (all of A) where A is no bigger than B, else a contiguous range of row blocks
+         * against every chunk (all of B; sweep_chunks). Threads taking interleaved (chunk, row
+         * block) items instead would each stream all of B, from the other core's cache where
+         * the previous step wrote it there. The runs are contiguous and the same every call
+         * (the pool runs task t on the same thread where it can), so thread t reads the pixels
+         * it wrote where the previous step split its pixels the same way (a convolution's B
+         * is its input map). */
         long chunks = balanced_chunks(K, panels, nthreads);
-        if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads) {
-            #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+        if (panels >= nthreads && (M <= N || row_blocks < 2L * nthreads)) {
+            #pragma omp parallel for num_threads(nthreads) schedule(static)
             for (long ch = 0; ch < chunks; ch++)
                 sweep(M, K, a, a_rs, a_ks, a_block, &src, chunk_start(ch, chunks, panels),
                       chunk_start(ch + 1, chunks, panels), N, c, ldc, ep, 0, M);
@@ -618,14 +621,15 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
     long biggest = (panels + chunks - 1) / chunks;
     long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
     if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads || nthreads == 1) {
-        /* Enough column work: threads take whole chunks (packing their own panels). */
+        /* Enough column work: threads take whole chunks (packing their own panels), in
+         * contiguous runs the same every call, as where B is read in place. */
         if (nthreads <= 1 || chunks <= 1) {
             for (long ch = 0; ch < chunks; ch++)
                 chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep, scratch,
                             chunk_start(ch, chunks, panels), chunk_start(ch + 1, chunks, panels));
             return;
         }
-        #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 1)
+        #pragma omp parallel for num_threads(nthreads) schedule(static)
         for (long ch = 0; ch < chunks; ch++)
             chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep,
                         scratch + (long)ember_thread_num() * biggest * panel_floats, chunk_start(ch, chunks, panels),
