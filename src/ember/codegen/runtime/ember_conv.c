@@ -147,27 +147,34 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     long S = l.S, planes = S * S * g->C;
     float *phases = scratch;
     memset(phases + planes * l.plane, 0, 2 * EMBER_NR * sizeof(float));
-    #pragma omp parallel for num_threads(nthreads) schedule(dynamic, 4) if(nthreads > 1)
-    for (long pl = 0; pl < planes; pl++) {
-        long phase = pl / g->C, c = pl % g->C, a_ = phase / S, b_ = phase % S;
-        float *dst = phases + pl * l.plane;
-        const float *xc = g->x + c * g->H * g->W;
-        /* Phase column t holds input column t * S + b - PW: in range for t in [t0, t1). */
-        long t0 = g->PW - b_ > 0 ? (g->PW - b_ + S - 1) / S : 0;
-        long t1 = (g->W - 1 + g->PW - b_) / S + 1;
-        if (g->W - 1 + g->PW - b_ < 0) t1 = 0;
-        if (t1 > l.wph) t1 = l.wph;
-        if (t0 > t1) t0 = t1;
-        for (long r = 0; r < l.hph; r++) {
-            float *row = dst + r * l.wph;
-            long ih = r * S + a_ - g->PH;
-            if (ih < 0 || ih >= g->H) { memset(row, 0, (size_t)l.wph * sizeof(float)); continue; }
-            const float *src = xc + ih * g->W + b_ - g->PW;
-            for (long t = 0; t < t0; t++) row[t] = 0.0f;
-            if (S == 1) memcpy(row + t0, src + t0, (size_t)(t1 - t0) * sizeof(float));
-            else if (S == 2) for (long t = t0; t < t1; t++) row[t] = src[2 * t];
-            else for (long t = t0; t < t1; t++) row[t] = src[t * S];
-            for (long t = t1; t < l.wph; t++) row[t] = 0.0f;
+    /* Thread t fills a contiguous run of rows of every plane, the same every call: about the
+     * grid rows its run of the GEMM's pixel panels reads (ember_gemm), so they are in its own
+     * core's cache. */
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    for (long part = 0; part < nthreads; part++) {
+        for (long pl = 0; pl < planes; pl++) {
+            long phase = pl / g->C, c = pl % g->C, a_ = phase / S, b_ = phase % S;
+            /* No tap reads a phase past the kernel (a 1x1 stride-2 convolution reads one of four). */
+            if (a_ >= g->KH || b_ >= g->KW) continue;
+            float *dst = phases + pl * l.plane;
+            const float *xc = g->x + c * g->H * g->W;
+            /* Phase column t holds input column t * S + b - PW: in range for t in [t0, t1). */
+            long t0 = g->PW - b_ > 0 ? (g->PW - b_ + S - 1) / S : 0;
+            long t1 = (g->W - 1 + g->PW - b_) / S + 1;
+            if (g->W - 1 + g->PW - b_ < 0) t1 = 0;
+            if (t1 > l.wph) t1 = l.wph;
+            if (t0 > t1) t0 = t1;
+            for (long r = l.hph * part / nthreads; r < l.hph * (part + 1) / nthreads; r++) {
+                float *row = dst + r * l.wph;
+                long ih = r * S + a_ - g->PH;
+                if (ih < 0 || ih >= g->H) { memset(row, 0, (size_t)l.wph * sizeof(float)); continue; }
+                const float *src = xc + ih * g->W + b_ - g->PW;
+                for (long t = 0; t < t0; t++) row[t] = 0.0f;
+                if (S == 1) memcpy(row + t0, src + t0, (size_t)(t1 - t0) * sizeof(float));
+                else if (S == 2) for (long t = t0; t < t1; t++) row[t] = src[2 * t];
+                else for (long t = t0; t < t1; t++) row[t] = src[t * S];
+                for (long t = t1; t < l.wph; t++) row[t] = 0.0f;
+            }
         }
     }
     /* The tiles store straight into y's rows (bias, residual and activation applied),
