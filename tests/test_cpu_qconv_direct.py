@@ -1,6 +1,6 @@
 """The int8 convolution kernels over phase planes (codegen/kernels/qconv_direct.py: qconv_direct,
 pixels in vector lanes; qconv_rows, pixels as GEMM rows) and the 8-bit MaxPool
-(codegen/kernels/qpool.py) against the interpreter, bit for bit: strides 1 to 3, asymmetric
+(codegen/kernels/maxpool_rows.py) against the interpreter, bit for bit: strides 1 to 3, asymmetric
 pads, channel counts that are not multiples of 4, output channels not of 6 or 64, uint8 and
 int8 inputs and outputs, per-tensor and per-channel weight scales, with and without bias,
 batches, 2 threads and the portable build (x86-64-v3: no VNNI); each case checks which kernel
@@ -177,17 +177,33 @@ POOLS = [  # x shape, kernel, strides, pads, ceil_mode
     ((1, 3, 12, 12), (3, 3), (2, 2), (1, 1, 1, 1), False),
     ((2, 2, 7, 9), (2, 3), (1, 2), (0, 1, 1, 0), True),
     ((1, 4, 5, 5), (5, 5), (1, 1), (2, 2, 2, 2), False),
+    ((1, 32, 75, 57), (3, 3), (2, 2), (1, 1, 1, 1), True),  # 2 threads: each a run of rows, unequal
 ]
 
 
 @pytest.mark.parametrize("case", range(len(POOLS)))
 @pytest.mark.parametrize("dtype", [U8, I8])
-def test_maxpool_bytes_matches_interpreter(case, dtype):
+def test_maxpool_rows_matches_interpreter_on_bytes(case, dtype):
     xs, kernel, strides, pads, ceil = POOLS[case]
     attrs = PoolAttrs(kernel, strides, pads, (1, 1), ceil)
     selected, _ = check("MaxPool", [_ints(xs, dtype, case)], attrs)
-    assert selected == "maxpool_bytes"
+    assert selected == "maxpool_rows"
     check("MaxPool", [_ints(xs, dtype, case)], attrs, threads=2)
+
+
+@pytest.mark.parametrize("case", range(len(POOLS)))
+def test_maxpool_rows_matches_interpreter_on_float32_with_nans_and_infinities(case):
+    """float32 pools take the same kernel: a NaN in a window gives NaN wherever it sits in
+    the window (the first cell, a later one, the column maxima), -inf counts as a value."""
+    xs, kernel, strides, pads, ceil = POOLS[case]
+    x = np.random.default_rng(case).standard_normal(xs).astype(F32)
+    flat = x.reshape(-1)
+    flat[::7] = -np.inf
+    flat[3::29] = np.nan
+    attrs = PoolAttrs(kernel, strides, pads, (1, 1), ceil)
+    selected, expected = check("MaxPool", [x], attrs)
+    assert selected == "maxpool_rows" and np.isnan(expected).any() and np.isfinite(expected).any()
+    check("MaxPool", [x], attrs, threads=2)
 
 
 DEPTHWISE = [  # x shape, kernel, strides, pads, x type, y type, per-channel, bias

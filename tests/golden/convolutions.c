@@ -104,30 +104,33 @@ EMBER_STEP step16(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_
     return 0;
 }
 
-/* 19: MaxPool [maxpool_loops] from node pool */
+/* 19: MaxPool [maxpool_rows] from node pool */
 EMBER_STEP step19(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t *const *restrict out, uint8_t *restrict A)
 {
     (void)W; (void)in; (void)out; (void)A;
     {
         const float *x = ((const float *)(A + 7680));
         float *y = ((float *)(out[0] + 0));
-        for (long item = 0; item < 96; item++)
-        for (long i = 0; i < 2; i++)
-        for (long j = 0; j < 2; j++) {
-            const float *xc = x + item * 16;
-            float acc = (-INFINITY);
-            long count = 0; (void)count;
-            for (long u = 0; u < 2; u++) {
-                long ih = i * 2 - 0 + u * 1;
-                if (ih < 0 || ih >= 4) continue;
-                for (long v = 0; v < 2; v++) {
-                    long iw = j * 2 - 0 + v * 1;
-                    if (iw < 0 || iw >= 4) continue;
-                    float val = xc[ih * 4 + iw];
-                    if (val != val || val > acc) acc = val;
+        {
+            long i0 = 0, i1 = 2;
+            for (long item = 0; item < 96; item++) {
+                float cols[4];
+                const float *xc = x + item * 16;
+                float *yc = y + item * 4;
+                for (long i = i0; i < i1; i++) {
+                    for (long j = 0; j < 4; j++) cols[j] = (-INFINITY);
+                    long top = i * 2 - 0, first = top < 0 ? 0 : top, last = top + 2 < 4 ? top + 2 : 4;
+                    for (long ih = first; ih < last; ih++) {
+                        const float *row = xc + ih * 4;
+                        for (long j = 0; j < 4; j++) cols[0 + j] = row[j] != row[j] || row[j] > cols[0 + j] ? row[j] : cols[0 + j];
+                    }
+                    for (long j = 0; j < 2; j++) {
+                        float m = cols[j * 2];
+                        m = cols[j * 2 + 1] != cols[j * 2 + 1] || cols[j * 2 + 1] > m ? cols[j * 2 + 1] : m;
+                        yc[i * 2 + j] = m;
+                    }
                 }
             }
-            y[(item * 2 + i) * 2 + j] = acc;
         }
     }
     return 0;

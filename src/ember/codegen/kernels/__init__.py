@@ -14,6 +14,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     indexing,
     inverted_residual,
     linalg,
+    maxpool_rows,
     normalization,
     pooling,
     quantized,

@@ -513,4 +513,4 @@ def emit_qconv(em: Emitter, instr: Instr) -> str:
 
 # The direct and depthwise int8 convolutions, the 8-bit MaxPool and the AVX-512 loop of the
 # expanded Q/DQ chains register themselves ahead of the general kernels.
-from ember.codegen.kernels import qconv_depthwise, qconv_direct, qpool, quantized_chain  # noqa: E402, F401  (registration)
+from ember.codegen.kernels import qconv_depthwise, qconv_direct, quantized_chain  # noqa: E402, F401  (registration)
