@@ -194,9 +194,9 @@ print(int(counts.min()), int(counts.max()))
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores for the worker to race the caller")
 def test_a_spinning_worker_takes_a_task_of_every_region():
-    """A worker that never sleeps often sees a region before its caller claims the first task;
-    it takes that task (it once left the caller every task then: a third of the tasks went to
-    the worker instead of half, on a 2-core Xeon)."""
+    """A worker that never sleeps often sees a region before its caller claims a task; it
+    still runs one of the two (its own: task 1). It once left the caller every task then: a
+    third of the tasks went to the worker instead of half, on a 2-core Xeon."""
     script = f"""
 import ctypes, numpy as np
 lib = ctypes.CDLL({str(build_library(SOURCE))!r})

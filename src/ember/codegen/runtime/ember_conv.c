@@ -154,9 +154,15 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     for (long part = 0; part < nthreads; part++) {
         for (long pl = 0; pl < planes; pl++) {
             long phase = pl / g->C, c = pl % g->C, a_ = phase / S, b_ = phase % S;
-            /* No tap reads a phase past the kernel (a 1x1 stride-2 convolution reads one of four). */
-            if (a_ >= g->KH || b_ >= g->KW) continue;
             float *dst = phases + pl * l.plane;
+            /* No tap reads a phase past the kernel (a 1x1 stride-2 convolution reads one of four),
+             * but the last panel of the plane before runs up to EMBER_NR - 1 floats into it:
+             * columns the tiles drop, zeroed so that they are defined. */
+            if (a_ >= g->KH || b_ >= g->KW) {
+                long spill = l.plane < 2 * EMBER_NR ? l.plane : 2 * EMBER_NR;
+                if (part == 0) memset(dst, 0, (size_t)spill * sizeof(float));
+                continue;
+            }
             const float *xc = g->x + c * g->H * g->W;
             /* Phase column t holds input column t * S + b - PW: in range for t in [t0, t1). */
             long t0 = g->PW - b_ > 0 ? (g->PW - b_ + S - 1) / S : 0;

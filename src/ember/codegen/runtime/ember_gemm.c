@@ -603,9 +603,9 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
             sweep_chunks(M, K, a, a_rs, a_ks, a_block, &src, 0, panels, N, c, ldc, ep, 0, M);
             return;
         }
-        /* Each thread reads its own part of B: its run of whole chunks of panels against every
-         * row (all of A) where A is no bigger than B, else a contiguous range of row blocks
-         * against every chunk (all of B; sweep_chunks). Threads taking interleaved (chunk, row
+        /* Each thread reads its own part of B: an equal run of panels against every row (all of
+         * A) where A is no bigger than B, else a contiguous range of row blocks against every
+         * panel (all of B), chunk by chunk either way (sweep_chunks). Threads taking interleaved (chunk, row
          * block) items instead would each stream all of B, from the other core's cache where
          * the previous step wrote it there. The runs are contiguous and the same every call
          * (the pool runs task t on the same thread where it can), so thread t reads the pixels
