@@ -459,9 +459,9 @@ def _chunks(w: CWriter, pixels: int, chunk: int, threads: int, lo: str, hi: str)
     contiguous runs, the same thread's every call (the pool runs task t on thread t where it
     can): the pixels a thread expands in one region are then mostly the ones it depthwises in
     the next, and the next step reads the output where the same thread wrote it. Chunks taken
-    as threads freed up ran MobileNetV2 5% slower on 2 threads (Xeon: 3.37 against 3.25 ms). The chunk count is a
-    variable: with constant bounds GCC would call the combined parallel-loop entry point,
-    which Ember's pool does not provide."""
+    as threads freed up ran MobileNetV2 5% slower on 2 threads (Xeon: 3.37 against 3.25 ms).
+    The chunk count is a variable: with constant bounds GCC would call the combined
+    parallel-loop entry point, which Ember's pool does not provide."""
     with w.block():
         w.line(f"long chunks = {-(-pixels // chunk)};")
         if threads > 1:

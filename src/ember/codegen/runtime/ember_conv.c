@@ -140,6 +140,38 @@ void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff)
                                                             + (u / l.S) * l.wph + v / l.S);
 }
 
+/* Whether some tap reads phase plane pl (phase (a, b), channel c): none reads a phase past
+ * the kernel (a 1x1 stride-2 convolution reads one phase of four). */
+static int plane_read(const ember_conv_geom *g, long S, long pl)
+{
+    long phase = pl / g->C;
+    return phase / S < g->KH && phase % S < g->KW;
+}
+
+/* Rows [r0, r1) of phase plane pl = (phase (a, b), channel c) of the zero-padded input. */
+static void fill_phase_rows(const ember_conv_geom *g, const conv_layout *l, long pl, long r0, long r1, float *dst)
+{
+    long S = l->S, phase = pl / g->C, c = pl % g->C, a = phase / S, b = phase % S;
+    const float *xc = g->x + c * g->H * g->W;
+    /* Phase column t holds input column t * S + b - PW: in range for t in [t0, t1). */
+    long t0 = g->PW - b > 0 ? (g->PW - b + S - 1) / S : 0;
+    long t1 = (g->W - 1 + g->PW - b) / S + 1;
+    if (g->W - 1 + g->PW - b < 0) t1 = 0;
+    if (t1 > l->wph) t1 = l->wph;
+    if (t0 > t1) t0 = t1;
+    for (long r = r0; r < r1; r++) {
+        float *row = dst + r * l->wph;
+        long ih = r * S + a - g->PH;
+        if (ih < 0 || ih >= g->H) { memset(row, 0, (size_t)l->wph * sizeof(float)); continue; }
+        const float *src = xc + ih * g->W + b - g->PW;
+        for (long t = 0; t < t0; t++) row[t] = 0.0f;
+        if (S == 1) memcpy(row + t0, src + t0, (size_t)(t1 - t0) * sizeof(float));
+        else if (S == 2) for (long t = t0; t < t1; t++) row[t] = src[2 * t];
+        else for (long t = t0; t < t1; t++) row[t] = src[t * S];
+        for (long t = t1; t < l->wph; t++) row[t] = 0.0f;
+    }
+}
+
 void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const int32_t *koff, const float *bias,
                        const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads)
 {
@@ -147,42 +179,20 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
     long S = l.S, planes = S * S * g->C;
     float *phases = scratch;
     memset(phases + planes * l.plane, 0, 2 * EMBER_NR * sizeof(float));
-    /* Thread t fills a contiguous run of rows of every plane, the same every call: about the
-     * grid rows its run of the GEMM's pixel panels reads (ember_gemm), so they are in its own
-     * core's cache. */
+    /* Planes no tap reads stay unfilled but for their start, which the last panel of the plane
+     * before runs into (up to EMBER_NR - 1 columns the tiles drop): zeroed, so they are defined. */
+    long spill = l.plane < 2 * EMBER_NR ? l.plane : 2 * EMBER_NR;
+    for (long pl = 0; pl < planes; pl++)
+        if (!plane_read(g, S, pl)) memset(phases + pl * l.plane, 0, (size_t)spill * sizeof(float));
+    /* Thread t fills a contiguous run of rows of every plane read, the same every call: about
+     * the grid rows its run of the GEMM's pixel panels reads (ember_gemm), so they are in its
+     * own core's cache. */
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
-    for (long part = 0; part < nthreads; part++) {
-        for (long pl = 0; pl < planes; pl++) {
-            long phase = pl / g->C, c = pl % g->C, a_ = phase / S, b_ = phase % S;
-            float *dst = phases + pl * l.plane;
-            /* No tap reads a phase past the kernel (a 1x1 stride-2 convolution reads one of four),
-             * but the last panel of the plane before runs up to EMBER_NR - 1 floats into it:
-             * columns the tiles drop, zeroed so that they are defined. */
-            if (a_ >= g->KH || b_ >= g->KW) {
-                long spill = l.plane < 2 * EMBER_NR ? l.plane : 2 * EMBER_NR;
-                if (part == 0) memset(dst, 0, (size_t)spill * sizeof(float));
-                continue;
-            }
-            const float *xc = g->x + c * g->H * g->W;
-            /* Phase column t holds input column t * S + b - PW: in range for t in [t0, t1). */
-            long t0 = g->PW - b_ > 0 ? (g->PW - b_ + S - 1) / S : 0;
-            long t1 = (g->W - 1 + g->PW - b_) / S + 1;
-            if (g->W - 1 + g->PW - b_ < 0) t1 = 0;
-            if (t1 > l.wph) t1 = l.wph;
-            if (t0 > t1) t0 = t1;
-            for (long r = l.hph * part / nthreads; r < l.hph * (part + 1) / nthreads; r++) {
-                float *row = dst + r * l.wph;
-                long ih = r * S + a_ - g->PH;
-                if (ih < 0 || ih >= g->H) { memset(row, 0, (size_t)l.wph * sizeof(float)); continue; }
-                const float *src = xc + ih * g->W + b_ - g->PW;
-                for (long t = 0; t < t0; t++) row[t] = 0.0f;
-                if (S == 1) memcpy(row + t0, src + t0, (size_t)(t1 - t0) * sizeof(float));
-                else if (S == 2) for (long t = t0; t < t1; t++) row[t] = src[2 * t];
-                else for (long t = t0; t < t1; t++) row[t] = src[t * S];
-                for (long t = t1; t < l.wph; t++) row[t] = 0.0f;
-            }
-        }
-    }
+    for (long part = 0; part < nthreads; part++)
+        for (long pl = 0; pl < planes; pl++)
+            if (plane_read(g, S, pl))
+                fill_phase_rows(g, &l, pl, l.hph * part / nthreads, l.hph * (part + 1) / nthreads,
+                                phases + pl * l.plane);
     /* The tiles store straight into y's rows (bias, residual and activation applied),
      * dropping the grid's extra columns. */
     ember_epilogue onto_y = *ep;

@@ -492,9 +492,8 @@ static long chunk_panels(long K, long panels)
 }
 
 /* How many chunks the panels go in: enough that none exceeds chunk_panels (which sizes the
- * scratch), and a multiple of the thread count so that whole chunks split evenly. Sizes
- * differ by at most one, larger first (chunk_start), so threads taking chunks in order
- * finish together. */
+ * scratch), rounded up to a multiple of the thread count (ember_gemm's test of whether there
+ * is column work for every thread). Sizes differ by at most one, larger first (chunk_start). */
 static long balanced_chunks(long K, long panels, int nthreads)
 {
     long chunk = chunk_panels(K, panels);
@@ -605,12 +604,12 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         }
         /* Each thread reads its own part of B: an equal run of panels against every row (all of
          * A) where A is no bigger than B, else a contiguous range of row blocks against every
-         * panel (all of B), chunk by chunk either way (sweep_chunks). Threads taking interleaved (chunk, row
-         * block) items instead would each stream all of B, from the other core's cache where
-         * the previous step wrote it there. The runs are contiguous and the same every call
-         * (the pool runs task t on the same thread where it can), so thread t reads the pixels
-         * it wrote where the previous step split its pixels the same way (a convolution's B
-         * is its input map). */
+         * panel (all of B), chunk by chunk either way (sweep_chunks). Threads taking
+         * interleaved (chunk, row block) items instead would each stream all of B, from the
+         * other core's cache where the previous step wrote it there. The runs are contiguous
+         * and the same every call (the pool runs task t on the same thread where it can), so
+         * thread t reads the pixels it wrote where the previous step split its pixels the same
+         * way (a convolution's B is its input map). */
         if (panels >= nthreads && (M <= N || row_blocks < 2L * nthreads)) {
             #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
             for (long t = 0; t < nthreads; t++) {
@@ -631,8 +630,8 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
     long biggest = (panels + chunks - 1) / chunks;
     long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
     if (chunks >= 2L * nthreads || row_blocks < 2L * nthreads || nthreads == 1) {
-        /* Enough column work: threads take whole chunks (packing their own panels), in
-         * contiguous runs the same every call, as where B is read in place. */
+        /* Enough column work: each thread an equal run of panels, as where B is read in place,
+         * packed and swept a chunk at a time in its own scratch. */
         if (nthreads <= 1 || chunks <= 1) {
             for (long ch = 0; ch < chunks; ch++)
                 chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep, scratch,
