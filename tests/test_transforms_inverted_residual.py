@@ -128,7 +128,7 @@ def test_block_kernel_matches_interpreter(case, monkeypatch):
         monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
         monkeypatch.setattr(kernel, "MAX_PIXELS", 0 if split == "bands" else 10**9)
         monkeypatch.setattr(kernel, "BANDS_ABOVE_BYTES", 0)
-        monkeypatch.setattr(kernel, "BAND_BYTES", band_bytes)
+        monkeypatch.setattr(kernel, "band_bytes", lambda options, band_bytes=band_bytes: band_bytes)
         model = compile_graph(_block_graph(*case), CpuBackend(num_threads=threads))
         source = model._executable.source
         assert ("ember_depthwise_nhwc(" in source) == (split != "bands")
@@ -150,8 +150,39 @@ def test_split_follows_where_the_weights_outweigh_the_expanded_tensor():
 
     assert split(32, 192, 32, (28, 28)) == "pixels"       # 12 K floats of weights, 150 K of E
     assert split(160, 960, 320, (7, 7)) == "channels"    # 460 K floats of weights, 47 K of E
-    assert split(24, 144, 24, (56, 56)) == "three steps"  # over MAX_PIXELS, E of 1.8 MB
+    assert split(24, 144, 24, (56, 56)) == "bands"       # over MAX_PIXELS, E of 1.8 MB
     assert split(16, 96, 24, (112, 112)) == "bands"      # E of 4.8 MB
+    assert split(16, 64, 16, (56, 56)) == "three steps"  # over MAX_PIXELS, E of 0.8 MB
+
+
+def test_bands_are_sized_by_the_cores_l2():
+    from ember.codegen.kernels.inverted_residual import band_bytes
+    from ember.codegen.kernels.registry import KernelOptions
+
+    assert band_bytes(KernelOptions(l2_bytes=2 << 20)) == 3 << 19
+    assert band_bytes(KernelOptions(l2_bytes=256 << 10)) == 512 << 10  # never the 2-4x slower small bands
+    rows = {}
+    for l2 in (1 << 20, 2 << 20):
+        backend = CpuBackend(num_threads=1)
+        backend.kernel_options = lambda l2=l2: KernelOptions(num_threads=1, l2_bytes=l2)
+        source = compile_graph(_block_graph(16, 96, 24, (112, 112), 1, 3, False, ("clip", "clip", "none")),
+                               backend)._executable.source
+        rows[l2] = source
+    assert rows[1 << 20] != rows[2 << 20]  # larger bands where the L2 holds them
+
+
+def test_l2_cache_size_from_sysfs(tmp_path):
+    from ember.support.host import l2_cache_bytes
+
+    for index, (level, kind, size) in enumerate((("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "2048K"), ("3", "Unified", "480M"))):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        (folder / "level").write_text(level + "\n")
+        (folder / "type").write_text(kind + "\n")
+        (folder / "size").write_text(size + "\n")
+    assert l2_cache_bytes(tmp_path) == 2 << 20
+    assert l2_cache_bytes(tmp_path / "missing") is None
 
 
 def test_profiles_count_the_blocks_work_as_its_three_convolutions(monkeypatch):

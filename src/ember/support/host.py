@@ -24,3 +24,19 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def l2_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """The size of the L2 cache of the first core (Linux sysfs: `root` holds its caches'
+    index* folders), None where it cannot be read."""
+    try:
+        for index in sorted(root.glob("index*")):
+            if (index / "level").read_text().strip() != "2" or \
+                    (index / "type").read_text().strip() not in ("Unified", "Data"):
+                continue
+            size = (index / "size").read_text().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:], 1)
+            return int(size.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        return None
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from dataclasses import replace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from ember.lir.ir import Program
 from ember.lir.passes import DEFAULT_LIR_PIPELINE
 from ember.partition.cost import analytic_seconds
 from ember.support.errors import EmberError, UnsupportedError
-from ember.support.host import default_threads
+from ember.support.host import default_threads, l2_cache_bytes
 from ember.support.progress import step
 
 if TYPE_CHECKING:
@@ -70,8 +71,10 @@ class CpuBackend(Backend):
         # Mapped kernels only for the host's own ISA: not for an -march level or a bundle.
         host = self.mapped_kernels and self.march is None and self.subject is None
         mapped = mapped_target() if host else None
-        return KernelOptions(num_threads=self.num_threads, winograd=self.winograd, precision=self.precision,
-                             mapped_target=mapped)
+        options = KernelOptions(num_threads=self.num_threads, winograd=self.winograd, precision=self.precision,
+                                mapped_target=mapped)
+        l2 = l2_cache_bytes() if self.march is None and self.subject is None else None
+        return replace(options, l2_bytes=l2) if l2 else options
 
     def supports(self, node: Node) -> bool:
         return self.refusal(node) is None

@@ -38,14 +38,22 @@ LANES = 16
 # -> 24) that step took 788 us against 652 for three separate steps (the 24-wide projection
 # fills 3/4 of a 32-column panel, and the 1.8 MB expanded tensor leaves L2). Where the expanded
 # tensor passes BANDS_ABOVE_BYTES, the block runs channels first in bands of output rows
-# (`_emit_bands`), each band's expanded and depthwised rows within BAND_BYTES of its thread's
-# scratch: MobileNetV2's 112x112 block (16 -> 96 -> 24, 4.8 MB expanded) 8% faster than three
-# steps at 1 thread, 12% at 2; on 56x56 (1.8 MB) bands were no faster than three steps at any
-# band size, and 2-4x slower with bands under 512 KB (each band's fixed costs and re-expanded
-# rows). Zen 4 (1 MB L2 a core), `ember` block timings side by side.
+# (`_emit_bands`), each band's expanded and depthwised rows within 3/4 of the core's L2
+# (`band_bytes`) of its thread's scratch. Zen 4 (1 MB L2 a core): MobileNetV2's 112x112 block
+# (16 -> 96 -> 24, 4.8 MB expanded) 8% faster than three steps at 1 thread, 12% at 2; on
+# 56x56 (1.8 MB) bands of 1 MB were no faster than three steps, and 2-4x slower with bands
+# under 512 KB (each band's fixed costs and re-expanded rows). Xeon (2 MB L2): the 56x56
+# blocks in bands of 1.5 MB made MobileNetV2 2.6% faster at 1 thread and 1.6% at 2 (16
+# rounds of `bench/ab_revisions.py`; bands of 1 MB: 2.6% and 0%).
 MAX_PIXELS = 28 * 28
-BANDS_ABOVE_BYTES = 4 << 20
-BAND_BYTES = 1 << 20
+BANDS_ABOVE_BYTES = 1 << 20
+
+
+def band_bytes(options: KernelOptions) -> int:
+    """A band's expanded and depthwised rows at most: 3/4 of the core's L2, at least 512 KB."""
+    return max(512 << 10, options.l2_bytes * 3 // 4)
+
+
 # A chunk's fixed cost (its GEMM calls, the depthwise taps reloaded per 16 channels) and how
 # late a pool worker starts on a region, both in multiply-adds (about 0.3 us each).
 CHUNK_MACS = 16_000
@@ -232,13 +240,13 @@ class _Block:
         return (self.expanded * (in_rows * self.w + rows * self.ow) + max(self.c_in, self.expanded) * NR
                 + depthwise)
 
-    def band_rows(self, threads: int) -> int:
+    def band_rows(self, threads: int, band_bytes: int) -> int:
         """Output rows per band: the earliest finish of the threads' runs of bands (`_finish`; a
         band's multiply-adds count the input rows it expands again for its neighbour), among
-        bands whose expanded and depthwised rows fit BAND_BYTES."""
+        bands whose expanded and depthwised rows fit `band_bytes`."""
         stride = self.attrs.strides[0]
         fitting = [r for r in range(1, self.oh + 1)
-                   if self.expanded * (((r - 1) * stride + self.kh) * self.w + r * self.ow) * 4 <= BAND_BYTES] or [1]
+                   if self.expanded * (((r - 1) * stride + self.kh) * self.w + r * self.ow) * 4 <= band_bytes] or [1]
 
         def band_macs(i0: int, i1: int) -> int:
             r0, r1 = self.band_input_rows(i0, i1)
@@ -254,7 +262,7 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = _Block(instr)
     threads = threads_for(options.num_threads, s.macs())
     if s.pixels > MAX_PIXELS:  # the weights as stored: row-major GEMM operands, depthwise taps per channel
-        rows = s.band_rows(threads)
+        rows = s.band_rows(threads, band_bytes(options))
         return KernelPlan({"threads": threads, "split": "bands", "band_rows": rows},
                           scratch_bytes=threads * s.band_floats(rows) * 4)
     expand = pack_panels(s.w_expand.constant().reshape(s.expanded, s.c_in).T.astype(np.float32))

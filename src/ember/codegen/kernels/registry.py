@@ -76,6 +76,9 @@ class KernelOptions:
     # An ISA Mapper target description the host runs (e.g. "x86-avx512"): GEMMs where its
     # mapped kernels measured faster take them (gemm_mapped.py); None: hand-written only.
     mapped_target: str | None = None
+    # The L2 cache of a core, which kernels that block for it size their blocks by: the host's
+    # when compiling for it, else 1 MB (Zen 4's, where those kernels were first tuned).
+    l2_bytes: int = 1 << 20
 
 
 @dataclass
