@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from dataclasses import replace
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
