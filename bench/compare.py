@@ -15,7 +15,7 @@ instructions would be bf16). It is left out, with a note, where `openvino` is no
 fresh process (load or compile, then a few runs).
 
     python bench/compare.py [--models mlp,resnet18,...|DIR] [--threads 1,2] [--rounds 15] [--seconds 0.3]
-                            [--peers onnxruntime,openvino] [--load N] [--rss] [--cached]
+                            [--peers onnxruntime,openvino] [--load N] [--rss] [--cached] [--tune]
 """
 from __future__ import annotations
 
@@ -154,7 +154,8 @@ def latency_table(paths: dict[str, Path], peers: list[str], threads: list[int], 
         for name, path in paths.items():
             shapes, feeds = pretrained.get(name, (None, None))
             r = compare(str(path), thread_count, rounds=args.rounds, seconds=args.seconds, engines=engines,
-                        load=args.load, fresh_cache=not args.cached, input_shapes=shapes, feeds=feeds)
+                        load=args.load, fresh_cache=not args.cached, input_shapes=shapes, feeds=feeds,
+                        tune=args.tune)
             line = f"{name:16} {thread_count:>3} {args.load:>4} " + " ".join(
                 f"{r['p50'][e] * 1e3:>9.3f} {r['p99'][e] * 1e3:>9.3f}" for e in engines)
             if "onnxruntime" in peers:
@@ -194,6 +195,8 @@ def main() -> int:
     parser.add_argument("--peers", default="onnxruntime,openvino", help="engines to time beside Ember")
     parser.add_argument("--load", type=int, default=0, help="competing busy processes during the measurement")
     parser.add_argument("--rss", action="store_true", help="print each engine's peak RSS instead of latencies")
+    parser.add_argument("--tune", action="store_true",
+                        help="Ember compiles with tune=True (kernels measured on this machine, cached per CPU)")
     parser.add_argument("--cached", action="store_true",
                         help="compile from the user's cache (skips the cold kernel-library build per model)")
     args = parser.parse_args()

@@ -36,7 +36,7 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
             num_threads: int | None = None, dynamic: Mapping[str, Sequence[int]] | None = None,
             quantize: Any = None, quantize_options: Mapping[str, Any] | None = None,
             example_inputs: Sequence[Any] | None = None,
-            precision: str | None = None,
+            precision: str | None = None, tune: bool = False,
             ) -> CompiledModel | DynamicModel:
     """Compiles an ONNX model (a path or an onnx.ModelProto), or a torch.nn.Module called on
     example_inputs (a tuple of tensors whose shapes are compiled; frontends/torch).
@@ -60,7 +60,11 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
     precision: "fp32" (the default), "bf16" (convolutions and GEMMs with weights computed from
     bfloat16-rounded operands with float32 sums, on backends with bf16 kernels: cpu on a CPU
     with AVX512-BF16; stats["precision"] gives the choice per node) or "int8" (what quantize=
-    does; it needs the profile)."""
+    does; it needs the profile).
+    tune: time the kernels that can run each convolution in the model on this machine and keep
+    the fastest (cpu backend, static shapes, float32; bounded to about a minute, the choices
+    cached per CPU model in the user cache folder and reused by later compiles; ember/tuning.py).
+    stats["tuning"] says what was measured and chosen."""
     from ember.specialize import compile_dynamic, dynamic_inputs
 
     backend = _default_backend() if backend is None else backend
@@ -70,6 +74,7 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
     if example_inputs is not None or _is_torch_module(model):
         unused = {"input_shapes": input_shapes, "dynamic": dynamic, "quantize": quantize}
         return _compile_torch(model, example_inputs, backend, options, [k for k, v in unused.items() if v])
+    source = model
     loaded = None
     if isinstance(model, str | os.PathLike):
         from ember.frontends.onnx.loader import load_model
@@ -85,6 +90,13 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
         raise EmberError(f"dynamic={dict(dynamic)!r}: the model has no symbolic dimensions left to bucket")
     if quantize is not None and (symbolic is not None or not isinstance(backend, str) or backend == "auto"):
         raise EmberError("quantize= needs one backend by name and static shapes (for now)")
+    if tune:
+        if backend != "cpu" or quantize is not None or options.get("precision", "fp32") != "fp32":
+            raise EmberError("tune=True measures the cpu backend's float32 kernels: pass backend='cpu' and no "
+                             "quantize= or precision='bf16'")
+        from ember.tuning import compile_tuned
+
+        return compile_tuned(source if loaded is not None else model, input_shapes, num_threads)
     if isinstance(backend, str) and backend != "auto":
         return compile_model(model, backend=backend, input_shapes=input_shapes, backend_options=options,
                              quantize=quantize, quantize_options=quantize_options)

@@ -79,14 +79,14 @@ def _time_block(fn: Callable[[], Any], seconds: float, min_runs: int) -> list[fl
 
 def _load(engine: str, model: str, threads: int, backend: str, precision: str = "fp32",
           shapes: dict[str, list[int]] | None = None,
-          feeds_path: str | None = None) -> tuple[Callable[[], Any], dict[str, Any]]:
+          feeds_path: str | None = None, tune: bool = False) -> tuple[Callable[[], Any], dict[str, Any]]:
     reference = Path(model).with_suffix(".ref.npz")
     if engine == "ember":
         import ember
 
         t0 = time.perf_counter()
         compiled = ember.compile(model, backend=backend, num_threads=threads, precision=precision,
-                                 input_shapes=shapes or None)
+                                 input_shapes=shapes or None, tune=tune)
         info: dict[str, Any] = {"compile_seconds": time.perf_counter() - t0}
         if backend == "cpu":
             from ember.backends.cpu.threads import wait_policy
@@ -203,11 +203,14 @@ def serve(engine: str, model: str, threads: int, backend: str, precision: str = 
 class _Worker:
     def __init__(self, engine: str, model: str, threads: int, backend: str, cache_dir: str | None = None,
                  precision: str = "fp32", shapes: dict[str, list[int]] | None = None,
-                 feeds_path: str | None = None):
+                 feeds_path: str | None = None, tune: bool = False):
         self.engine = engine
         code = ("import sys; from ember.bench import serve; "
                 "serve(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6])")
-        inputs = json.dumps({"shapes": shapes, "feeds_path": feeds_path})
+        options: dict[str, Any] = {"shapes": shapes, "feeds_path": feeds_path}
+        if tune and engine == "ember":
+            options["tune"] = True
+        inputs = json.dumps(options)
         # NumPy's own BLAS pool would spin on the cores the engine under test uses (Ember folds
         # constants with NumPy at compile time): one BLAS thread, for both engines alike.
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -248,8 +251,9 @@ class _Worker:
 
 
 def _compile_seconds(model: str, threads: int, backend: str, cache_dir: str | None, precision: str = "fp32",
-                     shapes: dict[str, list[int]] | None = None, feeds_path: str | None = None) -> float:
-    worker = _Worker("ember", model, threads, backend, cache_dir, precision, shapes, feeds_path)
+                     shapes: dict[str, list[int]] | None = None, feeds_path: str | None = None,
+                     tune: bool = False) -> float:
+    worker = _Worker("ember", model, threads, backend, cache_dir, precision, shapes, feeds_path, tune)
     worker.close()
     return worker.info["compile_seconds"]
 
@@ -278,7 +282,7 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
             engines: tuple[str, ...] = ("ember", "onnxruntime"), min_runs: int = 5,
             fresh_cache: bool = True, precision: str = "fp32", load: int = 0,
             input_shapes: Mapping[str, Sequence[int]] | None = None,
-            feeds: Mapping[str, np.ndarray] | None = None) -> dict[str, Any]:
+            feeds: Mapping[str, np.ndarray] | None = None, tune: bool = False) -> dict[str, Any]:
     """Times each engine in `rounds` interleaved blocks of about `seconds` each, with `load`
     competing busy processes running throughout the timed blocks. `input_shapes` binds Ember's
     symbolic dimensions; `feeds` are the inputs every engine runs (default: see the module).
@@ -293,7 +297,8 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
     the peer fastest overall); and Ember's compile time in the first process ("compile_first":
     from an empty cache, kernel library included, when `fresh_cache`) and in a second one,
     with the cache filled ("compile_cached"). `precision` is Ember's (ember.compile(precision=...):
-    "fp32" or "bf16")."""
+    "fp32" or "bf16"); `tune`: Ember compiles with tune=True (measured kernel choices, timed
+    in its first process when the cache does not hold them)."""
     unknown = [e for e in engines if e not in ENGINES]
     if unknown:
         raise EmberError(f"unknown engine(s) {', '.join(unknown)}: choose from {', '.join(ENGINES)}")
@@ -309,7 +314,7 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
             for engine in engines:
                 step(f"compiling or loading the model on {engine} (in its own process)")
                 workers.append(_Worker(engine, model, threads, backend, cache if engine == "ember" else None,
-                                       precision, shapes, feeds_path))
+                                       precision, shapes, feeds_path, tune))
             with competing_load(load):
                 for round_ in range(rounds):
                     step(f"timing: round {round_ + 1} of {rounds}")
@@ -335,7 +340,7 @@ def compare(model: str, threads: int, backend: str = "cpu", rounds: int = 15, se
                 summary["openmp_wait"] = ember_info["openmp_wait"]
             step("timing a compile from the filled cache")
             summary["compile_cached"] = _compile_seconds(model, threads, backend, cache, precision, shapes,
-                                                         feeds_path)
+                                                         feeds_path, tune)
         others = [e for e in engines if e != "ember"]
         if "ember" in engines and others:
             ember_blocks = block_medians["ember"]

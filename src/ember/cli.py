@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     dump.add_argument("--threads", type=positive_int, metavar="N",
                       help="threads the kernels are planned for (native backends; default: all cores)")
     dump.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help=PRECISION_HELP)
+    dump.add_argument("--tune", action="store_true",
+                      help="the cpu backend's measured kernel choices (timed now unless cached; kernels "
+                           "chosen by measurement show tuned=true)")
     dump.add_argument("--print-after-all", action="store_true",
                       help="print the IR after every graph and LIR pass ('// after <pass>' headers) before the stage")
     dump.add_argument("--time-passes", action="store_true",
@@ -326,6 +329,12 @@ def _dump(args: argparse.Namespace) -> int:
     options: dict[str, Any] = {"precision": args.precision} if args.precision != "fp32" else {}
     if args.threads:
         options["num_threads"] = args.threads
+    if args.tune:
+        if args.backend != "cpu" or args.precision != "fp32":
+            raise EmberError("--tune measures the cpu backend's float32 kernels: use --backend cpu")
+        from ember.tuning import tune_kernels
+
+        options["kernel_pins"] = tune_kernels(args.model, parse_shapes(args.shape), args.threads).pins
     backend = get_backend(args.backend, **options)
     if args.stage == "c" and not hasattr(backend, "generate"):
         raise EmberError(f"backend '{args.backend}' generates no C; use --backend cpu")

@@ -47,14 +47,18 @@ class CpuBackend(Backend):
     link_flags: Sequence[str] = ()
 
     def __init__(self, num_threads: int | None = None, sanitize: bool | None = None, march: str | None = None,
-                 winograd: bool = True, precision: str = "fp32", mapped_kernels: bool = True) -> None:
+                 winograd: bool = True, precision: str = "fp32", mapped_kernels: bool = True,
+                 kernel_pins: Mapping[str, str] | None = None, variant_round: int | None = None) -> None:
         """march: build for this ISA level (e.g. "x86-64-v3" for AVX2) instead of the host's
         own, for libraries that must also run on older machines of the same architecture.
         winograd: False keeps every 3x3 convolution on the direct kernel (for comparison).
         precision: "bf16" runs convolutions and GEMMs with weights on bf16 kernels
         (codegen/kernels/gemm_bf16.py); it needs a host with AVX512-BF16.
         mapped_kernels: False keeps every GEMM on the hand-written kernels, never the ISA
-        Mapper's (codegen/kernels/gemm_mapped.py), for comparison."""
+        Mapper's (codegen/kernels/gemm_mapped.py), for comparison.
+        kernel_pins: measured kernel choices, instruction signature -> kernel name (what
+        ember.compile(tune=True) found; ember/tuning.py); variant_round: while tuning, every
+        instruction takes its k-th feasible variant."""
         if march is not None and not re.fullmatch(r"[A-Za-z0-9_.+-]+", march):
             raise EmberError(f"march {march!r} is not an ISA name")
         if num_threads is not None and (not isinstance(num_threads, int) or num_threads < 1):
@@ -64,6 +68,10 @@ class CpuBackend(Backend):
         self.winograd = winograd
         self.precision = check_precision(precision)
         self.mapped_kernels = mapped_kernels
+        # Measured kernel choices (instruction signature -> kernel; ember/tuning.py), and while
+        # tuning, the round whose k-th feasible variant every instruction takes.
+        self.kernel_pins = dict(kernel_pins or {})
+        self.variant_round = variant_round
         # EMBER_SANITIZE=1 builds every library with AddressSanitizer and UBSan (test mode).
         self.sanitize = os.environ.get("EMBER_SANITIZE") == "1" if sanitize is None else sanitize
 
@@ -72,7 +80,8 @@ class CpuBackend(Backend):
         host = self.mapped_kernels and self.march is None and self.subject is None
         mapped = mapped_target() if host else None
         options = KernelOptions(num_threads=self.num_threads, winograd=self.winograd, precision=self.precision,
-                                mapped_target=mapped)
+                                mapped_target=mapped, pinned=tuple(sorted(self.kernel_pins.items())),
+                                variant_round=self.variant_round)
         l2 = l2_cache_bytes() if self.march is None and self.subject is None else None
         return replace(options, l2_bytes=l2) if l2 else options
 

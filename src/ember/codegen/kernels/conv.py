@@ -102,11 +102,12 @@ class ConvShape(ConvOperands):
         self.depthwise = self.cg == 1 and self.out_channels == self.groups
         self.pointwise = self.kh == self.kw == 1 and strides == (1, 1) and pads == (0, 0, 0, 0)
 
-    def geometry(self, name: str, x: str) -> str:
-        """`ember_conv_geom name = { .x = x, .C = ..., ... };` for this convolution."""
-        c = self.channels if self.depthwise else self.cg
-        return init("ember_conv_geom", name, x=x, C=c, H=self.height, W=self.width, KH=self.kh, KW=self.kw,
-                    SH=self.sh, SW=self.sw, PH=self.pt, PW=self.pl, DH=self.dh, DW=self.dw, OH=self.oh, OW=self.ow)
+    def geometry(self, name: str, x: str, all_channels: bool = False) -> str:
+        """`ember_conv_geom name = { .x = x, .C = ..., ... };` for one group of this convolution
+        (C its input channels), or for all of its channels (the depthwise kernel's)."""
+        return init("ember_conv_geom", name, x=x, C=self.channels if all_channels else self.cg, H=self.height,
+                    W=self.width, KH=self.kh, KW=self.kw, SH=self.sh, SW=self.sw, PH=self.pt, PW=self.pl,
+                    DH=self.dh, DW=self.dw, OH=self.oh, OW=self.ow)
 
     def gemm_threads(self, options: KernelOptions) -> int:
         return threads_for(options.num_threads, self.mg * self.pixels * self.k)
@@ -151,7 +152,7 @@ def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
     image, plane = s.channels * s.height * s.width, s.out_channels * s.pixels
     w = s.writer(em).line(s.epilogue().c_init())
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(s.geometry("g", f"x + nb * {image}"))
+        w.line(s.geometry("g", f"x + nb * {image}", all_channels=True))
         w.call("ember_depthwise", "&g", em.pointer(s.w, const=True), "bias", f"res ? res + nb * {plane} : NULL",
                f"y + nb * {plane}", "&ep", em.scratch(instr), param(instr, "threads", 1))
     return w.text()
@@ -175,6 +176,14 @@ def _winograd_applies_where(layout: type[Winograd4Layout] | type[WinogradLayout]
 _winograd4_applies = _winograd_applies_where(Winograd4Layout)
 
 
+def _winograd_feasible(instr: Instr, options: KernelOptions) -> bool:
+    """What the Winograd kernels can run, cost aside: enabled, one group, constant weights,
+    3x3, stride 1, no dilation (any channel count and map size: edge tiles are padded)."""
+    s = ConvShape(instr)
+    return (options.winograd and s.groups == 1 and is_whole_weight(s.w) and (s.kh, s.kw) == (3, 3)
+            and (s.sh, s.sw) == (1, 1) and (s.dh, s.dw) == (1, 1))
+
+
 def _winograd4_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
     threads = s.gemm_threads(options)
@@ -186,7 +195,7 @@ def _winograd4_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 
 @C_KERNELS.kernel("conv_winograd4", *CONV_OPS, accepts=accepts_conv, applies=_winograd4_applies,
-                  plan=_winograd4_plan)
+                  feasible=_winograd_feasible, plan=_winograd4_plan)
 def emit_conv_winograd4(em: Emitter, instr: Instr) -> str:
     return winograd_loops(em, instr, "ember_winograd4", em.packed(instr))
 
@@ -219,7 +228,7 @@ def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 
 @C_KERNELS.kernel("conv_winograd", *CONV_OPS, accepts=accepts_conv, applies=_winograd_applies,
-                  plan=_winograd_plan)
+                  feasible=_winograd_feasible, plan=_winograd_plan)
 def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
     return winograd_loops(em, instr, "ember_winograd", em.packed(instr))
 
@@ -242,6 +251,18 @@ def _pixel_rows_applies(instr: Instr, options: KernelOptions) -> bool:
     return layout.cost() < layout.columns_cost(columns)
 
 
+# A measured search times conv_pixel_rows only where its im2row copy stays this small.
+PIXEL_ROWS_MAX_SCRATCH = 16 << 20
+
+
+def _pixel_rows_feasible(instr: Instr, options: KernelOptions) -> bool:
+    """What conv_pixel_rows can run, cost aside: one group, constant weights (packed at compile
+    time), no dilation, and an im2row of at most PIXEL_ROWS_MAX_SCRATCH bytes."""
+    s = ConvShape(instr)
+    return (s.groups == 1 and is_whole_weight(s.w) and (s.dh, s.dw) == (1, 1)
+            and _pixel_rows_layout(s).scratch_bytes() <= PIXEL_ROWS_MAX_SCRATCH)
+
+
 def _pixel_rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
     layout = _pixel_rows_layout(s)
@@ -252,7 +273,7 @@ def _pixel_rows_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
 
 
 @C_KERNELS.kernel("conv_pixel_rows", *CONV_OPS, accepts=accepts_conv, applies=_pixel_rows_applies,
-                  plan=_pixel_rows_plan)
+                  feasible=_pixel_rows_feasible, plan=_pixel_rows_plan)
 def emit_conv_pixel_rows(em: Emitter, instr: Instr) -> str:
     """A convolution over a small map as Y^T = R W^T: R, the im2row of the input, has a row
     per output pixel (ember_conv_rows: the input made channel-last, then one copy per kernel

@@ -79,6 +79,11 @@ class KernelOptions:
     # The L2 cache of a core, which kernels that block for it size their blocks by: the host's
     # when compiling for it, else 1 MB (Zen 4's, where those kernels were first tuned).
     l2_bytes: int = 1 << 20
+    # Measured kernel choices (backends/cpu/tune.py): (instruction signature, kernel name)
+    # pairs that override the cost model where the kernel can run the instruction; and, while
+    # tuning, the round whose k-th feasible variant every instruction takes (None: not tuning).
+    pinned: tuple[tuple[str, str], ...] = ()
+    variant_round: int | None = None
 
 
 @dataclass
@@ -117,6 +122,9 @@ class Kernel:
     accepts: Callable[[OpView], str | None] = _accept_all
     applies: Callable[[Instr, KernelOptions], bool] = _always
     plan: Callable[[Instr, KernelOptions], KernelPlan] = _no_plan
+    # Whether the kernel can run the instruction at all, cost aside: the variants a measured
+    # search (tune=True) times. None: where it applies (not a candidate beyond that).
+    feasible: Callable[[Instr, KernelOptions], bool] | None = None
     preamble: str = ""
     # The kernel computes several graph ops, each of which ONNX rounds on its own: the C
     # compiler must not contract a product of one into a sum of the next (an FMA skips the
@@ -198,13 +206,63 @@ class KernelRegistry:
             return None
         return str(reasons[0])
 
+    def candidates(self, instr: Instr, options: KernelOptions) -> list[Kernel]:
+        """The variants that can run `instr` (accepted and feasible), in registration order:
+        what a measured search chooses among."""
+        view = OpView.of_instr(instr)
+        found = []
+        for kernel in self.variants(instr.name):
+            if kernel.accepts(view) is not None:
+                continue
+            feasible = kernel.feasible or kernel.applies
+            if feasible(instr, options):
+                found.append(kernel)
+        return found
+
     def select(self, instr: Instr, options: KernelOptions) -> tuple[Kernel, KernelPlan]:
+        """The kernel for `instr` and its plan: a measured choice where options pin one, else
+        the cost model's."""
+        if options.pinned or options.variant_round is not None:
+            tuned = self._tuned(instr, options)
+            if tuned is not None:
+                plan = tuned.plan(instr, options)
+                plan.params["tuned"] = True
+                return tuned, plan
+        kernel = self.default_variant(instr, options)
+        return kernel, kernel.plan(instr, options)
+
+    def default_variant(self, instr: Instr, options: KernelOptions) -> Kernel:
+        """The cost model's choice: the first variant that accepts `instr` and applies."""
         view = OpView.of_instr(instr)
         for kernel in self.variants(instr.name):
             if kernel.accepts(view) is None and kernel.applies(instr, options):
-                return kernel, kernel.plan(instr, options)
+                return kernel
         reason = self.refusal(view) or "no variant applies (an Ember bug: accepts and applies disagree)"
         raise EmberError(f"node '{instr.source}' ({instr.name}): {reason}")
+
+    def _tuned(self, instr: Instr, options: KernelOptions) -> Kernel | None:
+        """The measured choice for `instr` (or this round's variant while tuning), where one
+        of its candidates is that; None leaves it to the cost model."""
+        candidates = self.candidates(instr, options)
+        if len(candidates) < 2:
+            return None
+        if options.variant_round is not None:
+            return candidates[options.variant_round] if options.variant_round < len(candidates) else None
+        name = dict(options.pinned).get(instr_signature(instr, options))
+        return next((k for k in candidates if k.name == name), None)
+
+
+def instr_signature(instr: Instr, options: KernelOptions) -> str:
+    """What a measured kernel choice depends on: the op, its operands' and results' types
+    (and which operands are constant), its attributes and the thread count."""
+    view = OpView.of_instr(instr)
+
+    def types(values: Sequence[TensorType | None], constant: Sequence[bool]) -> str:
+        return ",".join("-" if t is None else f"{t.dtype.name}{list(t.shape)}{'c' if c else ''}"
+                        for t, c in zip(values, constant, strict=True))
+
+    return (f"{instr.name}({types(view.operands, view.constant)})->({types(view.results, [False] * len(view.results))})"
+            f" {instr.attrs!r} threads={options.num_threads}")
 
 
 # Loop-nest helpers every C kernel family uses ---------------------------------------------
