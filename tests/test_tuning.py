@@ -159,3 +159,10 @@ def test_tune_needs_the_cpu_backend_in_float32():
     model = conv_model(**CASES["1x1"])
     with pytest.raises(EmberError, match="tune=True measures the cpu backend"):
         ember.compile(model, backend="interpreter", tune=True)
+
+
+def test_tune_needs_static_shapes():
+    model = conv_model(**CASES["1x1"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    with pytest.raises(EmberError, match="tune=True measures kernels on static shapes"):
+        ember.compile(model, backend="cpu", tune=True)

@@ -72,7 +72,7 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
     if _resolve_precision(precision, quantize, backend) == "bf16":
         options["precision"] = "bf16"
     if example_inputs is not None or _is_torch_module(model):
-        unused = {"input_shapes": input_shapes, "dynamic": dynamic, "quantize": quantize}
+        unused = {"input_shapes": input_shapes, "dynamic": dynamic, "quantize": quantize, "tune": tune}
         return _compile_torch(model, example_inputs, backend, options, [k for k, v in unused.items() if v])
     source = model
     loaded = None
@@ -83,6 +83,9 @@ def compile(model: Any, backend: str | Sequence[str] | None = None,
         # releases the proto: loader.LoadedModel.single_use).
         model = loaded = load_model(model, single_use=True)
     symbolic = dynamic_inputs(model, input_shapes) if loaded is not None or _is_proto(model) else None
+    if symbolic is not None and tune:
+        raise EmberError("tune=True measures kernels on static shapes: bind the model's symbolic dimensions "
+                         "with input_shapes=")
     if symbolic is not None:
         proto, inputs = symbolic
         return compile_dynamic(proto, inputs, backend, options, buckets=dynamic)
