@@ -17,9 +17,7 @@ timing; the compile's stats["tuning"] reports them, and `ember dump` marks tuned
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from ember.codegen.kernels.registry import instr_signature
 from ember.lir.ir import Program
 from ember.runtime.compiled import CompiledModel
 from ember.support.host import cpu_name
+from ember.support.json_cache import load_json_cache, update_json_cache
 from ember.support.paths import cache_dir
 
 CACHE_FILE = "kernel-tuning.json"
@@ -83,24 +82,6 @@ def _cache_key() -> str:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
-
-
-def _load(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}  # no cache yet, or one that cannot be read: measure again
-
-
-def _store(path: Path, key: str, entries: Mapping[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _load(path)
-    data.setdefault(key, {}).update(entries)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".kernel-tuning-")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-    os.replace(temporary, path)  # whole or not at all, if two processes tune at once
 
 
 def _tunables(backend: _Capturing) -> dict[str, _Tunable]:
@@ -201,7 +182,7 @@ def tune_kernels(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = 
 
     backend, compiled = compile_with()
     tunables = _tunables(backend)
-    cached = _load(path).get(key, {})
+    cached = load_json_cache(path).get(key, {})
     missing = {sig: t for sig, t in tunables.items() if sig not in cached}
     rounds = 0
     while missing and rounds < MAX_ROUNDS and time.perf_counter() - started < budget_s:
@@ -213,7 +194,7 @@ def tune_kernels(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = 
                       "us": {k: round(s * 1e6, 1) for k, s in sorted(t.seconds.items())}}
                 for sig, t in missing.items() if len(t.seconds) >= 2}
     if measured:
-        _store(path, key, measured)
+        update_json_cache(path, lambda data: data.setdefault(key, {}).update(measured))
     decisions = {**{sig: entry for sig, entry in cached.items() if sig in tunables}, **measured}
     pins = {sig: entry["kernel"] for sig, entry in decisions.items() if entry["kernel"] != tunables[sig].default}
     report = {

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import os
 import subprocess
 import tempfile
@@ -24,6 +23,7 @@ from ember.isa.emit_c import GemmCode, emit_gemm
 from ember.isa.schedule import Schedule, register_tiles
 from ember.support.errors import EmberError, UnsupportedError
 from ember.support.host import cpu_name as cpu_model
+from ember.support.json_cache import load_json_cache, update_json_cache
 from ember.support.paths import cache_dir
 
 CACHE_FILE = "isa-tuning.json"
@@ -68,24 +68,6 @@ def _key(codes: list[GemmCode], compiler: str) -> str:
         digest.update(part.encode())
         digest.update(b"\0")
     return digest.hexdigest()
-
-
-def _load(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}  # no cache yet, or one that cannot be read: tune again
-
-
-def _store(path: Path, key: str, entry: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _load(path)
-    data[key] = entry
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".isa-tuning-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(temporary, path)  # whole or not at all, if two processes tune at once
 
 
 def _inputs(code: GemmCode, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +118,7 @@ def tune_gemm(schedule: Schedule, *, count: int = 4, budget_s: float = 0.05, cac
     compiler = _compiler()
     path = (cache or cache_dir()) / CACHE_FILE
     key = _key(codes, compiler)
-    entry = _load(path).get(key)
+    entry = load_json_cache(path).get(key)
     if isinstance(entry, dict):
         chosen = next((c for c in codes if f"{c.mr}x{c.nr}" == entry.get("choice")), None)
         if chosen is not None:
@@ -146,6 +128,7 @@ def tune_gemm(schedule: Schedule, *, count: int = 4, budget_s: float = 0.05, cac
         for code in codes:
             seconds[f"{code.mr}x{code.nr}"] = measure(code, Path(folder), compiler, budget_s)
     choice = min(seconds, key=lambda tile: (seconds[tile], tile))
-    _store(path, key, {"cpu": cpu_model(), "gemm": f"{codes[0].m}x{codes[0].n}x{codes[0].k}",
-                       "instruction": schedule.mapping.instruction.name, "choice": choice, "seconds": seconds})
+    entry = {"cpu": cpu_model(), "gemm": f"{codes[0].m}x{codes[0].n}x{codes[0].k}",
+             "instruction": schedule.mapping.instruction.name, "choice": choice, "seconds": seconds}
+    update_json_cache(path, lambda data: data.__setitem__(key, entry))
     return Tuned(next(c for c in codes if f"{c.mr}x{c.nr}" == choice), seconds, False)

@@ -241,27 +241,17 @@ static __attribute__((noinline, noclone)) void store_grid(const ember_v16 (*acc)
                        const ember_epilogue *ep, long row0, long col0)
 {
     float *row_base = c - col0;  /* C's columns are output positions from here on */
-    int kept;
-    long at;
-    if (!ep->residual) {  /* finished once, then only masked stores per run */
-        ember_v16 out[EMBER_MR][2];
-        finish_grid_tile(acc, mr, ep, row0, out);
-        for (int s = 0, run; s < ncols; s += run) {
-            run = grid_run(ep, col0, s, ncols, &kept, &at);
-            for (int h = 0; h < 2 && kept > 0; h++) {
-                int lo = s > 16 * h ? s - 16 * h : 0, hi = s + kept - 16 * h < 16 ? s + kept - 16 * h : 16;
-                if (hi <= lo) continue;
-                uint32_t mask = ((1u << hi) - 1u) & ~((1u << lo) - 1u);
-                float *dst = row_base + at - s + 16 * h;  /* where lane 0 of this half would go */
-                for (int i = 0; i < mr; i++) vn_store_masked(dst + i * ldc, mask, out[i][h]);
-            }
-        }
-        return;
-    }
+    /* Without a residual the tile is finished once, before the runs (finish_grid_tile); with
+     * one, each stored vector adds its residual first, then bias and activation. */
+    int finished = !ep->residual;
+    ember_v16 out[EMBER_MR][2];
+    if (finished) finish_grid_tile(acc, mr, ep, row0, out);
     ember_epilogue rest = *ep;
     rest.residual = NULL;
     int act_after = activated_in_memory(rest.act);  /* a vector loop below, not finish's per-value calls */
     if (act_after) rest.act = EMBER_ACT_NONE;
+    int kept;
+    long at;
     for (int s = 0, run; s < ncols; s += run) {
         run = grid_run(ep, col0, s, ncols, &kept, &at);
         for (int h = 0; h < 2 && kept > 0; h++) {
@@ -270,10 +260,14 @@ static __attribute__((noinline, noclone)) void store_grid(const ember_v16 (*acc)
             uint32_t mask = ((1u << hi) - 1u) & ~((1u << lo) - 1u);
             long lane0 = at - s + 16 * h;  /* where lane 0 of this half would go */
             for (int i = 0; i < mr; i++) {
-                ember_v16 v = acc[i][h];
-                if (ep->residual) v += vn_load_masked(ep->residual + (row0 + i) * ep->ld_residual + lane0, mask);
-                v = finish(v, &rest, row0 + i, lane0);
-                if (act_after) v = activate_v16(v, ep);
+                ember_v16 v;
+                if (finished) {
+                    v = out[i][h];
+                } else {
+                    v = acc[i][h] + vn_load_masked(ep->residual + (row0 + i) * ep->ld_residual + lane0, mask);
+                    v = finish(v, &rest, row0 + i, lane0);
+                    if (act_after) v = activate_v16(v, ep);
+                }
                 vn_store_masked(row_base + i * ldc + lane0, mask, v);
             }
         }
