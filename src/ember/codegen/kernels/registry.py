@@ -79,7 +79,7 @@ class KernelOptions:
     # The L2 cache of a core, which kernels that block for it size their blocks by: the host's
     # when compiling for it, else 1 MB (Zen 4's, where those kernels were first tuned).
     l2_bytes: int = 1 << 20
-    # Measured kernel choices (backends/cpu/tune.py): (instruction signature, kernel name)
+    # Measured kernel choices (ember/tuning.py): (instruction signature, kernel name)
     # pairs that override the cost model where the kernel can run the instruction; and, while
     # tuning, the round whose k-th feasible variant every instruction takes (None: not tuning).
     pinned: tuple[tuple[str, str], ...] = ()
