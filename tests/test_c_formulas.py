@@ -212,8 +212,11 @@ def test_c_activation_matches_numpy(lib, name):
         lib.ember_test_activate(activation.code, alpha, beta, x.ctypes.data, n,
                                 *(o.ctypes.data for o in outs), scratch.ctypes.data)
         for how, out in zip(("ember_activate", "ember_finish_span", "the GEMM tile"), outs, strict=True):
-            # ember_math.h's exp and tanh are within a few ulp.
-            np.testing.assert_allclose(out, expected, rtol=2e-6, atol=1e-7,
+            # ember_math.h's exp and tanh are within a few ulp. Gelu's 1 + erf(x / sqrt 2)
+            # cancels for x < -3 (as in ONNX Runtime's and oneDNN's Gelu): its error is absolute,
+            # within erf's 3.3e-7 times x / 2 there.
+            atol = 5e-7 if name == "gelu" else 1e-7
+            np.testing.assert_allclose(out, expected, rtol=2e-6, atol=atol,
                                        err_msg=f"{name}({alpha}, {beta}) through {how}")
 
 
