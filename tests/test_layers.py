@@ -19,16 +19,17 @@ LAYERS = {
     "support": 0, "types": 1, "ops": 2, "graph": 3, "passes": 4,
     "transforms": 5, "lowering": 5, "partition": 5, "quant": 5, "isa": 5,
     "lir": 6, "memory": 7, "codegen": 8, "backends": 9, "frontends": 10,
-    "driver": 11, "runtime": 11, "bench": 11, "heterogeneous": 11, "specialize": 11, "cli": 12, "onnx_backend": 12,
+    "driver": 11, "runtime": 11, "bench": 11, "heterogeneous": 11, "specialize": 11, "tuning": 11, "cli": 12, "onnx_backend": 12,
     "tools": 12, "serve": 12,
     "__init__": 12, "__main__": 13,
 }
 INDEPENDENT = {"transforms", "lowering", "partition", "quant", "isa"}
 # The runtime wraps a backend's executable, and the driver builds the runtime's model; the
-# heterogeneous compile partitions, then compiles each segment with the driver.
+# heterogeneous compile partitions, then compiles each segment with the driver; the tuned
+# compile compiles a model once per variant round with the driver and times the runtime's model.
 ALLOWED_SAME_LAYER = {("driver", "runtime"), ("heterogeneous", "driver"), ("heterogeneous", "runtime"),
                       ("specialize", "driver"), ("specialize", "heterogeneous"), ("specialize", "runtime"),
-                      ("cli", "tools"), ("tools", "serve")}
+                      ("tuning", "driver"), ("tuning", "runtime"), ("cli", "tools"), ("tools", "serve")}
 # The package's entry points: not in the architecture table.
 ENTRY_POINTS = {"__init__", "__main__"}
 
