@@ -89,6 +89,7 @@ def test_generated_c_matches_golden(name, monkeypatch):
     # The code for an AVX-512 host (dense's few-row GEMM takes the ISA Mapper's kernel), the
     # same text on any host: generation only, nothing is built.
     monkeypatch.setattr("ember.backends.cpu.backend.mapped_target", lambda: "x86-avx512")
+    monkeypatch.setattr("ember.backends.cpu.backend.l2_cache_bytes", lambda: 2 << 20)  # blocks sized by the L2
     backend = CpuBackend(num_threads=2)
     program, _, _ = prepare_program(MODELS[name](), backend)
     source = backend.generate(program).source
