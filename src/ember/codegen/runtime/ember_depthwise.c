@@ -170,17 +170,17 @@ static inline void dw_rows(const ember_conv_geom *g, const float *xc, const floa
 
 static inline __attribute__((always_inline)) void
 dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, const long KW, const long SH,
-               const long SW, long start, const uint32_t *masks, ember_vn bias, ember_vn *acc)
+               const long SW, const int R, long start, const uint32_t *masks, ember_vn bias, ember_vn *acc)
 {
-    for (int r = 0; r < DW_ROWS; r++) acc[r] = bias;
+    for (int r = 0; r < R; r++) acc[r] = bias;
     #pragma GCC unroll 16
-    for (long t = 0; t < SH * (DW_ROWS - 1) + KH; t++) {
+    for (long t = 0; t < SH * (R - 1) + KH; t++) {
         const float *row = rows[t];
         #pragma GCC unroll 8
         for (long v = 0; v < KW; v++) {
             ember_vn in = dw_tap(row + start + v, SW, masks ? masks + 2 * v : NULL);
             #pragma GCC unroll 4
-            for (int r = 0; r < DW_ROWS; r++) {
+            for (int r = 0; r < R; r++) {
                 long u = t - SH * r;
                 if (u >= 0 && u < KH) acc[r] += wt[u * KW + v] * in;
             }
@@ -188,24 +188,48 @@ dw_vector_rows(const float *const *rows, const ember_vn *wt, const long KH, cons
     }
 }
 
-/* Output rows [i, i + DW_ROWS) at columns [j, j + L) for every j in [j0, j1) (step L). */
+/* Output rows [i, i + R) (R <= DW_ROWS, a constant) at columns [j, j + L) for every j in
+ * [j0, j1) (step L). */
 static inline __attribute__((always_inline)) void
-dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long SH, const long SW, const float *xc,
-             const float *zeros, long i, long j0, long j1, const uint32_t *masks, const ember_vn *wt, ember_vn bias,
-             int act, ember_vn lo, ember_vn hi, float *yc)
+dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long SH, const long SW, const int R,
+             const float *xc, const float *zeros, long i, long j0, long j1, const uint32_t *masks, const ember_vn *wt,
+             ember_vn bias, int act, ember_vn lo, ember_vn hi, float *yc)
 {
     const float *rows[SH * (DW_ROWS - 1) + 8];
-    for (long t = 0; t < SH * (DW_ROWS - 1) + KH; t++) {
+    for (long t = 0; t < SH * (R - 1) + KH; t++) {
         long ih = i * SH - g->PH + t;
         rows[t] = ih >= 0 && ih < g->H ? xc + ih * g->W : zeros;
     }
     for (long j = j0; j < j1; j += DW_L) {
         ember_vn acc[DW_ROWS];
-        dw_vector_rows(rows, wt, KH, KW, SH, SW, j * SW - g->PW, masks, bias, acc);
-        for (int r = 0; r < DW_ROWS; r++) {
+        dw_vector_rows(rows, wt, KH, KW, SH, SW, R, j * SW - g->PW, masks, bias, acc);
+        for (int r = 0; r < R; r++) {
             float *yr = yc + (i + r) * g->OW;
             if (masks) dw_store(yr, j, g->OW, dw_act(acc[r], act, lo, hi));
             else vn_store(yr + j, dw_act(acc[r], act, lo, hi));
+        }
+    }
+}
+
+/* The rows after the last whole block of DW_ROWS: two or three as a block of their own (each
+ * input vector then feeds two or three outputs; row by row, a 6-row map's last two rows took
+ * as long as its first four), a single one row by row. */
+static inline __attribute__((always_inline)) void
+dw_tail_rows(const ember_conv_geom *g, const long KH, const long KW, const long SH, const long SW, const float *xc,
+             const float *zeros, long i, long j0, long j1, const uint32_t *masks, const ember_vn *wt, ember_vn bias,
+             int act, ember_vn lo, ember_vn hi, float *yc)
+{
+    long left = g->OH - i;
+    if (left == 3) dw_row_block(g, KH, KW, SH, SW, 3, xc, zeros, i, j0, j1, masks, wt, bias, act, lo, hi, yc);
+    else if (left == 2) dw_row_block(g, KH, KW, SH, SW, 2, xc, zeros, i, j0, j1, masks, wt, bias, act, lo, hi, yc);
+    else if (left == 1) {
+        const float *rows[8];
+        dw_rows(g, xc, zeros, i, KH, SH, rows);
+        float *yr = yc + i * g->OW;
+        for (long j = j0; j < j1; j += DW_L) {
+            ember_vn v = dw_act(dw_vector(rows, wt, KH, KW, SW, j * SW - g->PW, masks, bias), act, lo, hi);
+            if (masks) dw_store(yr, j, g->OW, v);
+            else vn_store(yr + j, v);
         }
     }
 }
@@ -232,7 +256,6 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     if (j_in > OW) j_in = (OW + DW_L - 1) / DW_L * DW_L;
     long j_out = j_in;
     while (j_out + DW_L <= OW && j_out * SW - PW + DW_L * SW - 1 + KW <= W) j_out += DW_L;
-    const float *rows[8];
     for (long j = 0; j < OW; j += DW_L) {
         if (j == j_in) j = j_out;
         if (j >= OW) break;
@@ -242,22 +265,13 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
             masks[2 * v + 1] = dw_window_mask(j * SW - PW + v + DW_L, W);
         }
         for (long i = 0; i < blocked_rows; i += DW_ROWS)
-            dw_row_block(g, KH, KW, SH, SW, xc, zeros, i, j, j + DW_L, masks, wt, bias, act, lo, hi, yc);
-        for (long i = blocked_rows; i < OH; i++) {
-            dw_rows(g, xc, zeros, i, KH, SH, rows);
-            dw_store(yc + i * OW, j, OW,
-                     dw_act(dw_vector(rows, wt, KH, KW, SW, j * SW - PW, masks, bias), act, lo, hi));
-        }
+            dw_row_block(g, KH, KW, SH, SW, DW_ROWS, xc, zeros, i, j, j + DW_L, masks, wt, bias, act, lo, hi, yc);
+        dw_tail_rows(g, KH, KW, SH, SW, xc, zeros, blocked_rows, j, j + DW_L, masks, wt, bias, act, lo, hi, yc);
     }
     if (j_out > j_in) {
         for (long i = 0; i < blocked_rows; i += DW_ROWS)
-            dw_row_block(g, KH, KW, SH, SW, xc, zeros, i, j_in, j_out, NULL, wt, bias, act, lo, hi, yc);
-        for (long i = blocked_rows; i < OH; i++) {
-            dw_rows(g, xc, zeros, i, KH, SH, rows);
-            float *yr = yc + i * OW;
-            for (long j = j_in; j < j_out; j += DW_L)
-                vn_store(yr + j, dw_act(dw_vector(rows, wt, KH, KW, SW, j * SW - PW, NULL, bias), act, lo, hi));
-        }
+            dw_row_block(g, KH, KW, SH, SW, DW_ROWS, xc, zeros, i, j_in, j_out, NULL, wt, bias, act, lo, hi, yc);
+        dw_tail_rows(g, KH, KW, SH, SW, xc, zeros, blocked_rows, j_in, j_out, NULL, wt, bias, act, lo, hi, yc);
     }
     if (!in_reg) ember_finish_span(yc, rc, g->OH * g->OW, ep);
 }
