@@ -19,8 +19,8 @@ LAYERS = {
     "support": 0, "types": 1, "ops": 2, "graph": 3, "passes": 4,
     "transforms": 5, "lowering": 5, "partition": 5, "quant": 5, "isa": 5,
     "lir": 6, "memory": 7, "codegen": 8, "backends": 9, "frontends": 10,
-    "driver": 11, "runtime": 11, "bench": 11, "heterogeneous": 11, "specialize": 11, "tuning": 11, "cli": 12, "onnx_backend": 12,
-    "tools": 12, "serve": 12,
+    "driver": 11, "runtime": 11, "bench": 11, "heterogeneous": 11, "specialize": 11, "tuning": 11,
+    "cli": 12, "onnx_backend": 12, "tools": 12, "serve": 12,
     "__init__": 12, "__main__": 13,
 }
 INDEPENDENT = {"transforms", "lowering", "partition", "quant", "isa"}
