@@ -32,6 +32,7 @@ from ember.codegen import RUNTIME_SOURCES, runtime_source
 from ember.codegen.kernels.registry import instr_signature
 from ember.lir.ir import Program
 from ember.runtime.compiled import CompiledModel
+from ember.runtime.feeds import seeded_inputs
 from ember.support.host import cpu_name
 from ember.support.json_cache import load_json_cache, update_json_cache
 from ember.support.paths import cache_dir
@@ -93,24 +94,17 @@ def _tunables(backend: _Capturing) -> dict[str, _Tunable]:
     for instr in backend.program.instrs:
         if instr.kernel is None or len(backend.kernels.candidates(instr, options)) < 2:
             continue
-        signature = instr_signature(instr, options)
-        default = backend.kernels.default_variant(instr, options).name
-        found.setdefault(signature, _Tunable(instr.source or instr.name, default))
+        # The compile made no measured choices: the kernel it took is the cost model's.
+        found.setdefault(instr_signature(instr, options), _Tunable(instr.source or instr.name, instr.kernel.name))
     return found
 
 
 def _feeds(compiled: CompiledModel, inputs: Mapping[str, np.ndarray] | None) -> list[np.ndarray]:
-    """The inputs in order: the caller's, else seeded standard normal (zeros for integers)."""
-    rng = np.random.default_rng(0)
-    feeds = []
-    for spec in compiled.inputs:
-        if inputs is not None and spec.name in inputs:
-            feeds.append(np.ascontiguousarray(inputs[spec.name], dtype=spec.type.dtype.numpy))
-        elif spec.type.dtype.is_float:
-            feeds.append(rng.standard_normal(spec.type.shape).astype(spec.type.dtype.numpy))
-        else:
-            feeds.append(np.zeros(spec.type.shape, spec.type.dtype.numpy))
-    return feeds
+    """The inputs in order: the caller's, else seeded random data (runtime/feeds.py)."""
+    given = dict(inputs or {})
+    seeded = seeded_inputs([spec for spec in compiled.inputs if spec.name not in given])
+    return [np.ascontiguousarray(given[spec.name], dtype=spec.type.dtype.numpy) if spec.name in given
+            else seeded[spec.name] for spec in compiled.inputs]
 
 
 def _measure_round(compile_with, round_index: int, wanted: Mapping[str, _Tunable],

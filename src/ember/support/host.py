@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+from functools import cache
 from pathlib import Path
 
 
@@ -26,9 +27,10 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+@cache
 def l2_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
     """The size of the L2 cache of the first core (Linux sysfs: `root` holds its caches'
-    index* folders), None where it cannot be read."""
+    index* folders), None where it cannot be read; read once (every compile asks)."""
     try:
         for index in sorted(root.glob("index*")):
             if (index / "level").read_text().strip() != "2" or \

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ember.runtime.feeds import seeded_inputs
 from ember.support.errors import EmberError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_COMPILE, EXIT_ACCURACY = 0, 1, 2, 3, 4
@@ -196,7 +197,6 @@ def load_feeds(specs: list[Any], items: list[str], reference: Mapping[str, np.nd
             given[name] = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as err:
             raise CommandError(f"cannot read input '{name}' from {path}: {err}", EXIT_ERROR) from None
-    rng = np.random.default_rng(0)
     random = []
     for spec in specs:
         if spec.name in given:
@@ -207,13 +207,11 @@ def load_feeds(specs: list[Any], items: list[str], reference: Mapping[str, np.nd
             raise CommandError(f"input '{spec.name}' has symbolic dimensions {list(spec.dims)}: pass --input "
                                f"{spec.name}=FILE.npy or bind them with --shape {spec.name}=D0,D1,...", EXIT_USAGE)
         else:
-            random.append(spec.name)
-            if spec.type.dtype.is_float:
-                given[spec.name] = rng.standard_normal(spec.type.shape).astype(spec.type.dtype.numpy)
-            else:
-                given[spec.name] = np.zeros(spec.type.shape, spec.type.dtype.numpy)
+            random.append(spec)
     if random:
-        say(f"input(s) {', '.join(random)} are random (seeded standard normal; zeros for integer inputs): {hint}")
+        given.update(seeded_inputs(random))
+        say(f"input(s) {', '.join(spec.name for spec in random)} are random (seeded standard normal; zeros for "
+            f"integer inputs): {hint}")
     return given
 
 
