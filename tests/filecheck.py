@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ember.graph import Graph, parse_graph, print_graph
-from ember.passes import PassManager
+from ember.passes import PassContext, PassManager
 from tests.helpers import evaluate_graph, random_inputs, relative_error
 
 _DIRECTIVE = re.compile(r"\b(CHECK(?:-NEXT|-SAME|-NOT)?):\s?(.*)$")
@@ -113,16 +113,18 @@ def random_weights(ir: str, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def check_pass(ir: str, passes: str | Sequence[str], checks: str, *,
-               weights: Mapping[str, np.ndarray] | None = None, seed: int = 0, rtol: float = 1e-4) -> Graph:
-    """Runs `passes` on the parsed `ir`, FileChecks the result and checks the numbers agree
-    (max |error| relative to max(1, max |before|) within rtol). Returns the optimized graph."""
+               weights: Mapping[str, np.ndarray] | None = None, seed: int = 0, rtol: float = 1e-4,
+               context: PassContext | None = None) -> Graph:
+    """Runs `passes` on the parsed `ir` (in `context`: the target backend, for passes that ask
+    it), FileChecks the result and checks the numbers agree (max |error| relative to
+    max(1, max |before|) within rtol). Returns the optimized graph."""
     pipeline = [passes] if isinstance(passes, str) else list(passes)
     all_weights = {**random_weights(ir, seed), **(weights or {})}
     before = parse_graph(ir, all_weights)
     inputs = random_inputs(before, seed)
     expected = evaluate_graph(before, inputs)
     after = parse_graph(ir, all_weights)
-    PassManager(pipeline, verify=True).run(after)
+    PassManager(pipeline, verify=True, context=context).run(after)
     filecheck(print_graph(after), checks)
     actual = evaluate_graph(after, inputs)
     for name, value in expected.items():

@@ -358,6 +358,13 @@ add(Case("InvertedResidual", [(F32, (1, 16, 14, 14)), *_BLOCK, (F32, (1, 16, 14,
          InvertedResidualAttrs((1, 1), (1, 1, 1, 1), "clip", 0.0, 6.0, "clip", 0.0, 6.0)))
 add(Case("InvertedResidual", [(F32, (2, 16, 9, 11)), *_BLOCK, None],
          InvertedResidualAttrs((2, 2), (1, 1, 1, 1), "clip", 0.0, 6.0, "relu"), name="InvertedResidual_stride2"))
+# Channels last (NHWC x, residual and y; what assign-layouts makes of chains of blocks).
+add(Case("InvertedResidual", [(F32, (1, 14, 14, 16)), *_BLOCK, (F32, (1, 14, 14, 16))],
+         InvertedResidualAttrs((1, 1), (1, 1, 1, 1), "clip", 0.0, 6.0, "clip", 0.0, 6.0, "relu", channels_last=True),
+         name="InvertedResidual_channels_last"))
+add(Case("InvertedResidual", [(F32, (2, 9, 11, 16)), *_BLOCK, None],
+         InvertedResidualAttrs((2, 2), (1, 1, 1, 1), "clip", 0.0, 6.0, "relu", channels_last=True),
+         name="InvertedResidual_channels_last_stride2"))
 
 # A forest of two trees over 3 features: tree 0 splits x0 <= 0.1 then x2 < -0.3 (NaN tracked
 # to the true branch), tree 1 is x1 != 0.5; leaves weigh targets 0 and 1, base values added.

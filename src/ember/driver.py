@@ -51,7 +51,7 @@ def load_model(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = No
 
 
 def optimize_graph(graph: Graph, backend: Backend) -> None:
-    PassManager(backend.pipeline(), verify=None).run(graph)
+    PassManager(backend.pipeline(), verify=None, context=PassContext(backend=backend)).run(graph)
     if debug_mode():
         verify_graph(graph)
 

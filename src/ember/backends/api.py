@@ -53,6 +53,11 @@ class Backend:
     def should_lower(self, node: Node) -> bool:
         return not self.supports(node)
 
+    def prefers_channels_last(self, node: Node) -> bool:
+        """Whether `node` (an op with a channels-last form) runs faster here with its
+        activations NHWC when its neighbours' are too (the assign-layouts pass asks)."""
+        return False
+
     def patterns(self) -> list[Pattern]:
         """Composite patterns (chains such as Conv -> Add -> Relu) this backend wants to receive
         whole: the partitioner keeps each match in one segment, on this backend."""

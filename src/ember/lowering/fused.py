@@ -8,7 +8,7 @@ from ember.lowering.einsum import reshape, transpose
 from ember.lowering.engine import lowering, scalar
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs, get_activation
 from ember.ops.fused_attention import FusedAttentionAttrs
-from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.ops.inverted_residual import TO_NCHW, TO_NHWC, InvertedResidualAttrs
 from ember.ops.normalization import SoftmaxAttrs
 
 
@@ -49,14 +49,19 @@ def lower_fully_connected(graph: Graph, node: Node) -> list[Value]:
 
 @lowering("InvertedResidual")
 def lower_inverted_residual(graph: Graph, node: Node) -> list[Value]:
-    """Back into its expansion, depthwise and projection FusedConvs."""
+    """Back into its expansion, depthwise and projection FusedConvs (between Transposes from
+    and to NHWC when it is channels last)."""
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = node.inputs
     attrs: InvertedResidualAttrs = node.attrs
+    if attrs.channels_last:
+        x = transpose(graph, node.input(0), TO_NCHW, f"{node.name}.x")
+        if residual is not None:
+            residual = transpose(graph, residual, TO_NCHW, f"{node.name}.residual")
     e = graph.add("FusedConv", x, w_expand, b_expand, None, attrs=attrs.expand(), name=f"{node.name}.expand")
     d = graph.add("FusedConv", e, w_depthwise, b_depthwise, None, attrs=attrs.depthwise(e.type.shape[1]),
                   name=f"{node.name}.depthwise")
-    return [graph.add("FusedConv", d, w_project, b_project, residual, attrs=attrs.project(),
-                      name=f"{node.name}.project")]
+    y = graph.add("FusedConv", d, w_project, b_project, residual, attrs=attrs.project(), name=f"{node.name}.project")
+    return [transpose(graph, y, TO_NHWC, f"{node.name}.y") if attrs.channels_last else y]
 
 
 @lowering("FusedAttention")

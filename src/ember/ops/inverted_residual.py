@@ -3,15 +3,20 @@ projection (each with its bias and activation, the projection with an optional r
 one op so that a backend can keep the two wide intermediate tensors inside one kernel
 (codegen/kernels/inverted_residual.py). The cpu backend's pipeline forms it
 (transforms/fuse_inverted_residual.py); a backend without a kernel for it gets it back as
-its three FusedConv nodes (lowering/fused.py). Not a primitive."""
+its three FusedConv nodes (lowering/fused.py). Not a primitive.
+
+`channels_last`: x, the residual and y are NHWC ([N, H, W, C]) instead of NCHW, the weights
+as they are. The assign-layouts pass (transforms/layouts.py) sets it on chains of blocks that a
+backend runs channels last inside, so that no transposes run between them."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ember.ops.fused import FusedConvAttrs, _fused_conv, _fused_conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
+from ember.types import TensorType
 
 _POINTWISE = ((1, 1), (0, 0, 0, 0), (1, 1))
 
@@ -32,6 +37,7 @@ class InvertedResidualAttrs:
     project_activation: str = "none"
     project_alpha: float = 0.0
     project_beta: float = 0.0
+    channels_last: bool = False
 
     def expand(self) -> FusedConvAttrs:
         return FusedConvAttrs(*_POINTWISE, 1, self.expand_activation, self.expand_alpha, self.expand_beta)
@@ -44,8 +50,23 @@ class InvertedResidualAttrs:
         return FusedConvAttrs(*_POINTWISE, 1, self.project_activation, self.project_alpha, self.project_beta)
 
 
+# The Transpose perms between the layouts.
+TO_NCHW = (0, 3, 1, 2)
+TO_NHWC = (0, 2, 3, 1)
+
+
+def _permuted(t: TensorType | None, perm: tuple[int, ...]) -> TensorType | None:
+    return None if t is None else replace(t, shape=tuple(t.shape[axis] for axis in perm))
+
+
 def _infer(attrs: InvertedResidualAttrs, types):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = types
+    if attrs.channels_last:
+        if x.rank != 4 or (residual is not None and residual.rank != 4):
+            raise OpError(f"InvertedResidual (channels last) needs NHWC x and residual, got {x} and {residual}")
+        nchw = replace(attrs, channels_last=False)
+        (y,) = _infer(nchw, [_permuted(x, TO_NCHW), *types[1:7], _permuted(residual, TO_NCHW)])
+        return [_permuted(y, TO_NHWC)]
     if x.rank != 4 or w_expand.rank != 4 or w_expand.shape[2:] != (1, 1) or w_project.rank != 4 \
             or w_project.shape[2:] != (1, 1):
         raise OpError(f"InvertedResidual needs NCHW x and 1x1 expansion and projection weights, got {x}, "
@@ -59,6 +80,10 @@ def _infer(attrs: InvertedResidualAttrs, types):
 
 def _reference(attrs: InvertedResidualAttrs, arrays):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = arrays
+    if attrs.channels_last:
+        nchw = [x.transpose(TO_NCHW), *arrays[1:7], None if residual is None else residual.transpose(TO_NCHW)]
+        (y,) = _reference(replace(attrs, channels_last=False), nchw)
+        return (np.ascontiguousarray(y.transpose(TO_NHWC)),)
     (e,) = _fused_conv(attrs.expand(), [x, w_expand, b_expand, None])
     (d,) = _fused_conv(attrs.depthwise(e.shape[1]), [e, w_depthwise, b_depthwise, None])
     (y,) = _fused_conv(attrs.project(), [d, w_project, b_project, residual])
@@ -69,4 +94,4 @@ define_op(OpDef("InvertedResidual", ("x", "w_expand", "b_expand?", "w_depthwise"
                                      "b_project?", "residual?"), ("y",), _infer, _reference,
                 attrs=InvertedResidualAttrs, primitive=False))
 
-__all__ = ["InvertedResidualAttrs"]
+__all__ = ["TO_NCHW", "TO_NHWC", "InvertedResidualAttrs"]

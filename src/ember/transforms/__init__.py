@@ -17,6 +17,7 @@ from ember.transforms import (  # noqa: F401  (registration)
     fuse_activations,
     fuse_attention,
     fuse_inverted_residual,
+    layouts,
     merge_pad,
     recognize_gelu,
     recognize_layernorm,

@@ -22,6 +22,7 @@ from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
 from ember.codegen.kernels.gemm_bf16 import PRECISIONS
+from ember.codegen.kernels.inverted_residual import runs_channels_last
 from ember.codegen.kernels.table import as_float32
 from ember.graph import Graph, Node
 from ember.lir.ir import Program
@@ -110,7 +111,15 @@ class CpuBackend(Backend):
         if self.precision == "fp32" and self.kernels is C_KERNELS:
             passes.insert(passes.index("fuse-activations") + 1, "fuse-inverted-residual")
             passes.insert(passes.index("fuse-inverted-residual") + 1, "fuse-attention")
+            # Chains of those blocks stay channels last between them; the transposes cancel.
+            passes.insert(passes.index("fuse-attention") + 1, "assign-layouts")
+            passes.insert(passes.index("assign-layouts") + 1, "optimize-transposes")
         return passes
+
+    def prefers_channels_last(self, node: Node) -> bool:
+        """Whether this backend's kernel for `node` runs channels last inside (see the
+        assign-layouts pass): MobileNetV2 blocks on maps up to 28x28."""
+        return node.op == "InvertedResidual" and self.supports(node) and runs_channels_last(node.input(0).type.shape)
 
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and

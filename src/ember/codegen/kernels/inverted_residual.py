@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from ember.codegen.kernels.layouts import MR, NR, depthwise_scratch_bytes, pack_
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Buffer, Instr
-from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.ops.inverted_residual import TO_NCHW, InvertedResidualAttrs
 from ember.types import DType
 
 DEPTHWISE = "ember_depthwise_nhwc"
@@ -47,6 +48,12 @@ LANES = 16
 # rounds of `bench/ab_revisions.py`; bands of 1 MB: 2.6% and 0%).
 MAX_PIXELS = 28 * 28
 BANDS_ABOVE_BYTES = 1 << 20
+
+
+def runs_channels_last(x_shape: tuple[int, ...]) -> bool:
+    """Whether a block on NCHW x of this shape runs channels last inside (not in bands): then
+    NHWC x and y save it the transposes (the assign-layouts pass, via the cpu backend)."""
+    return len(x_shape) == 4 and x_shape[2] * x_shape[3] <= MAX_PIXELS
 
 
 def band_bytes(options: KernelOptions) -> int:
@@ -177,7 +184,9 @@ def _accepts(view: OpView) -> str | None:
         return f"the InvertedResidual kernel needs a multiple of {LANES} expanded channels"
     x = view.operand(0)
     if x.rank != 4:
-        return "the InvertedResidual kernel takes NCHW images"
+        return "the InvertedResidual kernel takes NCHW or NHWC images"
+    if view.attrs.channels_last:
+        return None
     expanded_bytes = x.shape[2] * x.shape[3] * view.operand(1).shape[0] * 4
     if x.shape[2] * x.shape[3] > MAX_PIXELS and expanded_bytes <= BANDS_ABOVE_BYTES:
         return (f"input maps over {MAX_PIXELS} pixels whose expanded tensor is at most {BANDS_ABOVE_BYTES} bytes run "
@@ -195,10 +204,14 @@ class _Block:
         self.b_expand, self.b_depthwise, self.b_project = base[3], base[5], base[7]
         self.residual = base[8] if len(base) > 8 else None
         self.attrs: InvertedResidualAttrs = instr.attrs
-        self.n_batch, self.c_in, self.h, self.w = (int(d) for d in self.x.type.shape)
+        self.channels_last = self.attrs.channels_last
+        x_shape, out_shape = self.x.type.shape, self.out.type.shape
+        if self.channels_last:  # NHWC: the same dims read in NCHW order
+            x_shape, out_shape = tuple(x_shape[i] for i in TO_NCHW), tuple(out_shape[i] for i in TO_NCHW)
+        self.n_batch, self.c_in, self.h, self.w = (int(d) for d in x_shape)
         self.expanded = int(self.w_expand.type.shape[0])
         self.kh, self.kw = (int(d) for d in self.w_depthwise.type.shape[2:])
-        self.c_out, self.oh, self.ow = (int(d) for d in self.out.type.shape[1:])
+        self.c_out, self.oh, self.ow = (int(d) for d in out_shape[1:])
         self.pixels, self.out_pixels = self.h * self.w, self.oh * self.ow
 
     @property
@@ -211,7 +224,10 @@ class _Block:
         return -(-self.c_out // NR) * NR
 
     def scratch_floats(self) -> int:
-        return (self.pixels * (self.c_in + self.expanded_padded) + self.out_pixels * (self.expanded + self.out_padded))
+        """E and D, and for NCHW x and y their channels-last copies (x transposed, y before its
+        transpose)."""
+        inside = self.pixels * self.expanded_padded + self.out_pixels * self.expanded
+        return inside if self.channels_last else inside + self.pixels * self.c_in + self.out_pixels * self.out_padded
 
     def macs(self) -> int:
         return self.pixels * self.input_pixel_macs + self.out_pixels * self.output_pixel_macs
@@ -261,7 +277,8 @@ class _Block:
 def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = _Block(instr)
     threads = threads_for(options.num_threads, s.macs())
-    if s.pixels > MAX_PIXELS:  # the weights as stored: row-major GEMM operands, depthwise taps per channel
+    # Bands (channels first) take the weights as stored: row-major GEMM operands, depthwise taps per channel.
+    if s.pixels > MAX_PIXELS and not s.channels_last:
         rows = s.band_rows(threads, band_bytes(options))
         return KernelPlan({"threads": threads, "split": "bands", "band_rows": rows},
                           scratch_bytes=threads * s.band_floats(rows) * 4)
@@ -314,7 +331,8 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
 
     w = CWriter().line(f"const float *x = {pointer(s.x)};", f"float *y = {em.pointer(s.out)};",
                        f"const float *res = {pointer(s.residual)};", "(void)res;")
-    last = "none" if s.residual is not None else a.project_activation
+    # NCHW y gets the residual and the activation after its transpose; NHWC y in the GEMM's tile.
+    last = "none" if s.residual is not None and not s.channels_last else a.project_activation
     biases = iter(range(3, 5))  # the padded biases follow the three packed weights, when present
     b_expand = em.packed(instr, next(biases)) if s.b_expand is not None else "NULL"
     b_project = em.packed(instr, next(biases)) if s.b_project is not None else "NULL"
@@ -326,15 +344,22 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
                 f"{c_lo}, {c_hi}, {q0}, {q1});")
 
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
-        w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {pixels * s.c_in}, *d = e + {pixels * ce_padded}, "
-               f"*t = d + {out_pixels * ce}, *yn = y + nb * {s.c_out * out_pixels};",
-               f"const float *xn = x + nb * {s.c_in * pixels};",
-               _epilogue(b_expand, a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
-               _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
-               _epilogue(b_project, last, a.project_alpha, a.project_beta).c_init("ep_project"))
+        if s.channels_last:  # x and y are the GEMMs' operands as they are
+            w.line(f"float *e = {em.scratch(instr)}, *d = e + {pixels * ce_padded};")
+        else:
+            w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {pixels * s.c_in}, *d = e + {pixels * ce_padded}, "
+                   f"*t = d + {out_pixels * ce};")
+        w.line(f"float *yn = y + nb * {s.c_out * out_pixels};", f"const float *xn = x + nb * {s.c_in * pixels};")
         if s.residual is not None:
-            w.line(_epilogue("NULL", a.project_activation, a.project_alpha, a.project_beta).c_init("ep_finish"),
-                   f"const float *rn = res + nb * {s.c_out * out_pixels};")
+            w.line(f"const float *rn = res + nb * {s.c_out * out_pixels};")
+        project = Epilogue(bias=b_project, activation=last, alpha=a.project_alpha, beta=a.project_beta)
+        if s.channels_last and s.residual is not None:
+            project = replace(project, residual="rn", ld_residual=s.c_out)
+        w.line(_epilogue(b_expand, a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
+               _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
+               project.c_init("ep_project"))
+        if s.residual is not None and not s.channels_last:
+            w.line(_epilogue("NULL", a.project_activation, a.project_alpha, a.project_beta).c_init("ep_finish"))
         if param(instr, "split", "pixels") == "channels":
             _split_channels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
         else:
@@ -399,14 +424,24 @@ def _split_pixels(w: CWriter, s: _Block, threads: int, expand_panels: str, proje
     ember_pool.c): the first transposes and expands chunks of input pixels into E; the second,
     once all of E is there, depthwises, projects and stores chunks of output pixels."""
     ce, ce_padded, co_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.out_padded, s.pixels, s.out_pixels
+    x_rows = "xn" if s.channels_last else "xt"
     with _chunks(w, pixels, _chunk(pixels, s.c_in * ce, threads), threads, "p0", "p1"):
-        w.line(f"ember_transpose_f32(xn + p0, {s.c_in}, p1 - p0, {pixels}, xt + p0 * {s.c_in}, {s.c_in});",
-               gemm_call(m="p1 - p0", n=ce_padded, k=s.c_in, a=f"xt + p0 * {s.c_in}",
+        if not s.channels_last:
+            w.line(f"ember_transpose_f32(xn + p0, {s.c_in}, p1 - p0, {pixels}, xt + p0 * {s.c_in}, {s.c_in});")
+        w.line(gemm_call(m="p1 - p0", n=ce_padded, k=s.c_in, a=f"{x_rows} + p0 * {s.c_in}",
                          a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0,
                          c=f"e + p0 * {ce_padded}", ldc=ce_padded, epilogue="&ep_expand"))
     with _chunks(w, out_pixels, _chunk(out_pixels, ce * (s.kh * s.kw + s.c_out), threads), threads, "q0", "q1"):
-        w.line(depthwise("0", str(ce), "q0", "q1"),
-               gemm_call(m="q1 - q0", n=co_padded, k=ce, a=f"d + q0 * {ce}", a_layout=(ce, 1, MR * ce),
+        w.line(depthwise("0", str(ce), "q0", "q1"))
+        if s.channels_last:  # straight into y's rows, the residual's rows added in the tile
+            w.line("ember_epilogue ep_rows = ep_project;")
+            if s.residual is not None:
+                w.line(f"ep_rows.residual = rn + q0 * {s.c_out};")
+            w.line(gemm_call(m="q1 - q0", n=s.c_out, k=ce, a=f"d + q0 * {ce}", a_layout=(ce, 1, MR * ce),
+                             b_packed=project_panels, ldb=0, c=f"yn + q0 * {s.c_out}", ldc=s.c_out,
+                             epilogue="&ep_rows"))
+            return
+        w.line(gemm_call(m="q1 - q0", n=co_padded, k=ce, a=f"d + q0 * {ce}", a_layout=(ce, 1, MR * ce),
                          b_packed=project_panels, ldb=0, c=f"t + q0 * {co_padded}", ldc=co_padded,
                          epilogue="&ep_project"),
                f"ember_transpose_f32(t + q0 * {co_padded}, q1 - q0, {s.c_out}, {co_padded}, yn + q0, {out_pixels});")
@@ -420,11 +455,17 @@ def _split_channels(w: CWriter, s: _Block, threads: int, expand_panels: str, pro
     """Each stage across the threads on its own (the GEMMs by column panels and row blocks, the
     depthwise by 16 channels): every thread reads a share of the weights, not all of them."""
     ce, ce_padded, co_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.out_padded, s.pixels, s.out_pixels
-    w.line(f"ember_transpose_f32_threads(xn, {s.c_in}, {pixels}, {pixels}, xt, {s.c_in}, {threads});",
-           gemm_call(m=pixels, n=ce_padded, k=s.c_in, a="xt", a_layout=(s.c_in, 1, MR * s.c_in),
-                     b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded, epilogue="&ep_expand", threads=threads))
+    if not s.channels_last:
+        w.line(f"ember_transpose_f32_threads(xn, {s.c_in}, {pixels}, {pixels}, xt, {s.c_in}, {threads});")
+    w.line(gemm_call(m=pixels, n=ce_padded, k=s.c_in, a="xn" if s.channels_last else "xt",
+                     a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
+                     epilogue="&ep_expand", threads=threads))
     with _chunks(w, ce, LANES, threads, "c0", "c1"):
         w.line(depthwise("c0", "c1", "0", str(out_pixels)))
+    if s.channels_last:
+        w.line(gemm_call(m=out_pixels, n=s.c_out, k=ce, a="d", a_layout=(ce, 1, MR * ce), b_packed=project_panels,
+                         ldb=0, c="yn", ldc=s.c_out, epilogue="&ep_project", threads=threads))
+        return
     w.line(gemm_call(m=out_pixels, n=co_padded, k=ce, a="d", a_layout=(ce, 1, MR * ce), b_packed=project_panels,
                      ldb=0, c="t", ldc=co_padded, epilogue="&ep_project", threads=threads),
            f"ember_transpose_f32_threads(t, {out_pixels}, {s.c_out}, {co_padded}, yn, {out_pixels}, {threads});")

@@ -1,0 +1,103 @@
+"""assign-layouts (transforms/layouts.py): before/after IR text with the cpu backend as the
+target, numerically through the reference, and chains of channels-last blocks on the cpu
+backend against the interpreter."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ember.backends.cpu import CpuBackend
+from ember.driver import compile_graph
+from ember.graph import parse_graph
+from ember.passes import PassContext
+from ember.transforms.layouts import MIN_CHAIN
+from tests.filecheck import check_pass, random_weights
+from tests.helpers import relative_error
+
+CPU = PassContext(backend=CpuBackend(num_threads=1))
+PIPELINE = ["assign-layouts", "optimize-transposes", "dce"]
+BLOCK = '{strides=[STRIDE, STRIDE], pads=[1, 1, 1, 1], expand_activation="clip", expand_beta=6.0, ' \
+        'depthwise_activation="clip", depthwise_beta=6.0}'
+
+
+def _chain_ir(blocks: int, hw: int = 8, extra_output: str = "") -> str:
+    """`blocks` MobileNetV2 blocks on [1, 16, hw, hw] (96 expanded), the first strided and
+    widening to 24 channels, the others with the residual; then a Relu (elementwise: the
+    chain's last transpose sinks below it)."""
+    out = hw // 2
+    lines = ['graph "g" {', f"  input %x: f32[1,16,{hw},{hw}]",
+             "  const @we0: f32[96,16,1,1]", "  const @be0: f32[96]", "  const @wd0: f32[96,1,3,3]",
+             "  const @bd0: f32[96]", "  const @wp0: f32[24,96,1,1]", "  const @bp0: f32[24]"]
+    for i in range(1, blocks):
+        lines += [f"  const @we{i}: f32[144,24,1,1]", f"  const @be{i}: f32[144]", f"  const @wd{i}: f32[144,1,3,3]",
+                  f"  const @bd{i}: f32[144]", f"  const @wp{i}: f32[24,144,1,1]", f"  const @bp{i}: f32[24]"]
+    lines.append(f"  %b0: f32[1,24,{out},{out}] = InvertedResidual(%x, @we0, @be0, @wd0, @bd0, @wp0, @bp0, none) "
+                 f"{BLOCK.replace('STRIDE', '2')} name=\"b0\"")
+    for i in range(1, blocks):
+        lines.append(f"  %b{i}: f32[1,24,{out},{out}] = InvertedResidual(%b{i - 1}, @we{i}, @be{i}, @wd{i}, @bd{i}, "
+                     f"@wp{i}, @bp{i}, %b{i - 1}) {BLOCK.replace('STRIDE', '1')} name=\"b{i}\"")
+    lines += [f"  %r: f32[1,24,{out},{out}] = Relu(%b{blocks - 1}) name=\"r\"", '  output "y" = %r', extra_output, "}"]
+    return "\n".join(lines)
+
+
+def test_a_chain_of_blocks_stays_channels_last_between_them():
+    check_pass(_chain_ir(3), PIPELINE, """
+      CHECK: %b0.to_nhwc: f32[1,8,8,16] = Transpose(%x) {perm=[0, 2, 3, 1]}
+      CHECK-NEXT: %b0.nhwc: f32[1,4,4,24] = InvertedResidual(%b0.to_nhwc,
+      CHECK-SAME: channels_last=true
+      CHECK-NEXT: %b1.nhwc: f32[1,4,4,24] = InvertedResidual(%b0.nhwc, {{.*}}, %b0.nhwc)
+      CHECK-SAME: channels_last=true
+      CHECK-NEXT: %b2.nhwc: f32[1,4,4,24] = InvertedResidual(%b1.nhwc, {{.*}}, %b1.nhwc)
+      CHECK-NEXT: %r_1: f32[1,4,4,24] = Relu(%b2.nhwc)
+      CHECK-NEXT: %r: f32[1,24,4,4] = Transpose(%r_1) {perm=[0, 3, 1, 2]}""", context=CPU)
+
+
+def test_a_value_read_outside_the_chain_is_transposed_back_for_that_reader():
+    graph = check_pass(_chain_ir(3, extra_output='  output "mid" = %b1'), PIPELINE, """
+      CHECK: %b1.nhwc: f32[1,4,4,24] = InvertedResidual
+      CHECK: %b2.nhwc: f32[1,4,4,24] = InvertedResidual(%b1.nhwc,
+      CHECK: output "mid" = %""", context=CPU)
+    mid = next(o.value for o in graph.outputs if o.name == "mid")
+    assert mid.producer.op == "Transpose" and mid.producer.input(0).name == "b1.nhwc"
+
+
+def test_a_lone_block_keeps_its_layout():
+    assert MIN_CHAIN == 2
+    check_pass(_chain_ir(1), PIPELINE, """
+      CHECK-NOT: Transpose
+      CHECK: %b0: f32[1,24,4,4] = InvertedResidual(%x,
+      CHECK-NOT: channels_last""", context=CPU)
+
+
+def test_blocks_the_backend_runs_channels_first_keep_their_layout():
+    # 64x64 maps: over the kernel's MAX_PIXELS, so the cpu kernel runs them in bands, NCHW.
+    check_pass(_chain_ir(3, hw=64), PIPELINE, """
+      CHECK-NOT: Transpose
+      CHECK-NOT: channels_last""", context=CPU)
+
+
+def test_without_a_target_backend_nothing_changes():
+    check_pass(_chain_ir(3), PIPELINE, """
+      CHECK-NOT: Transpose
+      CHECK-NOT: channels_last""")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_channels_last_chains_on_the_cpu_backend_match_the_interpreter(threads, monkeypatch):
+    """The whole pipeline: the chain goes channels last (both of the kernel's splits: pixels,
+    and channels where the weights outweigh the expanded tensor), 24 output channels (a
+    partial GEMM panel stored straight into y), the residual added in the projection's tile."""
+    import ember.codegen.kernels.inverted_residual as kernel
+
+    ir = _chain_ir(4)
+    weights = {name: data * np.float32(0.3) for name, data in random_weights(ir, 5).items()}
+    feeds = {"x": np.random.default_rng(7).standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    expected = compile_graph(parse_graph(ir, weights), "interpreter").run(feeds)["y"]
+    monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
+    for split in ("pixels", "channels") if threads > 1 else ("pixels",):
+        monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
+        model = compile_graph(parse_graph(ir, weights), CpuBackend(num_threads=threads))
+        source = model._executable.source
+        assert source.count("ember_transpose_f32") == 0  # inside the kernels: none
+        assert [s.op for s in model._executable.steps].count("Transpose") == 2  # the chain's two ends
+        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, split
