@@ -83,10 +83,12 @@ def test_without_a_target_backend_nothing_changes():
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_channels_last_chains_on_the_cpu_backend_match_the_interpreter(threads, monkeypatch):
-    """The whole pipeline: the chain goes channels last (both of the kernel's splits: pixels,
-    and channels where the weights outweigh the expanded tensor), 24 output channels (a
-    partial GEMM panel stored straight into y), the residual added in the projection's tile."""
+def test_channels_last_chain_on_cpu_matches_interpreter(threads, monkeypatch):
+    """The whole pipeline: the chain goes channels last (each of the kernel's splits: rows,
+    the default on 2 threads, with its re-expanded rows at the threads' boundary and its
+    thread slabs; pixels; and channels where the weights outweigh the expanded tensor), 24
+    output channels (a partial GEMM panel stored straight into y), the residual added in the
+    projection's tile."""
     import ember.codegen.kernels.inverted_residual as kernel
 
     ir = _chain_ir(4)
@@ -94,10 +96,23 @@ def test_channels_last_chains_on_the_cpu_backend_match_the_interpreter(threads, 
     feeds = {"x": np.random.default_rng(7).standard_normal((1, 16, 8, 8)).astype(np.float32)}
     expected = compile_graph(parse_graph(ir, weights), "interpreter").run(feeds)["y"]
     monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
-    for split in ("pixels", "channels") if threads > 1 else ("pixels",):
+    for split in ("rows", "pixels", "channels") if threads > 1 else ("pixels",):
         monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
         model = compile_graph(parse_graph(ir, weights), CpuBackend(num_threads=threads))
         source = model._executable.source
         assert source.count("ember_transpose_f32") == 0  # inside the kernels: none
+        assert ("thread_rows[" in source) == (split == "rows")
         assert [s.op for s in model._executable.steps].count("Transpose") == 2  # the chain's two ends
         assert relative_error(model.run(feeds)["y"], expected) < 1e-5, split
+
+
+def test_two_threads_split_a_channels_last_chain_by_rows(monkeypatch):
+    """The default split of channels-last blocks on 2 threads: rows, each thread's scratch
+    in a slab at the same offset in every block."""
+    import ember.codegen.kernels.inverted_residual as kernel
+
+    monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
+    ir = _chain_ir(3, hw=16)
+    source = compile_graph(parse_graph(ir, random_weights(ir, 2)), CpuBackend(num_threads=2))._executable.source
+    assert source.count("static const long thread_rows[2][2]") == 3
+    assert source.count(f"+ task * {kernel.THREAD_SLAB_BYTES // 4},") == 3  # thread 1's slab: the same offset
