@@ -125,7 +125,7 @@ def test_block_kernel_matches_interpreter(case, monkeypatch):
     # bands: every map counts as large; one-row bands (none fits 1 byte), then a few rows each
     for threads, split, band_bytes in ((1, "pixels", 0), (2, "pixels", 0), (2, "channels", 0), (1, "bands", 1),
                                        (2, "bands", 1), (1, "bands", 60_000), (2, "bands", 60_000)):
-        monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
+        monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split, **_: split)
         monkeypatch.setattr(kernel, "MAX_PIXELS", 0 if split == "bands" else 10**9)
         monkeypatch.setattr(kernel, "BANDS_ABOVE_BYTES", 0)
         monkeypatch.setattr(kernel, "band_bytes", lambda options, band_bytes=band_bytes: band_bytes)

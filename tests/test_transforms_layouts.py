@@ -3,6 +3,8 @@ target, numerically through the reference, and chains of channels-last blocks on
 backend against the interpreter."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -96,12 +98,15 @@ def test_channels_last_chain_on_cpu_matches_interpreter(threads, monkeypatch):
     feeds = {"x": np.random.default_rng(7).standard_normal((1, 16, 8, 8)).astype(np.float32)}
     expected = compile_graph(parse_graph(ir, weights), "interpreter").run(feeds)["y"]
     monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
-    for split in ("rows", "pixels", "channels") if threads > 1 else ("pixels",):
-        monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split: split)
+    # rows in bands of one output row (no band fits 1 byte) re-expand every band's input rows
+    for split, band in (("rows", 1 << 30), ("rows", 1), ("pixels", 1 << 30), ("channels", 1 << 30)):
+        monkeypatch.setattr(kernel, "_split", lambda block, threads, split=split, **_: split)
+        monkeypatch.setattr(kernel, "band_bytes", lambda options, band=band: band)
         model = compile_graph(parse_graph(ir, weights), CpuBackend(num_threads=threads))
         source = model._executable.source
         assert source.count("ember_transpose_f32") == 0  # inside the kernels: none
         assert ("thread_rows[" in source) == (split == "rows")
+        assert ("i0 + 1 < thread_rows[task][1]" in source) == (split == "rows" and band == 1)
         assert [s.op for s in model._executable.steps].count("Transpose") == 2  # the chain's two ends
         assert relative_error(model.run(feeds)["y"], expected) < 1e-5, split
 
@@ -115,4 +120,6 @@ def test_two_threads_split_a_channels_last_chain_by_rows(monkeypatch):
     ir = _chain_ir(3, hw=16)
     source = compile_graph(parse_graph(ir, random_weights(ir, 2)), CpuBackend(num_threads=2))._executable.source
     assert source.count("static const long thread_rows[2][2]") == 3
-    assert source.count(f"+ task * {kernel.THREAD_SLAB_BYTES // 4},") == 3  # thread 1's slab: the same offset
+    slabs = re.findall(r"float \*e = .* \+ task \* (\d+);", source)
+    assert len(slabs) == 3 and len(set(slabs)) == 1  # thread 1's slab: the same offset in every block
+    assert int(slabs[0]) * 4 % kernel.THREAD_SLAB_BYTES == 0

@@ -118,8 +118,8 @@ class CpuBackend(Backend):
 
     def prefers_channels_last(self, node: Node) -> bool:
         """Whether this backend's kernel for `node` runs channels last inside (see the
-        assign-layouts pass): MobileNetV2 blocks on maps up to 28x28."""
-        return node.op == "InvertedResidual" and self.supports(node) and runs_channels_last(node.input(0).type.shape)
+        assign-layouts pass): MobileNetV2 blocks with outputs up to 28x28."""
+        return node.op == "InvertedResidual" and self.supports(node) and runs_channels_last(node.outputs[0].type.shape)
 
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and

@@ -52,10 +52,13 @@ MAX_PIXELS = 28 * 28
 BANDS_ABOVE_BYTES = 1 << 20
 
 
-def runs_channels_last(x_shape: tuple[int, ...]) -> bool:
-    """Whether a block on NCHW x of this shape runs channels last inside (not in bands): then
-    NHWC x and y save it the transposes (the assign-layouts pass, via the cpu backend)."""
-    return len(x_shape) == 4 and x_shape[2] * x_shape[3] <= MAX_PIXELS
+def runs_channels_last(y_shape: tuple[int, ...]) -> bool:
+    """Whether a block with NCHW y of this shape runs faster channels last inside, where x and
+    y are NHWC too (the assign-layouts pass asks, via the cpu backend): blocks whose output map
+    has at most MAX_PIXELS pixels. MobileNetV2's strided 56x56 -> 28x28 block by rows, NHWC:
+    237 against 319 us at 1 thread, 122 against 161 at 2 (channels first in bands); its 56x56
+    blocks stay in bands, 10-15% faster there at 2 threads (Xeon)."""
+    return len(y_shape) == 4 and y_shape[2] * y_shape[3] <= MAX_PIXELS
 
 
 def band_bytes(options: KernelOptions) -> int:
@@ -249,14 +252,26 @@ class _Block:
         stride, pad = self.attrs.strides[0], self.attrs.pads[0]
         return max(0, i0 * stride - pad), min(self.h, (i1 - 1) * stride - pad + self.kh)
 
-    def thread_slab_floats(self, threads: int) -> int:
-        """Under the "rows" split, each thread's E (its output rows' input rows) and D, in a
-        slab of whole THREAD_SLAB_BYTES: thread t's slab then starts at the same offset in
-        every block's scratch, so it writes lines its own core wrote last."""
-        need = max((r1 - r0) * self.w * self.expanded_padded + (i1 - i0) * self.ow * self.expanded
-                   for i0, i1 in _thread_rows(self, threads) for r0, r1 in [self.band_input_rows(i0, i1)])
+    def rows_band_floats(self, rows: int) -> int:
+        """Under the "rows" split, a band of `rows` output rows: E of the input rows they read
+        (whole panels wide) and D."""
+        in_rows = min(self.h, (rows - 1) * self.attrs.strides[0] + self.kh)
+        return in_rows * self.w * self.expanded_padded + rows * self.ow * self.expanded
+
+    def rows_band(self, threads: int, band_bytes: int) -> int:
+        """Output rows per band under the "rows" split: a thread's whole run where its E and D
+        fit `band_bytes`, else the most rows that do (at least one)."""
+        most = max(i1 - i0 for i0, i1 in _thread_rows(self, threads))
+        fitting = [r for r in range(1, most + 1) if self.rows_band_floats(r) * 4 <= band_bytes]
+        return max(fitting, default=1)
+
+    def thread_slab_floats(self, band_rows: int, band_bytes: int) -> int:
+        """Each thread's band scratch: whole THREAD_SLAB_BYTES, at least `band_bytes` (what
+        every block's bands fit, as `rows_band` chooses them), so that thread t's slab starts
+        at the same offset in every block's scratch and it writes lines its own core wrote
+        last."""
         slab = THREAD_SLAB_BYTES // 4
-        return -(-need // slab) * slab
+        return -(-max(self.rows_band_floats(band_rows), band_bytes // 4) // slab) * slab
 
     def band_floats(self, rows: int) -> int:
         """A band's scratch: its expanded input rows, its depthwised rows, one GEMM panel (the
@@ -307,25 +322,29 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
             padded = np.zeros(columns, np.float32)
             padded[:bias.type.shape[0]] = bias.constant().astype(np.float32)
             packed.append((bias, layout, padded))
-    split = _split(s, threads)
-    scratch = threads * s.thread_slab_floats(threads) if split == "rows" else s.scratch_floats()
-    return KernelPlan({"threads": threads, "split": split}, packed=packed, scratch_bytes=scratch * 4)
+    split = _split(s, threads, band=band_bytes(options))
+    if split == "rows":
+        rows = s.rows_band(threads, band_bytes(options))
+        slab = s.thread_slab_floats(rows, band_bytes(options))
+        return KernelPlan({"threads": threads, "split": split, "band_rows": rows, "slab_floats": slab}, packed=packed,
+                          scratch_bytes=threads * slab * 4)
+    return KernelPlan({"threads": threads, "split": split}, packed=packed, scratch_bytes=s.scratch_floats() * 4)
 
 
-def _split(s: _Block, threads: int) -> str:
+def _split(s: _Block, threads: int, *, band: int) -> str:
     """How the threads share a block: by pixels (two parallel regions: each thread expands its
     input pixels, then depthwises, projects and stores its output pixels), or by rows where x
     and y are channels last (one region; MobileNetV2 6% faster on 2 threads than with the
     pixel split: `_split_rows` says why), unless the 1x1 weights outweigh the expanded
     tensor, as on 7x7 maps (160 -> 960 -> 320: 1.8 MB of weights, 188 KB of E), where each
     thread reading all of them cost more than the three extra regions of splitting every
-    stage by channels."""
-    if threads == 1:
-        return "pixels"
-    weights = s.expanded * (s.c_in + s.c_out)
-    if weights > s.pixels * s.expanded:
+    stage by channels. On one thread, channels-last blocks whose E and D pass `band` bytes
+    run by rows too, in bands."""
+    if threads > 1 and s.expanded * (s.c_in + s.c_out) > s.pixels * s.expanded:
         return "channels"
-    return "rows" if s.channels_last and s.oh >= threads else "pixels"
+    if s.channels_last and s.oh >= threads and (threads > 1 or s.rows_band_floats(s.oh) * 4 > band):
+        return "rows"
+    return "pixels"
 
 
 def _thread_rows(s: _Block, threads: int) -> list[tuple[int, int]]:
@@ -389,8 +408,9 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
         if split == "channels":
             _split_channels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
         elif split == "rows":
-            _split_rows(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), em.scratch(instr),
-                        pointer(s.b_depthwise), em.packed(instr, 1))
+            _split_rows(w, s, threads, int(param(instr, "band_rows", s.oh)), int(param(instr, "slab_floats", 0)),
+                        em.packed(instr, 0),
+                        em.packed(instr, 2), em.scratch(instr), pointer(s.b_depthwise), em.packed(instr, 1))
         else:
             _split_pixels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
     return w.text()
@@ -479,40 +499,43 @@ def _split_pixels(w: CWriter, s: _Block, threads: int, expand_panels: str, proje
                    f"rn + c * {out_pixels} + q0, q1 - q0, &ep_finish);")
 
 
-def _split_rows(w: CWriter, s: _Block, threads: int, expand_panels: str, project_panels: str, scratch: str,
-                b_depthwise: str, taps: str) -> None:
-    """NHWC x and y, one parallel region: thread t takes the t-th run of output rows, expands
-    the input rows they read (the rows a neighbour also reads expanded again) into its own
-    slab, depthwises them as a map of their own and projects into y's rows. Nothing a thread
+def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, expand_panels: str,
+                project_panels: str, scratch: str, b_depthwise: str, taps: str) -> None:
+    """NHWC x and y, one parallel region: thread t takes the t-th run of output rows, in bands
+    of `band_rows` (all of them where their E and D fit 3/4 of the core's L2); for each band
+    it expands the input rows they read (rows a neighbouring band also reads expanded again)
+    into its own slab, depthwises them as a map of their own and projects into y's rows. Nothing a thread
     writes was written by the other core in the previous block: its slab is at the same
     offset in every block, and its rows of x are the ones it wrote as the previous block's y
     (on 2 threads, the pixel split's shared E moved half of each block's scratch across cores
     where consecutive blocks split it at different bytes)."""
     a, ce, ce_padded = s.attrs, s.expanded, s.expanded_padded
     rows = ", ".join(f"{{{i0}, {i1}}}" for i0, i1 in _thread_rows(s, threads))
-    slab = s.thread_slab_floats(threads)
     stride, pad = a.strides[0], a.pads[0]
     w.line(f"static const long thread_rows[{threads}][2] = {{{rows}}};")
-    w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
+    if threads > 1:
+        w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
     with w.block(f"for (long task = 0; task < {threads}; task++)"):
-        w.line("long i0 = thread_rows[task][0], i1 = thread_rows[task][1];",
-               f"long r0 = i0 * {stride} - {pad} > 0 ? i0 * {stride} - {pad} : 0;",
-               f"long r1 = (i1 - 1) * {stride} - {pad} + {s.kh};",
-               f"if (r1 > {s.h}) r1 = {s.h};",
-               f"float *e = {scratch} + task * {slab}, *d = e + (r1 - r0) * {s.w * ce_padded};",
-               gemm_call(m=f"(r1 - r0) * {s.w}", n=ce_padded, k=s.c_in, a=f"xn + r0 * {s.w * s.c_in}",
-                         a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
-                         epilogue="&ep_expand"),
-               # The band's rows as a map of their own: its top padding is the map's where it starts at row 0.
-               f"{DEPTHWISE}(e, {ce_padded}, r1 - r0, {s.w}, {ce}, {taps}, {b_depthwise}, d, {s.ow}, {s.kh}, "
-               f"{s.kw}, {stride}, r0 - (i0 * {stride} - {pad}), {a.pads[1]}, &ep_depthwise, 0, {ce}, 0, "
-               f"(i1 - i0) * {s.ow});",
-               "ember_epilogue ep_rows = ep_project;")
-        if s.residual is not None:
-            w.line(f"ep_rows.residual = rn + i0 * {s.ow * s.c_out};")
-        w.line(gemm_call(m=f"(i1 - i0) * {s.ow}", n=s.c_out, k=ce, a="d", a_layout=(ce, 1, MR * ce),
-                         b_packed=project_panels, ldb=0, c=f"yn + i0 * {s.ow * s.c_out}", ldc=s.c_out,
-                         epilogue="&ep_rows"))
+        w.line(f"float *e = {scratch} + task * {slab};")
+        with w.block("for (long i0 = thread_rows[task][0], i1; i0 < thread_rows[task][1]; i0 = i1)"):
+            w.line(f"i1 = i0 + {band_rows} < thread_rows[task][1] ? i0 + {band_rows} : thread_rows[task][1];",
+                   f"long r0 = i0 * {stride} - {pad} > 0 ? i0 * {stride} - {pad} : 0;",
+                   f"long r1 = (i1 - 1) * {stride} - {pad} + {s.kh};",
+                   f"if (r1 > {s.h}) r1 = {s.h};",
+                   f"float *d = e + (r1 - r0) * {s.w * ce_padded};",
+                   gemm_call(m=f"(r1 - r0) * {s.w}", n=ce_padded, k=s.c_in, a=f"xn + r0 * {s.w * s.c_in}",
+                             a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
+                             epilogue="&ep_expand"),
+                   # The band's rows as a map of their own: its top padding is the map's where it starts at row 0.
+                   f"{DEPTHWISE}(e, {ce_padded}, r1 - r0, {s.w}, {ce}, {taps}, {b_depthwise}, d, {s.ow}, {s.kh}, "
+                   f"{s.kw}, {stride}, r0 - (i0 * {stride} - {pad}), {a.pads[1]}, &ep_depthwise, 0, {ce}, 0, "
+                   f"(i1 - i0) * {s.ow});",
+                   "ember_epilogue ep_rows = ep_project;")
+            if s.residual is not None:
+                w.line(f"ep_rows.residual = rn + i0 * {s.ow * s.c_out};")
+            w.line(gemm_call(m=f"(i1 - i0) * {s.ow}", n=s.c_out, k=ce, a="d", a_layout=(ce, 1, MR * ce),
+                             b_packed=project_panels, ldb=0, c=f"yn + i0 * {s.ow * s.c_out}", ldc=s.c_out,
+                             epilogue="&ep_rows"))
 
 
 def _split_channels(w: CWriter, s: _Block, threads: int, expand_panels: str, project_panels: str,
