@@ -358,13 +358,20 @@ add(Case("InvertedResidual", [(F32, (1, 16, 14, 14)), *_BLOCK, (F32, (1, 16, 14,
          InvertedResidualAttrs((1, 1), (1, 1, 1, 1), "clip", 0.0, 6.0, "clip", 0.0, 6.0)))
 add(Case("InvertedResidual", [(F32, (2, 16, 9, 11)), *_BLOCK, None],
          InvertedResidualAttrs((2, 2), (1, 1, 1, 1), "clip", 0.0, 6.0, "relu"), name="InvertedResidual_stride2"))
-# Channels last (NHWC x, residual and y; what assign-layouts makes of chains of blocks).
-add(Case("InvertedResidual", [(F32, (1, 14, 14, 16)), *_BLOCK, (F32, (1, 14, 14, 16))],
-         InvertedResidualAttrs((1, 1), (1, 1, 1, 1), "clip", 0.0, 6.0, "clip", 0.0, 6.0, "relu", channels_last=True),
-         name="InvertedResidual_channels_last"))
-add(Case("InvertedResidual", [(F32, (2, 9, 11, 16)), *_BLOCK, None],
-         InvertedResidualAttrs((2, 2), (1, 1, 1, 1), "clip", 0.0, 6.0, "relu", channels_last=True),
-         name="InvertedResidual_channels_last_stride2"))
+# Channels last (NHWC x, residual and y; what assign-layouts makes of chains of blocks), and
+# the chain's ends: NCHW x into NHWC y, NHWC x into NCHW y (the residual in y's layout).
+for x_nhwc, y_nhwc, label in ((True, True, ""), (False, True, "_from_nchw"), (True, False, "_to_nchw")):
+    nhwc, nchw = (1, 14, 14, 16), (1, 16, 14, 14)
+    x_shape, y_shape = (nhwc if x_nhwc else nchw), (nhwc if y_nhwc else nchw)
+    add(Case("InvertedResidual", [(F32, x_shape), *_BLOCK, (F32, y_shape)],
+             InvertedResidualAttrs((1, 1), (1, 1, 1, 1), "clip", 0.0, 6.0, "clip", 0.0, 6.0, "relu",
+                                   x_channels_last=x_nhwc, y_channels_last=y_nhwc),
+             name=f"InvertedResidual_channels_last{label}"))
+    x_shape = (2, 9, 11, 16) if x_nhwc else (2, 16, 9, 11)
+    add(Case("InvertedResidual", [(F32, x_shape), *_BLOCK, None],
+             InvertedResidualAttrs((2, 2), (1, 1, 1, 1), "clip", 0.0, 6.0, "relu", x_channels_last=x_nhwc,
+                                   y_channels_last=y_nhwc),
+             name=f"InvertedResidual_channels_last{label}_stride2"))
 
 # A forest of two trees over 3 features: tree 0 splits x0 <= 0.1 then x2 < -0.3 (NaN tracked
 # to the true branch), tree 1 is x1 != 0.5; leaves weigh targets 0 and 1, base values added.

@@ -13,6 +13,7 @@ from ember.driver import compile_graph
 from ember.graph import parse_graph
 from ember.passes import PassContext
 from ember.transforms.layouts import MIN_CHAIN
+from tests.conftest import require_shared_models
 from tests.filecheck import check_pass, random_weights
 from tests.helpers import relative_error
 
@@ -43,21 +44,37 @@ def _chain_ir(blocks: int, hw: int = 8, extra_output: str = "") -> str:
 
 
 def test_a_chain_of_blocks_stays_channels_last_between_them():
+    # The first block reads NCHW x, the last writes NCHW y (the kernels convert); the last
+    # one's residual, NHWC inside the chain, is transposed to y's layout.
     check_pass(_chain_ir(3), PIPELINE, """
-      CHECK: %b0.to_nhwc: f32[1,8,8,16] = Transpose(%x) {perm=[0, 2, 3, 1]}
-      CHECK-NEXT: %b0.nhwc: f32[1,4,4,24] = InvertedResidual(%b0.to_nhwc,
-      CHECK-SAME: channels_last=true
+      CHECK-NOT: Transpose
+      CHECK: %b0.nhwc: f32[1,4,4,24] = InvertedResidual(%x, {{.*}}, none)
+      CHECK-NOT: x_channels_last
+      CHECK-SAME: y_channels_last=true
       CHECK-NEXT: %b1.nhwc: f32[1,4,4,24] = InvertedResidual(%b0.nhwc, {{.*}}, %b0.nhwc)
-      CHECK-SAME: channels_last=true
-      CHECK-NEXT: %b2.nhwc: f32[1,4,4,24] = InvertedResidual(%b1.nhwc, {{.*}}, %b1.nhwc)
-      CHECK-NEXT: %r_1: f32[1,4,4,24] = Relu(%b2.nhwc)
-      CHECK-NEXT: %r: f32[1,24,4,4] = Transpose(%r_1) {perm=[0, 3, 1, 2]}""", context=CPU)
+      CHECK-SAME: x_channels_last=true, y_channels_last=true
+      CHECK-NEXT: %b1.to_nchw: f32[1,24,4,4] = Transpose(%b1.nhwc) {perm=[0, 3, 1, 2]}
+      CHECK-NEXT: %b2: f32[1,24,4,4] = InvertedResidual(%b1.nhwc, {{.*}}, %b1.to_nchw)
+      CHECK-SAME: x_channels_last=true
+      CHECK-NOT: y_channels_last
+      CHECK-NEXT: %r: f32[1,24,4,4] = Relu(%b2)""", context=CPU)
+
+
+def test_mobilenetv2_runs_its_small_maps_channels_last_with_no_transposes():
+    from ember.driver import load_model, optimize_graph
+
+    graph = load_model(require_shared_models() / "mobilenetv2.onnx")
+    optimize_graph(graph, CpuBackend(num_threads=1))
+    blocks = [node for node in graph.nodes if node.op == "InvertedResidual"]
+    assert [(n.attrs.x_channels_last, n.attrs.y_channels_last) for n in blocks] == \
+        [(False, False)] * 2 + [(False, True)] + [(True, True)] * 12 + [(True, False)]
+    assert not any(node.op == "Transpose" for node in graph.nodes)
 
 
 def test_a_value_read_outside_the_chain_is_transposed_back_for_that_reader():
     graph = check_pass(_chain_ir(3, extra_output='  output "mid" = %b1'), PIPELINE, """
       CHECK: %b1.nhwc: f32[1,4,4,24] = InvertedResidual
-      CHECK: %b2.nhwc: f32[1,4,4,24] = InvertedResidual(%b1.nhwc,
+      CHECK: %b2: f32[1,24,4,4] = InvertedResidual(%b1.nhwc,
       CHECK: output "mid" = %""", context=CPU)
     mid = next(o.value for o in graph.outputs if o.name == "mid")
     assert mid.producer.op == "Transpose" and mid.producer.input(0).name == "b1.nhwc"
@@ -68,14 +85,14 @@ def test_a_lone_block_keeps_its_layout():
     check_pass(_chain_ir(1), PIPELINE, """
       CHECK-NOT: Transpose
       CHECK: %b0: f32[1,24,4,4] = InvertedResidual(%x,
-      CHECK-NOT: channels_last""", context=CPU)
+      CHECK-NOT: channels_last=""", context=CPU)
 
 
 def test_blocks_the_backend_runs_channels_first_keep_their_layout():
     # 64x64 maps: over the kernel's MAX_PIXELS, so the cpu kernel runs them in bands, NCHW.
     check_pass(_chain_ir(3, hw=64), PIPELINE, """
       CHECK-NOT: Transpose
-      CHECK-NOT: channels_last""", context=CPU)
+      CHECK-NOT: channels_last=""", context=CPU)
 
 
 def test_without_a_target_backend_nothing_changes():
@@ -107,7 +124,8 @@ def test_channels_last_chain_on_cpu_matches_interpreter(threads, monkeypatch):
         assert source.count("ember_transpose_f32") == 0  # inside the kernels: none
         assert ("thread_rows[" in source) == (split == "rows")
         assert ("i0 + 1 < thread_rows[task][1]" in source) == (split == "rows" and band == 1)
-        assert [s.op for s in model._executable.steps].count("Transpose") == 2  # the chain's two ends
+        # the last block's residual, NHWC in the chain, to its NCHW y: the one transpose
+        assert [s.op for s in model._executable.steps].count("Transpose") == 1
         assert relative_error(model.run(feeds)["y"], expected) < 1e-5, split
 
 

@@ -51,7 +51,7 @@ def instr_flops(instr: Instr) -> float | None:
     counts two), None for the others."""
     base = instr.base_operands
     if instr.name == "InvertedResidual":
-        return _inverted_residual_flops(base, instr.attrs.channels_last)
+        return _inverted_residual_flops(base, instr.attrs.x_channels_last, instr.attrs.y_channels_last)
     if instr.name not in _MATRIX_OPS + _CONV_OPS or len(base) < 3 or base[0] is None:
         return None
     result = base[0].type
@@ -64,14 +64,16 @@ def instr_flops(instr: Instr) -> float | None:
     return 2.0 * result.size * math.prod(second.type.shape[1:])
 
 
-def _inverted_residual_flops(base: Sequence[Buffer | None], channels_last: bool) -> float | None:
+def _inverted_residual_flops(base: Sequence[Buffer | None], x_nhwc: bool, y_nhwc: bool) -> float | None:
     """An InvertedResidual's three convolutions: expansion, depthwise, projection."""
     out, x, w_expand, w_depthwise = base[0], base[1], base[2], base[4]
     if out is None or x is None or w_expand is None or w_depthwise is None:
         return None
     x_shape, out_shape = x.type.shape, out.type.shape
-    if channels_last:  # NHWC -> NCHW order
-        x_shape, out_shape = (x_shape[0], x_shape[3], *x_shape[1:3]), (out_shape[0], out_shape[3], *out_shape[1:3])
+    if x_nhwc:  # NHWC -> NCHW order
+        x_shape = (x_shape[0], x_shape[3], *x_shape[1:3])
+    if y_nhwc:
+        out_shape = (out_shape[0], out_shape[3], *out_shape[1:3])
     pixels, out_pixels = math.prod(x_shape[2:]), math.prod(out_shape[2:])
     expanded, taps = w_expand.type.shape[0], math.prod(w_depthwise.type.shape[2:])
     per_image = pixels * x_shape[1] * expanded + out_pixels * expanded * (taps + out_shape[1])

@@ -53,15 +53,15 @@ def lower_inverted_residual(graph: Graph, node: Node) -> list[Value]:
     and to NHWC when it is channels last)."""
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = node.inputs
     attrs: InvertedResidualAttrs = node.attrs
-    if attrs.channels_last:
+    if attrs.x_channels_last:
         x = transpose(graph, node.input(0), TO_NCHW, f"{node.name}.x")
-        if residual is not None:
-            residual = transpose(graph, residual, TO_NCHW, f"{node.name}.residual")
+    if attrs.y_channels_last and residual is not None:
+        residual = transpose(graph, residual, TO_NCHW, f"{node.name}.residual")
     e = graph.add("FusedConv", x, w_expand, b_expand, None, attrs=attrs.expand(), name=f"{node.name}.expand")
     d = graph.add("FusedConv", e, w_depthwise, b_depthwise, None, attrs=attrs.depthwise(e.type.shape[1]),
                   name=f"{node.name}.depthwise")
     y = graph.add("FusedConv", d, w_project, b_project, residual, attrs=attrs.project(), name=f"{node.name}.project")
-    return [transpose(graph, y, TO_NHWC, f"{node.name}.y") if attrs.channels_last else y]
+    return [transpose(graph, y, TO_NHWC, f"{node.name}.y") if attrs.y_channels_last else y]
 
 
 @lowering("FusedAttention")

@@ -5,9 +5,10 @@ one op so that a backend can keep the two wide intermediate tensors inside one k
 (transforms/fuse_inverted_residual.py); a backend without a kernel for it gets it back as
 its three FusedConv nodes (lowering/fused.py). Not a primitive.
 
-`channels_last`: x, the residual and y are NHWC ([N, H, W, C]) instead of NCHW, the weights
-as they are. The assign-layouts pass (transforms/layouts.py) sets it on chains of blocks that a
-backend runs channels last inside, so that no transposes run between them."""
+`x_channels_last`, `y_channels_last`: x, and y with the residual, are NHWC ([N, H, W, C])
+instead of NCHW; the weights as they are. The assign-layouts pass (transforms/layouts.py) sets
+them on chains of blocks that a backend runs channels last inside: NHWC between the chain's
+blocks, NCHW where a block reads or writes outside it, so that no transposes run."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -37,7 +38,8 @@ class InvertedResidualAttrs:
     project_activation: str = "none"
     project_alpha: float = 0.0
     project_beta: float = 0.0
-    channels_last: bool = False
+    x_channels_last: bool = False
+    y_channels_last: bool = False
 
     def expand(self) -> FusedConvAttrs:
         return FusedConvAttrs(*_POINTWISE, 1, self.expand_activation, self.expand_alpha, self.expand_beta)
@@ -61,12 +63,14 @@ def _permuted(t: TensorType | None, perm: tuple[int, ...]) -> TensorType | None:
 
 def _infer(attrs: InvertedResidualAttrs, types):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = types
-    if attrs.channels_last:
+    if attrs.x_channels_last or attrs.y_channels_last:
         if x.rank != 4 or (residual is not None and residual.rank != 4):
-            raise OpError(f"InvertedResidual (channels last) needs NHWC x and residual, got {x} and {residual}")
-        nchw = replace(attrs, channels_last=False)
-        (y,) = _infer(nchw, [_permuted(x, TO_NCHW), *types[1:7], _permuted(residual, TO_NCHW)])
-        return [_permuted(y, TO_NHWC)]
+            raise OpError(f"InvertedResidual needs 4-D x and residual, got {x} and {residual}")
+        x = _permuted(x, TO_NCHW) if attrs.x_channels_last else x
+        residual = _permuted(residual, TO_NCHW) if attrs.y_channels_last else residual
+        nchw = replace(attrs, x_channels_last=False, y_channels_last=False)
+        (y,) = _infer(nchw, [x, *types[1:7], residual])
+        return [_permuted(y, TO_NHWC) if attrs.y_channels_last else y]
     if x.rank != 4 or w_expand.rank != 4 or w_expand.shape[2:] != (1, 1) or w_project.rank != 4 \
             or w_project.shape[2:] != (1, 1):
         raise OpError(f"InvertedResidual needs NCHW x and 1x1 expansion and projection weights, got {x}, "
@@ -80,10 +84,12 @@ def _infer(attrs: InvertedResidualAttrs, types):
 
 def _reference(attrs: InvertedResidualAttrs, arrays):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = arrays
-    if attrs.channels_last:
-        nchw = [x.transpose(TO_NCHW), *arrays[1:7], None if residual is None else residual.transpose(TO_NCHW)]
-        (y,) = _reference(replace(attrs, channels_last=False), nchw)
-        return (np.ascontiguousarray(y.transpose(TO_NHWC)),)
+    if attrs.x_channels_last or attrs.y_channels_last:
+        x = x.transpose(TO_NCHW) if attrs.x_channels_last else x
+        residual = residual.transpose(TO_NCHW) if attrs.y_channels_last and residual is not None else residual
+        nchw = replace(attrs, x_channels_last=False, y_channels_last=False)
+        (y,) = _reference(nchw, [x, *arrays[1:7], residual])
+        return (np.ascontiguousarray(y.transpose(TO_NHWC)) if attrs.y_channels_last else y,)
     (e,) = _fused_conv(attrs.expand(), [x, w_expand, b_expand, None])
     (d,) = _fused_conv(attrs.depthwise(e.shape[1]), [e, w_depthwise, b_depthwise, None])
     (y,) = _fused_conv(attrs.project(), [d, w_project, b_project, residual])

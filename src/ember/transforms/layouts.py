@@ -2,15 +2,15 @@
 activations channels last (NHWC) between them, instead of each node transposing its input
 and output.
 
-A node the target's backend `prefers_channels_last` becomes its channels-last form (its
-attrs' `channels_last`) between Transposes: NCHW -> NHWC on each activation operand, NHWC ->
-NCHW on its result. optimize-transposes, which runs next in the pipeline, merges each
-Transpose(NHWC -> NCHW) feeding a Transpose(NCHW -> NHWC) into nothing, so inside a chain
-the tensors stay NHWC and only the chain's ends convert, as explicit Transpose steps.
+Each chain of connected nodes the target's backend `prefers_channels_last` becomes their
+channels-last forms: a tensor one member writes and another reads is NHWC; where a member
+reads a tensor from outside the chain, or writes one only read outside it, that operand stays
+NCHW (the node's `x_channels_last` / `y_channels_last` say which), so the kernel converts on
+the way in or out and no Transpose runs. A member's result read both inside and outside the
+chain is NHWC, with one Transpose back to NCHW for the outside readers.
 
-Only chains of two or more such nodes change: a lone node is faster converting inside its
-kernel, where the transposes ride in the kernel's own parallel chunks, than as two steps of
-their own. Without a backend in the pass context (tests, `ember opt`), nothing changes."""
+Only chains of two or more nodes change (a lone node would be the same node again). Without a
+backend in the pass context (tests, `ember opt`), nothing changes."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -21,23 +21,27 @@ from ember.ops.inverted_residual import TO_NCHW, TO_NHWC
 from ember.ops.tensor import TransposeAttrs
 from ember.passes import GraphPass, register_pass
 
-# The ops with a channels-last form (a `channels_last` attribute) -> the operand indices that
-# are NCHW activations in the default form (the others, weights and biases, keep theirs).
-CHANNELS_LAST_OPERANDS: dict[str, tuple[int, ...]] = {
-    "InvertedResidual": (0, 7),  # x, residual
-}
+# The ops with a channels-last form (`x_channels_last` / `y_channels_last` attributes): x is
+# operand 0; operand RESIDUAL, where present, is in y's layout.
+CHANNELS_LAST_OPS = frozenset({"InvertedResidual"})
+RESIDUAL = 7
 # The fewest connected nodes worth converting (see the module's docstring).
 MIN_CHAIN = 2
 
 
 def _candidate(node: Node, backend: Any) -> bool:
-    return (backend is not None and node.op in CHANNELS_LAST_OPERANDS and not node.attrs.channels_last
-            and backend.prefers_channels_last(node))
+    return (backend is not None and node.op in CHANNELS_LAST_OPS and not node.attrs.x_channels_last
+            and not node.attrs.y_channels_last and backend.prefers_channels_last(node))
 
 
-def _chains(graph: Graph, candidates: list[Node]) -> list[list[Node]]:
-    """The candidates in connected groups: a candidate reading another's result (as one of its
-    activation operands) joins its group. Groups and their nodes in graph order."""
+def _activations(node: Node) -> list[Value]:
+    return [v for v in (node.inputs[0], node.inputs[RESIDUAL] if len(node.inputs) > RESIDUAL else None)
+            if v is not None]
+
+
+def _chains(candidates: list[Node]) -> list[list[Node]]:
+    """The candidates in connected groups: a candidate reading another's result (as x or
+    residual) joins its group. Groups and their nodes in graph order."""
     index = {id(node): i for i, node in enumerate(candidates)}
     parent = list(range(len(candidates)))
 
@@ -48,9 +52,8 @@ def _chains(graph: Graph, candidates: list[Node]) -> list[list[Node]]:
         return i
 
     for node in candidates:
-        for operand in CHANNELS_LAST_OPERANDS[node.op]:
-            value = node.inputs[operand] if operand < len(node.inputs) else None
-            if value is not None and value.producer is not None and id(value.producer) in index:
+        for value in _activations(node):
+            if value.producer is not None and id(value.producer) in index:
                 parent[root(index[id(node)])] = root(index[id(value.producer)])
     groups: dict[int, list[Node]] = {}
     for i, node in enumerate(candidates):
@@ -58,43 +61,77 @@ def _chains(graph: Graph, candidates: list[Node]) -> list[list[Node]]:
     return list(groups.values())
 
 
-def _convert(graph: Graph, node: Node) -> Node:
-    """`node` -> Transpose(its channels-last form(Transpose(x), ...)) in its place; returns
-    the channels-last node."""
-    inputs: list[Value | None] = list(node.inputs)
-    for operand in CHANNELS_LAST_OPERANDS[node.op]:
-        value = inputs[operand] if operand < len(inputs) else None
-        if value is not None:
-            inputs[operand] = graph.add("Transpose", value, attrs=TransposeAttrs(TO_NHWC),
-                                        name=f"{node.name}.to_nhwc")
-    (y,) = graph.add_node(node.op, inputs, replace(node.attrs, channels_last=True), name=node.name,
-                          result_names=[f"{node.outputs[0].name}.nhwc"])
-    back = graph.add("Transpose", y, attrs=TransposeAttrs(TO_NCHW), name=f"{node.name}.to_nchw")
-    graph.replace_all_uses(node.outputs[0], back)
-    assert y.producer is not None
-    return y.producer
+def _transpose(graph: Graph, value: Value, perm: tuple[int, ...], name: str) -> Value:
+    return graph.add("Transpose", value, attrs=TransposeAttrs(perm), name=name)
+
+
+def _convert(graph: Graph, chain: list[Node]) -> list[tuple[Node, Node]]:
+    """Replaces the chain's nodes by their channels-last forms; returns each new node with the
+    node it replaces."""
+    members = {id(node) for node in chain}
+    users = graph.users()
+    outputs = graph.output_values()
+    nhwc: dict[Value, Value] = {}  # a member's NCHW result -> its NHWC result
+    back: dict[Value, Value] = {}  # a member's NHWC result -> its one Transpose to NCHW
+
+    def to_nchw(value: Value, name: str) -> Value:
+        if value not in back:
+            back[value] = _transpose(graph, value, TO_NCHW, name)
+        return back[value]
+
+    replaced: list[tuple[Value, Value]] = []
+    renamed = []
+    for node in chain:
+        out = node.outputs[0]
+        readers = users.get(out, [])
+        inside = any(id(user) in members for user, _ in readers)
+        outside = out in outputs or any(id(user) not in members for user, _ in readers)
+        inputs: list[Value | None] = list(node.inputs)
+        x = node.input(0)
+        inputs[0] = nhwc.get(x, x)
+        residual = node.inputs[RESIDUAL] if len(node.inputs) > RESIDUAL else None
+        if residual is not None:
+            if inside:  # y NHWC, and the residual with it
+                inputs[RESIDUAL] = nhwc.get(residual) or _transpose(graph, residual, TO_NHWC, f"{node.name}.residual")
+            elif residual in nhwc:
+                inputs[RESIDUAL] = to_nchw(nhwc[residual], f"{residual.name}.to_nchw")
+        attrs = replace(node.attrs, x_channels_last=x in nhwc, y_channels_last=inside)
+        (y,) = graph.add_node(node.op, inputs, attrs, name=node.name,
+                              result_names=[f"{out.name}.nhwc" if inside else out.name])
+        assert y.producer is not None
+        renamed.append((y.producer, node))
+        if inside:
+            nhwc[out] = y
+            if outside:
+                replaced.append((out, to_nchw(y, f"{out.name}.to_nchw")))
+        else:
+            replaced.append((out, y))
+    for old, new in replaced:
+        graph.replace_all_uses(old, new)
+    return renamed
 
 
 @register_pass
 class AssignLayouts(GraphPass):
     """Preconditions: the backend's fused ops are formed (fuse-inverted-residual has run).
     Rules:
-    1. Nodes the context's backend prefers channels last, connected through their activation
-       operands in groups of at least MIN_CHAIN: each -> Transpose(NHWC -> NCHW) of its
-       channels-last form of Transpose(NCHW -> NHWC) of each activation operand.
-    optimize-transposes then cancels the transposes between them."""
+    1. Nodes the context's backend prefers channels last, connected through x or residual in
+       groups of at least MIN_CHAIN: each -> its channels-last form, NHWC where the tensor
+       stays in the group, NCHW where it comes from or goes only outside (a Transpose back to
+       NCHW for outside readers of a tensor the group also reads)."""
 
     name = "assign-layouts"
 
     def run(self, graph: Graph) -> bool:
         backend = self.context.backend if self.context is not None else None
         candidates = [node for node in graph.nodes if _candidate(node, backend)]
-        chains = [chain for chain in _chains(graph, candidates) if len(chain) >= MIN_CHAIN]
-        renamed = [(_convert(graph, node), node.name) for chain in chains for node in chain]
+        renamed = [pair for chain in _chains(candidates) if len(chain) >= MIN_CHAIN for pair in _convert(graph, chain)]
         if not renamed:
             return False
         graph.sort()
         graph.remove_unused()
-        for node, name in renamed:  # the replaced node is gone: its successor takes its name
-            node.name = name
+        for new, old in renamed:  # the replaced node is gone: its successor takes its names
+            new.name = old.name
+            if not new.attrs.y_channels_last:
+                new.outputs[0].name = old.outputs[0].name
         return True

@@ -192,7 +192,7 @@ def _accepts(view: OpView) -> str | None:
     x = view.operand(0)
     if x.rank != 4:
         return "the InvertedResidual kernel takes NCHW or NHWC images"
-    if view.attrs.channels_last:
+    if view.attrs.x_channels_last or view.attrs.y_channels_last:
         return None
     expanded_bytes = x.shape[2] * x.shape[3] * view.operand(1).shape[0] * 4
     if x.shape[2] * x.shape[3] > MAX_PIXELS and expanded_bytes <= BANDS_ABOVE_BYTES:
@@ -211,15 +211,36 @@ class _Block:
         self.b_expand, self.b_depthwise, self.b_project = base[3], base[5], base[7]
         self.residual = base[8] if len(base) > 8 else None
         self.attrs: InvertedResidualAttrs = instr.attrs
-        self.channels_last = self.attrs.channels_last
+        self.x_nhwc, self.y_nhwc = self.attrs.x_channels_last, self.attrs.y_channels_last
+        # Either end NHWC: the block runs channels last, reading and writing each end in its layout.
+        self.channels_last = self.x_nhwc or self.y_nhwc
         x_shape, out_shape = self.x.type.shape, self.out.type.shape
-        if self.channels_last:  # NHWC: the same dims read in NCHW order
-            x_shape, out_shape = tuple(x_shape[i] for i in TO_NCHW), tuple(out_shape[i] for i in TO_NCHW)
+        if self.x_nhwc:  # NHWC: the same dims read in NCHW order
+            x_shape = tuple(x_shape[i] for i in TO_NCHW)
+        if self.y_nhwc:
+            out_shape = tuple(out_shape[i] for i in TO_NCHW)
         self.n_batch, self.c_in, self.h, self.w = (int(d) for d in x_shape)
         self.expanded = int(self.w_expand.type.shape[0])
         self.kh, self.kw = (int(d) for d in self.w_depthwise.type.shape[2:])
         self.c_out, self.oh, self.ow = (int(d) for d in out_shape[1:])
         self.pixels, self.out_pixels = self.h * self.w, self.oh * self.ow
+
+    def x_rows(self, first: str) -> tuple[str, tuple[int, int, int]]:
+        """x from input pixel `first` on as the expansion GEMM's A: a pointer and its layout
+        (row stride, k stride, 8-row block stride); NCHW x is read transposed in place."""
+        if self.x_nhwc:
+            return f"xn + ({first}) * {self.c_in}", (self.c_in, 1, MR * self.c_in)
+        return f"xn + ({first})", (1, self.pixels, MR)
+
+    def y_rows(self, first: str) -> tuple[str, int]:
+        """y from output pixel `first` on as the projection GEMM's C: a pointer and its leading
+        dimension (NCHW y is stored transposed: the epilogue's `transposed`)."""
+        if self.y_nhwc:
+            return f"yn + ({first}) * {self.c_out}", self.c_out
+        return f"yn + ({first})", self.out_pixels
+
+    def residual_rows(self, first: str) -> str:
+        return f"rn + ({first}) * {self.c_out}" if self.y_nhwc else f"rn + ({first})"
 
     @property
     def expanded_padded(self) -> int:
@@ -398,8 +419,10 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
         if s.residual is not None:
             w.line(f"const float *rn = res + nb * {s.c_out * out_pixels};")
         project = Epilogue(bias=b_project, activation=last, alpha=a.project_alpha, beta=a.project_beta)
-        if s.channels_last and s.residual is not None:
-            project = replace(project, residual="rn", ld_residual=s.c_out)
+        if s.channels_last:  # y (and the residual) in its layout, straight from the tile
+            project = replace(project, transposed=not s.y_nhwc)
+            if s.residual is not None:
+                project = replace(project, residual="rn", ld_residual=s.y_rows("0")[1])
         w.line(_epilogue(b_expand, a.expand_activation, a.expand_alpha, a.expand_beta).c_init("ep_expand"),
                _epilogue("NULL", a.depthwise_activation, a.depthwise_alpha, a.depthwise_beta).c_init("ep_depthwise"),
                project.c_init("ep_project"))
@@ -473,22 +496,23 @@ def _split_pixels(w: CWriter, s: _Block, threads: int, expand_panels: str, proje
     ember_pool.c): the first transposes and expands chunks of input pixels into E; the second,
     once all of E is there, depthwises, projects and stores chunks of output pixels."""
     ce, ce_padded, co_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.out_padded, s.pixels, s.out_pixels
-    x_rows = "xn" if s.channels_last else "xt"
     with _chunks(w, pixels, _chunk(pixels, s.c_in * ce, threads), threads, "p0", "p1"):
-        if not s.channels_last:
+        if s.channels_last:
+            x_rows, x_layout = s.x_rows("p0")
+        else:
             w.line(f"ember_transpose_f32(xn + p0, {s.c_in}, p1 - p0, {pixels}, xt + p0 * {s.c_in}, {s.c_in});")
-        w.line(gemm_call(m="p1 - p0", n=ce_padded, k=s.c_in, a=f"{x_rows} + p0 * {s.c_in}",
-                         a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0,
-                         c=f"e + p0 * {ce_padded}", ldc=ce_padded, epilogue="&ep_expand"))
+            x_rows, x_layout = f"xt + p0 * {s.c_in}", (s.c_in, 1, MR * s.c_in)
+        w.line(gemm_call(m="p1 - p0", n=ce_padded, k=s.c_in, a=x_rows, a_layout=x_layout, b_packed=expand_panels,
+                         ldb=0, c=f"e + p0 * {ce_padded}", ldc=ce_padded, epilogue="&ep_expand"))
     with _chunks(w, out_pixels, _chunk(out_pixels, ce * (s.kh * s.kw + s.c_out), threads), threads, "q0", "q1"):
         w.line(depthwise("0", str(ce), "q0", "q1"))
-        if s.channels_last:  # straight into y's rows, the residual's rows added in the tile
+        if s.channels_last:  # straight into y, the residual added in the tile
             w.line("ember_epilogue ep_rows = ep_project;")
             if s.residual is not None:
-                w.line(f"ep_rows.residual = rn + q0 * {s.c_out};")
+                w.line(f"ep_rows.residual = {s.residual_rows('q0')};")
+            y_rows, ldc = s.y_rows("q0")
             w.line(gemm_call(m="q1 - q0", n=s.c_out, k=ce, a=f"d + q0 * {ce}", a_layout=(ce, 1, MR * ce),
-                             b_packed=project_panels, ldb=0, c=f"yn + q0 * {s.c_out}", ldc=s.c_out,
-                             epilogue="&ep_rows"))
+                             b_packed=project_panels, ldb=0, c=y_rows, ldc=ldc, epilogue="&ep_rows"))
             return
         w.line(gemm_call(m="q1 - q0", n=co_padded, k=ce, a=f"d + q0 * {ce}", a_layout=(ce, 1, MR * ce),
                          b_packed=project_panels, ldb=0, c=f"t + q0 * {co_padded}", ldc=co_padded,
@@ -523,8 +547,8 @@ def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, 
                    f"long r1 = (i1 - 1) * {stride} - {pad} + {s.kh};",
                    f"if (r1 > {s.h}) r1 = {s.h};",
                    f"float *d = e + (r1 - r0) * {s.w * ce_padded};",
-                   gemm_call(m=f"(r1 - r0) * {s.w}", n=ce_padded, k=s.c_in, a=f"xn + r0 * {s.w * s.c_in}",
-                             a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
+                   gemm_call(m=f"(r1 - r0) * {s.w}", n=ce_padded, k=s.c_in, a=s.x_rows(f"r0 * {s.w}")[0],
+                             a_layout=s.x_rows("0")[1], b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
                              epilogue="&ep_expand"),
                    # The band's rows as a map of their own: its top padding is the map's where it starts at row 0.
                    f"{DEPTHWISE}(e, {ce_padded}, r1 - r0, {s.w}, {ce}, {taps}, {b_depthwise}, d, {s.ow}, {s.kh}, "
@@ -532,10 +556,10 @@ def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, 
                    f"(i1 - i0) * {s.ow});",
                    "ember_epilogue ep_rows = ep_project;")
             if s.residual is not None:
-                w.line(f"ep_rows.residual = rn + i0 * {s.ow * s.c_out};")
+                w.line(f"ep_rows.residual = {s.residual_rows(f'i0 * {s.ow}')};")
+            y_rows, ldc = s.y_rows(f"i0 * {s.ow}")
             w.line(gemm_call(m=f"(i1 - i0) * {s.ow}", n=s.c_out, k=ce, a="d", a_layout=(ce, 1, MR * ce),
-                             b_packed=project_panels, ldb=0, c=f"yn + i0 * {s.ow * s.c_out}", ldc=s.c_out,
-                             epilogue="&ep_rows"))
+                             b_packed=project_panels, ldb=0, c=y_rows, ldc=ldc, epilogue="&ep_rows"))
 
 
 def _split_channels(w: CWriter, s: _Block, threads: int, expand_panels: str, project_panels: str,
@@ -543,16 +567,19 @@ def _split_channels(w: CWriter, s: _Block, threads: int, expand_panels: str, pro
     """Each stage across the threads on its own (the GEMMs by column panels and row blocks, the
     depthwise by 16 channels): every thread reads a share of the weights, not all of them."""
     ce, ce_padded, co_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.out_padded, s.pixels, s.out_pixels
-    if not s.channels_last:
+    if s.channels_last:
+        x_rows, x_layout = s.x_rows("0")
+    else:
         w.line(f"ember_transpose_f32_threads(xn, {s.c_in}, {pixels}, {pixels}, xt, {s.c_in}, {threads});")
-    w.line(gemm_call(m=pixels, n=ce_padded, k=s.c_in, a="xn" if s.channels_last else "xt",
-                     a_layout=(s.c_in, 1, MR * s.c_in), b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
-                     epilogue="&ep_expand", threads=threads))
+        x_rows, x_layout = "xt", (s.c_in, 1, MR * s.c_in)
+    w.line(gemm_call(m=pixels, n=ce_padded, k=s.c_in, a=x_rows, a_layout=x_layout, b_packed=expand_panels, ldb=0,
+                     c="e", ldc=ce_padded, epilogue="&ep_expand", threads=threads))
     with _chunks(w, ce, LANES, threads, "c0", "c1"):
         w.line(depthwise("c0", "c1", "0", str(out_pixels)))
     if s.channels_last:
+        y_rows, ldc = s.y_rows("0")
         w.line(gemm_call(m=out_pixels, n=s.c_out, k=ce, a="d", a_layout=(ce, 1, MR * ce), b_packed=project_panels,
-                         ldb=0, c="yn", ldc=s.c_out, epilogue="&ep_project", threads=threads))
+                         ldb=0, c=y_rows, ldc=ldc, epilogue="&ep_project", threads=threads))
         return
     w.line(gemm_call(m=out_pixels, n=co_padded, k=ce, a="d", a_layout=(ce, 1, MR * ce), b_packed=project_panels,
                      ldb=0, c="t", ldc=co_padded, epilogue="&ep_project", threads=threads),
