@@ -23,23 +23,22 @@ BLOCK = '{strides=[STRIDE, STRIDE], pads=[1, 1, 1, 1], expand_activation="clip",
         'depthwise_activation="clip", depthwise_beta=6.0}'
 
 
-def _chain_ir(blocks: int, hw: int = 8, extra_output: str = "") -> str:
-    """`blocks` MobileNetV2 blocks on [1, 16, hw, hw] (96 expanded), the first strided and
-    widening to 24 channels, the others with the residual; then a Relu (elementwise: the
-    chain's last transpose sinks below it)."""
+def _chain_ir(blocks: int, hw: int = 8, extra_output: str = "", batch: int = 1) -> str:
+    """`blocks` MobileNetV2 blocks on [batch, 16, hw, hw] (96 expanded), the first strided and
+    widening to 24 channels, the others with the residual; then a Relu."""
     out = hw // 2
-    lines = ['graph "g" {', f"  input %x: f32[1,16,{hw},{hw}]",
+    lines = ['graph "g" {', f"  input %x: f32[{batch},16,{hw},{hw}]",
              "  const @we0: f32[96,16,1,1]", "  const @be0: f32[96]", "  const @wd0: f32[96,1,3,3]",
              "  const @bd0: f32[96]", "  const @wp0: f32[24,96,1,1]", "  const @bp0: f32[24]"]
     for i in range(1, blocks):
         lines += [f"  const @we{i}: f32[144,24,1,1]", f"  const @be{i}: f32[144]", f"  const @wd{i}: f32[144,1,3,3]",
                   f"  const @bd{i}: f32[144]", f"  const @wp{i}: f32[24,144,1,1]", f"  const @bp{i}: f32[24]"]
-    lines.append(f"  %b0: f32[1,24,{out},{out}] = InvertedResidual(%x, @we0, @be0, @wd0, @bd0, @wp0, @bp0, none) "
+    lines.append(f"  %b0: f32[{batch},24,{out},{out}] = InvertedResidual(%x, @we0, @be0, @wd0, @bd0, @wp0, @bp0, none) "
                  f"{BLOCK.replace('STRIDE', '2')} name=\"b0\"")
     for i in range(1, blocks):
-        lines.append(f"  %b{i}: f32[1,24,{out},{out}] = InvertedResidual(%b{i - 1}, @we{i}, @be{i}, @wd{i}, @bd{i}, "
+        lines.append(f"  %b{i}: f32[{batch},24,{out},{out}] = InvertedResidual(%b{i - 1}, @we{i}, @be{i}, @wd{i}, @bd{i}, "
                      f"@wp{i}, @bp{i}, %b{i - 1}) {BLOCK.replace('STRIDE', '1')} name=\"b{i}\"")
-    lines += [f"  %r: f32[1,24,{out},{out}] = Relu(%b{blocks - 1}) name=\"r\"", '  output "y" = %r', extra_output, "}"]
+    lines += [f"  %r: f32[{batch},24,{out},{out}] = Relu(%b{blocks - 1}) name=\"r\"", '  output "y" = %r', extra_output, "}"]
     return "\n".join(lines)
 
 
@@ -103,16 +102,16 @@ def test_without_a_target_backend_nothing_changes():
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_channels_last_chain_on_cpu_matches_interpreter(threads, monkeypatch):
-    """The whole pipeline: the chain goes channels last (each of the kernel's splits: rows,
+    """The whole pipeline, batch 2: the chain goes channels last (each of the kernel's splits: rows,
     the default on 2 threads, with its re-expanded rows at the threads' boundary and its
     thread slabs; pixels; and channels where the weights outweigh the expanded tensor), 24
     output channels (a partial GEMM panel stored straight into y), the residual added in the
     projection's tile."""
     import ember.codegen.kernels.inverted_residual as kernel
 
-    ir = _chain_ir(4)
+    ir = _chain_ir(4, batch=2)
     weights = {name: data * np.float32(0.3) for name, data in random_weights(ir, 5).items()}
-    feeds = {"x": np.random.default_rng(7).standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    feeds = {"x": np.random.default_rng(7).standard_normal((2, 16, 8, 8)).astype(np.float32)}
     expected = compile_graph(parse_graph(ir, weights), "interpreter").run(feeds)["y"]
     monkeypatch.setattr(kernel, "threads_for", lambda threads, macs: threads)  # small blocks: parallel anyway
     # rows in bands of one output row (no band fits 1 byte) re-expand every band's input rows
