@@ -36,9 +36,10 @@ def _chain_ir(blocks: int, hw: int = 8, extra_output: str = "", batch: int = 1) 
     lines.append(f"  %b0: f32[{batch},24,{out},{out}] = InvertedResidual(%x, @we0, @be0, @wd0, @bd0, @wp0, @bp0, none) "
                  f"{BLOCK.replace('STRIDE', '2')} name=\"b0\"")
     for i in range(1, blocks):
-        lines.append(f"  %b{i}: f32[{batch},24,{out},{out}] = InvertedResidual(%b{i - 1}, @we{i}, @be{i}, @wd{i}, @bd{i}, "
-                     f"@wp{i}, @bp{i}, %b{i - 1}) {BLOCK.replace('STRIDE', '1')} name=\"b{i}\"")
-    lines += [f"  %r: f32[{batch},24,{out},{out}] = Relu(%b{blocks - 1}) name=\"r\"", '  output "y" = %r', extra_output, "}"]
+        lines.append(f"  %b{i}: f32[{batch},24,{out},{out}] = InvertedResidual(%b{i - 1}, @we{i}, @be{i}, @wd{i}, "
+                     f"@bd{i}, @wp{i}, @bp{i}, %b{i - 1}) {BLOCK.replace('STRIDE', '1')} name=\"b{i}\"")
+    lines += [f"  %r: f32[{batch},24,{out},{out}] = Relu(%b{blocks - 1}) name=\"r\"", '  output "y" = %r',
+              extra_output, "}"]
     return "\n".join(lines)
 
 
