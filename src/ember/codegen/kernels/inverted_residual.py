@@ -1,19 +1,23 @@
 """The cpu kernel of InvertedResidual (ops/inverted_residual.py): MobileNetV2's expansion,
 depthwise and projection in one step, channels last inside it.
 
-NCHW x is transposed into [pixels][C_in] (the library's ember_transpose_f32); the expansion is a GEMM
-with the pixels as rows, storing E [pixels][C_e] row-major with its bias and activation in
-registers; the depthwise convolution reads E 16 channels at a time, one vector per output
+NCHW x is transposed into [pixels][C_in] (the library's ember_transpose_f32); the expansion is
+a GEMM with the pixels as rows, storing E [pixels][C_e] row-major with its bias and activation
+in registers; the depthwise convolution reads E 16 channels at a time, one vector per output
 pixel and tap with no lane wasted on narrow rows and no masked edge vectors, into
 D [out pixels][C_e]; the projection is a GEMM from D into [out pixels][C_out] with its bias
 (and activation when there is no residual), transposed into NCHW y; a residual and the
-activation after it come last. The intermediates live in the step's scratch.
+activation after it come last. The intermediates live in the step's scratch. A block whose x
+or y is channels last (assign-layouts' chains) reads NHWC x as the GEMM's rows as they are
+and NCHW x transposed in place, and stores y from the projection's tiles in its layout, the
+residual added there: no transposed copies.
 
 How the threads share a block shows in `ember dump` as the step's `split`: "pixels" runs two
 parallel regions, chunks of input pixels transposed and expanded, then chunks of output
 pixels depthwised, projected and stored, each chunk all of its stage's channels; "rows"
-(channels-last x and y, several threads) one region, each thread a run of output rows from
-the input rows they read to y, in a scratch slab of its own (`_split_rows`); "channels"
+(channels-last blocks on several threads, or with an E too big for L2) one region, each
+thread a run of output rows from the input rows they read to y, in bands, in a scratch slab
+of its own (`_split_rows`); "channels"
 (7x7 maps, where the weights outweigh E) splits every stage on its own by channels; "bands"
 (large maps with an expanded tensor over BANDS_ABOVE_BYTES) runs channels first instead, in
 bands of output rows that keep their expanded rows in L2 (`_emit_bands`)."""
@@ -525,10 +529,11 @@ def _split_pixels(w: CWriter, s: _Block, threads: int, expand_panels: str, proje
 
 def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, expand_panels: str,
                 project_panels: str, scratch: str, b_depthwise: str, taps: str) -> None:
-    """NHWC x and y, one parallel region: thread t takes the t-th run of output rows, in bands
-    of `band_rows` (all of them where their E and D fit 3/4 of the core's L2); for each band
-    it expands the input rows they read (rows a neighbouring band also reads expanded again)
-    into its own slab, depthwises them as a map of their own and projects into y's rows. Nothing a thread
+    """Channels last, one parallel region: thread t takes the t-th run of output rows, in
+    bands of `band_rows` (all of them where their E and D fit 3/4 of the core's L2); for each
+    band it expands the input rows they read (rows a neighbouring band also reads expanded
+    again) into its own slab, depthwises them as a map of their own and projects into y's
+    rows (x and y each in its layout: `_Block.x_rows`, `_Block.y_rows`). Nothing a thread
     writes was written by the other core in the previous block: its slab is at the same
     offset in every block, and its rows of x are the ones it wrote as the previous block's y
     (on 2 threads, the pixel split's shared E moved half of each block's scratch across cores
