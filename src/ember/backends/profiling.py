@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
+from ember.ops.inverted_residual import TO_NCHW
 
 # Ops whose work is a sum of products: FLOPs = 2 x result elements x the products per element.
 _MATRIX_OPS = ("MatMul", "FullyConnected", "MatMulInteger", "Gemm")
@@ -71,9 +72,9 @@ def _inverted_residual_flops(base: Sequence[Buffer | None], x_nhwc: bool, y_nhwc
         return None
     x_shape, out_shape = x.type.shape, out.type.shape
     if x_nhwc:  # NHWC -> NCHW order
-        x_shape = (x_shape[0], x_shape[3], *x_shape[1:3])
+        x_shape = tuple(x_shape[axis] for axis in TO_NCHW)
     if y_nhwc:
-        out_shape = (out_shape[0], out_shape[3], *out_shape[1:3])
+        out_shape = tuple(out_shape[axis] for axis in TO_NCHW)
     pixels, out_pixels = math.prod(x_shape[2:]), math.prod(out_shape[2:])
     expanded, taps = w_expand.type.shape[0], math.prod(w_depthwise.type.shape[2:])
     per_image = pixels * x_shape[1] * expanded + out_pixels * expanded * (taps + out_shape[1])

@@ -330,9 +330,10 @@ class _Block:
 def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = _Block(instr)
     threads = threads_for(options.num_threads, s.macs())
+    band = band_bytes(options)
     # Bands (channels first) take the weights as stored: row-major GEMM operands, depthwise taps per channel.
     if s.pixels > MAX_PIXELS and not s.channels_last:
-        rows = s.band_rows(threads, band_bytes(options))
+        rows = s.band_rows(threads, band)
         return KernelPlan({"threads": threads, "split": "bands", "band_rows": rows},
                           scratch_bytes=threads * s.band_floats(rows) * 4)
     expand = pack_panels(s.w_expand.constant().reshape(s.expanded, s.c_in).T.astype(np.float32))
@@ -347,10 +348,10 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
             padded = np.zeros(columns, np.float32)
             padded[:bias.type.shape[0]] = bias.constant().astype(np.float32)
             packed.append((bias, layout, padded))
-    split = _split(s, threads, band=band_bytes(options))
+    split = _split(s, threads, band=band)
     if split == "rows":
-        rows = s.rows_band(threads, band_bytes(options))
-        slab = s.thread_slab_floats(rows, band_bytes(options))
+        rows = s.rows_band(threads, band)
+        slab = s.thread_slab_floats(rows, band)
         return KernelPlan({"threads": threads, "split": split, "band_rows": rows, "slab_floats": slab}, packed=packed,
                           scratch_bytes=threads * slab * 4)
     return KernelPlan({"threads": threads, "split": split}, packed=packed, scratch_bytes=s.scratch_floats() * 4)
@@ -405,18 +406,17 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     b_project = em.packed(instr, next(biases)) if s.b_project is not None else "NULL"
     ce, ce_padded, pixels, out_pixels = s.expanded, s.expanded_padded, s.pixels, s.out_pixels
 
-    def depthwise(c_lo: str, c_hi: str, q0: str, q1: str) -> str:
-        return (f"{DEPTHWISE}(e, {ce_padded}, {s.h}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
-                f"d, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.pads[0]}, {a.pads[1]}, &ep_depthwise, "
+    def depthwise(c_lo: str, c_hi: str, q0: str, q1: str, rows: str = str(s.h), pad_top: str = str(a.pads[0])) -> str:
+        """E's `rows` input rows (the map's, or a band's with its own top padding) into D."""
+        return (f"{DEPTHWISE}(e, {ce_padded}, {rows}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
+                f"d, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {pad_top}, {a.pads[1]}, &ep_depthwise, "
                 f"{c_lo}, {c_hi}, {q0}, {q1});")
 
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
         split = param(instr, "split", "pixels")
-        if split == "rows":  # each thread's slab of the scratch: _split_rows
-            pass
-        elif s.channels_last:  # x and y are the GEMMs' operands as they are
+        if s.channels_last and split != "rows":  # x and y are the GEMMs' operands as they are (rows: per thread)
             w.line(f"float *e = {em.scratch(instr)}, *d = e + {pixels * ce_padded};")
-        else:
+        elif not s.channels_last:
             w.line(f"float *xt = {em.scratch(instr)}, *e = xt + {pixels * s.c_in}, *d = e + {pixels * ce_padded}, "
                    f"*t = d + {out_pixels * ce};")
         w.line(f"float *yn = y + nb * {s.c_out * out_pixels};", f"const float *xn = x + nb * {s.c_in * pixels};")
@@ -436,8 +436,7 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
             _split_channels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
         elif split == "rows":
             _split_rows(w, s, threads, int(param(instr, "band_rows", s.oh)), int(param(instr, "slab_floats", 0)),
-                        em.packed(instr, 0),
-                        em.packed(instr, 2), em.scratch(instr), pointer(s.b_depthwise), em.packed(instr, 1))
+                        em.packed(instr, 0), em.packed(instr, 2), em.scratch(instr), depthwise)
         else:
             _split_pixels(w, s, threads, em.packed(instr, 0), em.packed(instr, 2), depthwise)
     return w.text()
@@ -528,7 +527,7 @@ def _split_pixels(w: CWriter, s: _Block, threads: int, expand_panels: str, proje
 
 
 def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, expand_panels: str,
-                project_panels: str, scratch: str, b_depthwise: str, taps: str) -> None:
+                project_panels: str, scratch: str, depthwise: Callable[..., str]) -> None:
     """Channels last, one parallel region: thread t takes the t-th run of output rows, in
     bands of `band_rows` (all of them where their E and D fit 3/4 of the core's L2); for each
     band it expands the input rows they read (rows a neighbouring band also reads expanded
@@ -538,9 +537,9 @@ def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, 
     offset in every block, and its rows of x are the ones it wrote as the previous block's y
     (on 2 threads, the pixel split's shared E moved half of each block's scratch across cores
     where consecutive blocks split it at different bytes)."""
-    a, ce, ce_padded = s.attrs, s.expanded, s.expanded_padded
+    ce, ce_padded, stride, pad = s.expanded, s.expanded_padded, s.attrs.strides[0], s.attrs.pads[0]
     rows = ", ".join(f"{{{i0}, {i1}}}" for i0, i1 in _thread_rows(s, threads))
-    stride, pad = a.strides[0], a.pads[0]
+    x_rows, x_layout = s.x_rows(f"r0 * {s.w}")
     w.line(f"static const long thread_rows[{threads}][2] = {{{rows}}};")
     if threads > 1:
         w.line(f"#pragma omp parallel for num_threads({threads}) schedule(static)")
@@ -552,13 +551,11 @@ def _split_rows(w: CWriter, s: _Block, threads: int, band_rows: int, slab: int, 
                    f"long r1 = (i1 - 1) * {stride} - {pad} + {s.kh};",
                    f"if (r1 > {s.h}) r1 = {s.h};",
                    f"float *d = e + (r1 - r0) * {s.w * ce_padded};",
-                   gemm_call(m=f"(r1 - r0) * {s.w}", n=ce_padded, k=s.c_in, a=s.x_rows(f"r0 * {s.w}")[0],
-                             a_layout=s.x_rows("0")[1], b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded,
-                             epilogue="&ep_expand"),
+                   gemm_call(m=f"(r1 - r0) * {s.w}", n=ce_padded, k=s.c_in, a=x_rows, a_layout=x_layout,
+                             b_packed=expand_panels, ldb=0, c="e", ldc=ce_padded, epilogue="&ep_expand"),
                    # The band's rows as a map of their own: its top padding is the map's where it starts at row 0.
-                   f"{DEPTHWISE}(e, {ce_padded}, r1 - r0, {s.w}, {ce}, {taps}, {b_depthwise}, d, {s.ow}, {s.kh}, "
-                   f"{s.kw}, {stride}, r0 - (i0 * {stride} - {pad}), {a.pads[1]}, &ep_depthwise, 0, {ce}, 0, "
-                   f"(i1 - i0) * {s.ow});",
+                   depthwise("0", str(ce), "0", f"(i1 - i0) * {s.ow}", rows="r1 - r0",
+                             pad_top=f"r0 - (i0 * {stride} - {pad})"),
                    "ember_epilogue ep_rows = ep_project;")
             if s.residual is not None:
                 w.line(f"ep_rows.residual = {s.residual_rows(f'i0 * {s.ow}')};")
