@@ -347,6 +347,28 @@ add(Case("FusedConv", [(F32, (1, 24, 7, 7)), _w(64, 24, 1, 1), None, None],
 add(Case("FusedConv", [(F32, (2, 48, 7, 7)), _w(72, 48, 1, 1), _w(72, seed=8), (F32, (2, 72, 7, 7))],
          FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "relu"), name="FusedConv_pointwise_small_map_residual_relu"))
 
+# FusedConv's channels-last forms (conv_channels_last: what assign-layouts makes of chains of
+# pointwise and depthwise convolutions) for each layout pair: a pointwise one with a partial
+# panel of output channels and the residual (in y's layout), depthwise ones with 3x3 and 5x5
+# taps at the strides text recognizers use, over maps whose kernel rows reach the padding.
+def _layout(shape: tuple[int, ...], nhwc: bool) -> tuple[int, ...]:
+    return (shape[0], shape[2], shape[3], shape[1]) if nhwc else shape
+
+
+for x_nhwc, y_nhwc, label in ((True, True, ""), (False, True, "_from_nchw"), (True, False, "_to_nchw")):
+    add(Case("FusedConv", [(F32, _layout((2, 40, 5, 7), x_nhwc)), _w(72, 40, 1, 1, seed=21), _w(72, seed=22),
+                           (F32, _layout((2, 72, 5, 7), y_nhwc))],
+             FusedConvAttrs((1, 1), (0, 0, 0, 0), (1, 1), 1, "hard_swish", 0.8, 0.1, x_nhwc, y_nhwc),
+             name=f"FusedConv_channels_last_pointwise{label}"))
+    for kernel, strides, activation in ((3, (1, 1), "clip"), (3, (2, 1), "relu"), (5, (1, 2), "hard_swish"),
+                                        (5, (2, 2), "silu")):
+        pad = kernel // 2
+        add(Case("FusedConv", [(F32, _layout((1, 32, 12, 20), x_nhwc)), _w(32, 1, kernel, kernel, seed=23),
+                               _w(32, seed=24), None],
+                 FusedConvAttrs(strides, (pad,) * 4, (1, 1), 32, activation, 0.0 if activation != "clip" else 0.5,
+                                6.0 if activation == "clip" else 0.0, x_nhwc, y_nhwc),
+                 name=f"FusedConv_channels_last_depthwise{kernel}x{kernel}_s{strides[0]}{strides[1]}{label}"))
+
 # MobileNetV2's block as one op (the cpu backend keeps both wide intermediates in its kernel):
 # expand 1x1 + clip, depthwise 3x3 + clip, project 1x1 with and without the residual, strides 1
 # and 2.

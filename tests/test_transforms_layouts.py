@@ -67,7 +67,10 @@ def test_mobilenetv2_runs_its_small_maps_channels_last_with_no_transposes():
     optimize_graph(graph, CpuBackend(num_threads=1))
     blocks = [node for node in graph.nodes if node.op == "InvertedResidual"]
     assert [(n.attrs.x_channels_last, n.attrs.y_channels_last) for n in blocks] == \
-        [(False, False)] * 2 + [(False, True)] + [(True, True)] * 12 + [(True, False)]
+        [(False, False)] * 2 + [(False, True)] + [(True, True)] * 13
+    # The last block's NHWC y goes on to the final 1x1 convolution, which writes NCHW.
+    (last,) = [node for node in graph.nodes if node.op == "FusedConv" and node.input(0) is blocks[-1].outputs[0]]
+    assert (last.attrs.x_channels_last, last.attrs.y_channels_last) == (True, False)
     assert not any(node.op == "Transpose" for node in graph.nodes)
 
 
@@ -141,3 +144,78 @@ def test_two_threads_split_a_channels_last_chain_by_rows(monkeypatch):
     slabs = re.findall(r"float \*e = .* \+ task \* (\d+);", source)
     assert len(slabs) == 3 and len(set(slabs)) == 1  # thread 1's slab: the same offset in every block
     assert int(slabs[0]) * 4 % kernel.THREAD_SLAB_BYTES == 0
+
+
+def _conv_chain_ir(batch: int = 1, hw: tuple[int, int] = (12, 20), mid: int = 32) -> str:
+    """A text recognizer's backbone in small: pointwise and depthwise FusedConvs alternating on
+    [batch, 16, h, w] (16 -> mid -> 48 channels; 3x3 taps at stride 2x1, 5x5 at 1x2), the last pointwise one adding the
+    first one's result as its residual; then a Relu."""
+    h, w = hw
+    h2, w2 = (h - 1) // 2 + 1, (w - 1) // 2 + 1
+    act = 'activation="hard_swish", alpha=1.0'
+    return "\n".join([
+        'graph "g" {', f"  input %x: f32[{batch},16,{h},{w}]",
+        f"  const @w0: f32[{mid},16,1,1]", f"  const @b0: f32[{mid}]",
+        f"  const @w1: f32[{mid},1,3,3]", f"  const @b1: f32[{mid}]",
+        f"  const @w2: f32[48,{mid},1,1]", "  const @b2: f32[48]", "  const @w3: f32[48,1,5,5]", "  const @b3: f32[48]",
+        "  const @w4: f32[48,48,1,1]", "  const @b4: f32[48]",
+        f"  %c0: f32[{batch},{mid},{h},{w}] = FusedConv(%x, @w0, @b0, none) "
+        f'{{strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], {act}}} name="c0"',
+        f"  %c1: f32[{batch},{mid},{h2},{w}] = FusedConv(%c0, @w1, @b1, none) "
+        f'{{strides=[2, 1], pads=[1, 1, 1, 1], dilations=[1, 1], group={mid}, {act}}} name="c1"',
+        f"  %c2: f32[{batch},48,{h2},{w}] = FusedConv(%c1, @w2, @b2, none) "
+        f'{{strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], activation="clip", beta=6.0}} name="c2"',
+        f"  %c3: f32[{batch},48,{h2},{w2}] = FusedConv(%c2, @w3, @b3, none) "
+        f'{{strides=[1, 2], pads=[2, 2, 2, 2], dilations=[1, 1], group=48, activation="silu"}} name="c3"',
+        f"  %c4: f32[{batch},48,{h2},{w2}] = FusedConv(%c3, @w4, @b4, %c3) "
+        f'{{strides=[1, 1], pads=[0, 0, 0, 0], dilations=[1, 1], activation="relu"}} name="c4"',
+        f"  %r: f32[{batch},48,{h2},{w2}] = Relu(%c4) name=\"r\"", '  output "y" = %r', "}"])
+
+
+def test_a_chain_of_pointwise_and_depthwise_convolutions_stays_channels_last():
+    # Ends NCHW (the kernels convert), NHWC between; c4 writes NCHW y (read outside), so its
+    # residual, c3's result, takes the one Transpose back, while c4 reads c3's x NHWC.
+    check_pass(_conv_chain_ir(), PIPELINE, """
+      CHECK: %c0.nhwc: f32[1,12,20,32] = FusedConv(%x,
+      CHECK-NOT: x_channels_last
+      CHECK-SAME: y_channels_last=true
+      CHECK-NEXT: %c1.nhwc: f32[1,6,20,32] = FusedConv(%c0.nhwc,
+      CHECK-SAME: group=32, {{.*}}x_channels_last=true, y_channels_last=true
+      CHECK-NEXT: %c2.nhwc: f32[1,6,20,48] = FusedConv(%c1.nhwc,
+      CHECK-NEXT: %c3.nhwc: f32[1,6,10,48] = FusedConv(%c2.nhwc,
+      CHECK-NEXT: %c3.to_nchw: f32[1,48,6,10] = Transpose(%c3.nhwc) {perm=[0, 3, 1, 2]}
+      CHECK-NEXT: %c4: f32[1,48,6,10] = FusedConv(%c3.nhwc, @w4, @b4, %c3.to_nchw)
+      CHECK-SAME: x_channels_last=true
+      CHECK-NOT: y_channels_last
+      CHECK-NEXT: %r: f32[1,48,6,10] = Relu(%c4)""", context=CPU)
+
+
+def test_convolutions_without_a_channels_last_kernel_keep_their_layout():
+    # 24 channels: not a whole number of 16-channel vectors for the depthwise kernel, so the
+    # chain breaks there and its two halves are single nodes.
+    ir = _conv_chain_ir(mid=24)
+    check_pass(ir, PIPELINE, """
+      CHECK: %c0: f32[1,24,12,20] = FusedConv(%x,
+      CHECK-NOT: channels_last
+      CHECK: %c2.nhwc: f32[1,6,20,48] = FusedConv(%c1,
+      CHECK-SAME: y_channels_last=true""", context=CPU)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_channels_last_convolutions_on_cpu_match_interpreter(threads, monkeypatch):
+    """Batch 2, both splits of the pointwise GEMMs (each thread's rows; the output channels),
+    every convolution on conv_channels_last; the one Transpose: the last one's NCHW residual."""
+    import ember.codegen.kernels.conv_channels_last as kernel
+
+    ir = _conv_chain_ir(batch=2)
+    weights = {name: data * np.float32(0.3) for name, data in random_weights(ir, 5).items()}
+    feeds = {"x": np.random.default_rng(7).standard_normal((2, 16, 12, 20)).astype(np.float32)}
+    expected = compile_graph(parse_graph(ir, weights), "interpreter").run(feeds)["y"]
+    monkeypatch.setattr(kernel, "threads_for", lambda threads, macs, minimum: threads)  # small: parallel anyway
+    for split in ("rows", "channels"):
+        monkeypatch.setattr(kernel, "_split", lambda s, threads, split=split: split)
+        model = compile_graph(parse_graph(ir, weights), CpuBackend(num_threads=threads))
+        steps = model._executable.steps
+        assert [step.op for step in steps].count("Transpose") == 1
+        assert [step.kernel for step in steps if step.op == "FusedConv"] == ["conv_channels_last"] * 5
+        assert relative_error(model.run(feeds)["y"], expected) < 1e-5, split

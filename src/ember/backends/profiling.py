@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
-from ember.ops.inverted_residual import TO_NCHW
+from ember.ops.layouts import TO_NCHW
 
 # Ops whose work is a sum of products: FLOPs = 2 x result elements x the products per element.
 _MATRIX_OPS = ("MatMul", "FullyConnected", "MatMulInteger", "Gemm")

@@ -8,7 +8,8 @@ from ember.lowering.einsum import reshape, transpose
 from ember.lowering.engine import lowering, scalar
 from ember.ops.fused import FullyConnectedAttrs, FusedConvAttrs, get_activation
 from ember.ops.fused_attention import FusedAttentionAttrs
-from ember.ops.inverted_residual import TO_NCHW, TO_NHWC, InvertedResidualAttrs
+from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.ops.layouts import TO_NCHW, TO_NHWC
 from ember.ops.normalization import SoftmaxAttrs
 
 
@@ -27,12 +28,19 @@ def _activation(graph: Graph, y: Value, activation: str, alpha: float, beta: flo
 
 @lowering("FusedConv")
 def lower_fused_conv(graph: Graph, node: Node) -> list[Value]:
+    """Back into Conv, Add and the activation (between Transposes from and to NHWC where it is
+    channels last)."""
     x, w, b, residual = node.inputs
     attrs: FusedConvAttrs = node.attrs
+    if attrs.x_channels_last:
+        x = transpose(graph, node.input(0), TO_NCHW, f"{node.name}.x")
+    if attrs.y_channels_last and residual is not None:
+        residual = transpose(graph, residual, TO_NCHW, f"{node.name}.residual")
     y = graph.add("Conv", x, w, b, attrs=attrs.conv, name=f"{node.name}.conv")
     if residual is not None:
         y = graph.add("Add", y, residual, name=f"{node.name}.residual")
-    return [_activation(graph, y, attrs.activation, attrs.alpha, attrs.beta, f"{node.name}.act")]
+    y = _activation(graph, y, attrs.activation, attrs.alpha, attrs.beta, f"{node.name}.act")
+    return [transpose(graph, y, TO_NHWC, f"{node.name}.y") if attrs.y_channels_last else y]
 
 
 @lowering("FullyConnected")

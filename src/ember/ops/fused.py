@@ -14,13 +14,14 @@ and C enum (codegen/c_constants.py renders it into the kernel library's ember_co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from ember.ops.activations import GeluAttrs, gelu_reference, hard_swish_reference
 from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs, _sigmoid
+from ember.ops.layouts import TO_NCHW, TO_NHWC, permuted
 from ember.ops.nn import ConvAttrs, _conv, _conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float, same_dtype
@@ -140,6 +141,10 @@ def _check_activation(activation: str) -> None:
 
 @dataclass(frozen=True)
 class FusedConvAttrs:
+    """The Conv's attributes, the epilogue's activation, and (2-D convolutions only) whether x,
+    and y with the residual, are NHWC instead of NCHW (ops/layouts.py; the weights stay
+    [M, C/group, kh, kw])."""
+
     strides: tuple[int, ...]
     pads: tuple[int, ...]
     dilations: tuple[int, ...]
@@ -147,15 +152,29 @@ class FusedConvAttrs:
     activation: str = "none"
     alpha: float = 0.0
     beta: float = 0.0
+    x_channels_last: bool = False
+    y_channels_last: bool = False
 
     @property
     def conv(self) -> ConvAttrs:
         return ConvAttrs(self.strides, self.pads, self.dilations, self.group)
 
+    @property
+    def channels_last(self) -> bool:
+        """Whether either end is NHWC."""
+        return self.x_channels_last or self.y_channels_last
+
 
 def _fused_conv_infer(attrs: FusedConvAttrs, types):
     x, w, b, residual = types
     _check_activation(attrs.activation)
+    if attrs.channels_last:
+        if x.rank != 4 or (residual is not None and residual.rank != 4):
+            raise OpError(f"FusedConv's channels-last forms take 4-D x and residual, got {x} and {residual}")
+        x = permuted(x, TO_NCHW) if attrs.x_channels_last else x
+        residual = permuted(residual, TO_NCHW) if attrs.y_channels_last else residual
+        (y,) = _fused_conv_infer(replace(attrs, x_channels_last=False, y_channels_last=False), [x, w, b, residual])
+        return (permuted(y, TO_NHWC) if attrs.y_channels_last else y,)
     (y,) = _conv_infer(attrs.conv, [x, w, b])
     if residual is not None and residual != y:
         raise OpError(f"FusedConv residual {residual} must match the result {y}")
@@ -164,6 +183,11 @@ def _fused_conv_infer(attrs: FusedConvAttrs, types):
 
 def _fused_conv(attrs: FusedConvAttrs, arrays):
     x, w, b, residual = arrays
+    if attrs.channels_last:
+        x = x.transpose(TO_NCHW) if attrs.x_channels_last else x
+        residual = residual.transpose(TO_NCHW) if attrs.y_channels_last and residual is not None else residual
+        (y,) = _fused_conv(replace(attrs, x_channels_last=False, y_channels_last=False), [x, w, b, residual])
+        return (np.ascontiguousarray(y.transpose(TO_NHWC)) if attrs.y_channels_last else y,)
     (y,) = _conv(attrs.conv, [x, w, b])
     y = y.astype(np.float64)
     if residual is not None:

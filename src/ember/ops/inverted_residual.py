@@ -6,9 +6,10 @@ one op so that a backend can keep the two wide intermediate tensors inside one k
 its three FusedConv nodes (lowering/fused.py). Not a primitive.
 
 `x_channels_last`, `y_channels_last`: x, and y with the residual, are NHWC ([N, H, W, C])
-instead of NCHW; the weights as they are. The assign-layouts pass (transforms/layouts.py) sets
-them on chains of blocks that a backend runs channels last inside: NHWC between the chain's
-blocks, NCHW where a block reads or writes outside it, so that no transposes run."""
+instead of NCHW (ops/layouts.py); the weights as they are. The assign-layouts pass
+(transforms/layouts.py) sets them on chains of nodes that a backend runs channels last inside:
+NHWC between the chain's nodes, NCHW where a node reads or writes outside it, so that no
+transposes run."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -16,8 +17,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ember.ops.fused import FusedConvAttrs, _fused_conv, _fused_conv_infer
+from ember.ops.layouts import TO_NCHW, TO_NHWC, permuted
 from ember.ops.registry import OpDef, OpError, define_op
-from ember.types import TensorType
 
 _POINTWISE = ((1, 1), (0, 0, 0, 0), (1, 1))
 
@@ -52,25 +53,16 @@ class InvertedResidualAttrs:
         return FusedConvAttrs(*_POINTWISE, 1, self.project_activation, self.project_alpha, self.project_beta)
 
 
-# The Transpose perms between the layouts.
-TO_NCHW = (0, 3, 1, 2)
-TO_NHWC = (0, 2, 3, 1)
-
-
-def _permuted(t: TensorType | None, perm: tuple[int, ...]) -> TensorType | None:
-    return None if t is None else replace(t, shape=tuple(t.shape[axis] for axis in perm))
-
-
 def _infer(attrs: InvertedResidualAttrs, types):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = types
     if attrs.x_channels_last or attrs.y_channels_last:
         if x.rank != 4 or (residual is not None and residual.rank != 4):
             raise OpError(f"InvertedResidual needs 4-D x and residual, got {x} and {residual}")
-        x = _permuted(x, TO_NCHW) if attrs.x_channels_last else x
-        residual = _permuted(residual, TO_NCHW) if attrs.y_channels_last else residual
+        x = permuted(x, TO_NCHW) if attrs.x_channels_last else x
+        residual = permuted(residual, TO_NCHW) if attrs.y_channels_last else residual
         nchw = replace(attrs, x_channels_last=False, y_channels_last=False)
         (y,) = _infer(nchw, [x, *types[1:7], residual])
-        return [_permuted(y, TO_NHWC) if attrs.y_channels_last else y]
+        return [permuted(y, TO_NHWC) if attrs.y_channels_last else y]
     if x.rank != 4 or w_expand.rank != 4 or w_expand.shape[2:] != (1, 1) or w_project.rank != 4 \
             or w_project.shape[2:] != (1, 1):
         raise OpError(f"InvertedResidual needs NCHW x and 1x1 expansion and projection weights, got {x}, "
@@ -100,4 +92,4 @@ define_op(OpDef("InvertedResidual", ("x", "w_expand", "b_expand?", "w_depthwise"
                                      "b_project?", "residual?"), ("y",), _infer, _reference,
                 attrs=InvertedResidualAttrs, primitive=False))
 
-__all__ = ["TO_NCHW", "TO_NHWC", "InvertedResidualAttrs"]
+__all__ = ["InvertedResidualAttrs"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.graph import Node, Value
+from ember.ops.layouts import channels_last
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import constant_data, producer
 from ember.transforms.dense import build_fully_connected, dense_form
@@ -22,7 +23,7 @@ def _affine(bn: Node) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _foldable_producer(rw: Rewriter, bn: Node, ops: tuple[str, ...]) -> Node | None:
     node = producer(bn.input(0), *ops)
-    if node is None or not rw.has_one_use(bn.input(0)):
+    if node is None or not rw.has_one_use(bn.input(0)) or channels_last(node.attrs):
         return None
     # A fused epilogue would sit between the core and the normalization.
     if node.op in ("FusedConv", "FullyConnected"):

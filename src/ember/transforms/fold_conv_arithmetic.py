@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ember.graph import Node, Value
+from ember.ops.layouts import channels_last
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import channel_vector, constant_data, producer
 
@@ -14,7 +15,7 @@ def _conv_operand(rw: Rewriter, node: Node, value: Value) -> Node | None:
     only `node` reads it, weights and bias are constants, and a FusedConv has no epilogue
     that would come between."""
     conv = producer(value, "Conv", "FusedConv")
-    if conv is None or not rw.has_one_use(value) or node.outputs[0].type != value.type:
+    if conv is None or not rw.has_one_use(value) or node.outputs[0].type != value.type or channels_last(conv.attrs):
         return None
     if conv.op == "FusedConv" and (conv.attrs.activation != "none" or conv.inputs[3] is not None):
         return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ember.graph import Node, Value
 from ember.ops.fused import FusedConvAttrs
 from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.ops.layouts import channels_last
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import constant_data, producer
 from ember.types import DType
@@ -21,8 +22,9 @@ EXPANSION = 2
 
 
 def _stage(value: Value | None) -> Node | None:
-    """The Conv or FusedConv computing `value`."""
-    return producer(value, "Conv", "FusedConv")
+    """The Conv or FusedConv computing `value` (NCHW at both ends)."""
+    node = producer(value, "Conv", "FusedConv")
+    return None if node is None or channels_last(node.attrs) else node
 
 
 def _attrs(node: Node) -> FusedConvAttrs:
@@ -62,7 +64,8 @@ def _weights_constant(node: Node) -> bool:
 @pattern("Conv", "FusedConv")
 def fuse_inverted_residual(rw: Rewriter, node: Node) -> Value | None:
     x = node.input(0)
-    if node.outputs[0].type.dtype is not DType.FLOAT32 or x.type.rank != 4 or not _pointwise(node):
+    if node.outputs[0].type.dtype is not DType.FLOAT32 or x.type.rank != 4 or channels_last(node.attrs) \
+            or not _pointwise(node):
         return None
     depthwise = _stage(x)
     if depthwise is None or not rw.has_one_use(x) or not _depthwise(depthwise):

@@ -17,26 +17,30 @@ from dataclasses import replace
 from typing import Any
 
 from ember.graph import Graph, Node, Value
-from ember.ops.inverted_residual import TO_NCHW, TO_NHWC
+from ember.ops.layouts import TO_NCHW, TO_NHWC
 from ember.ops.tensor import TransposeAttrs
 from ember.passes import GraphPass, register_pass
 
-# The ops with a channels-last form (`x_channels_last` / `y_channels_last` attributes): x is
-# operand 0; operand RESIDUAL, where present, is in y's layout.
-CHANNELS_LAST_OPS = frozenset({"InvertedResidual"})
-RESIDUAL = 7
+# The ops with a channels-last form (`x_channels_last` / `y_channels_last` attributes, see
+# ops/layouts.py), each with the index of its residual operand: x is operand 0; the residual,
+# where present, is in y's layout.
+RESIDUAL = {"InvertedResidual": 7, "FusedConv": 3}
 # The fewest connected nodes worth converting (see the module's docstring).
 MIN_CHAIN = 2
 
 
 def _candidate(node: Node, backend: Any) -> bool:
-    return (backend is not None and node.op in CHANNELS_LAST_OPS and not node.attrs.x_channels_last
+    return (backend is not None and node.op in RESIDUAL and not node.attrs.x_channels_last
             and not node.attrs.y_channels_last and backend.prefers_channels_last(node))
 
 
+def _residual(node: Node) -> Value | None:
+    index = RESIDUAL[node.op]
+    return node.inputs[index] if len(node.inputs) > index else None
+
+
 def _activations(node: Node) -> list[Value]:
-    return [v for v in (node.inputs[0], node.inputs[RESIDUAL] if len(node.inputs) > RESIDUAL else None)
-            if v is not None]
+    return [v for v in (node.inputs[0], _residual(node)) if v is not None]
 
 
 def _chains(candidates: list[Node]) -> list[list[Node]]:
@@ -89,12 +93,13 @@ def _convert(graph: Graph, chain: list[Node]) -> list[tuple[Node, Node]]:
         inputs: list[Value | None] = list(node.inputs)
         x = node.input(0)
         inputs[0] = nhwc.get(x, x)
-        residual = node.inputs[RESIDUAL] if len(node.inputs) > RESIDUAL else None
+        residual = _residual(node)
         if residual is not None:
+            index = RESIDUAL[node.op]
             if inside:  # y NHWC, and the residual with it
-                inputs[RESIDUAL] = nhwc.get(residual) or _transpose(graph, residual, TO_NHWC, f"{node.name}.residual")
+                inputs[index] = nhwc.get(residual) or _transpose(graph, residual, TO_NHWC, f"{node.name}.residual")
             elif residual in nhwc:
-                inputs[RESIDUAL] = to_nchw(nhwc[residual], f"{residual.name}.to_nchw")
+                inputs[index] = to_nchw(nhwc[residual], f"{residual.name}.to_nchw")
         attrs = replace(node.attrs, x_channels_last=x in nhwc, y_channels_last=inside)
         (y,) = graph.add_node(node.op, inputs, attrs, name=node.name,
                               result_names=[f"{out.name}.nhwc" if inside else out.name])

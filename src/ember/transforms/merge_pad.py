@@ -6,6 +6,7 @@ import math
 
 from ember.graph import Node, Value
 from ember.ops.fused import get_activation
+from ember.ops.layouts import channels_last
 from ember.passes import RewritePass, Rewriter, pattern, register_pass
 from ember.passes.match import producer
 
@@ -46,7 +47,7 @@ def _known_non_negative(value: Value) -> bool:
 @pattern("Conv", "FusedConv", "AveragePool", "MaxPool")
 def merge_pad(rw: Rewriter, node: Node) -> Value | None:
     pad = producer(node.inputs[0], "Pad")
-    if pad is None:
+    if pad is None or channels_last(node.attrs):  # the Pad's axes are NCHW
         return None
     extra = _spatial_pads(pad)
     if extra is None:

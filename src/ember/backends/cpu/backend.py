@@ -21,6 +21,7 @@ from ember.backends.cpu.instrumented import InstrumentedNativeProgram
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
+from ember.codegen.kernels.conv_channels_last import channels_last_refusal
 from ember.codegen.kernels.gemm_bf16 import PRECISIONS
 from ember.codegen.kernels.inverted_residual import runs_channels_last
 from ember.codegen.kernels.table import as_float32
@@ -118,8 +119,13 @@ class CpuBackend(Backend):
 
     def prefers_channels_last(self, node: Node) -> bool:
         """Whether this backend's kernel for `node` runs channels last inside (see the
-        assign-layouts pass): MobileNetV2 blocks with outputs up to 28x28."""
-        return node.op == "InvertedResidual" and self.supports(node) and runs_channels_last(node.outputs[0].type.shape)
+        assign-layouts pass): MobileNetV2 blocks with outputs up to 28x28, and the pointwise and
+        depthwise FusedConvs conv_channels_last runs."""
+        if node.op == "InvertedResidual":
+            return self.supports(node) and runs_channels_last(node.outputs[0].type.shape)
+        if node.op == "FusedConv":
+            return channels_last_refusal(OpView.of_node(node)) is None
+        return False
 
     def post_lowering_pipeline(self) -> list[str]:
         # Lowering GRU/LSTM and Gemm exposes MatMuls with constant weights and their bias and

@@ -4,6 +4,7 @@ from ember.codegen.kernels import (  # noqa: F401  (registration)
     attention,
     cast,
     conv,
+    conv_channels_last,
     conv_nd,
     conv_transpose,
     data_movement,

@@ -41,6 +41,7 @@ from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.ops.fused import FusedConvAttrs
+from ember.ops.layouts import TO_NCHW
 from ember.types import DType
 
 CONV_OPS = ("Conv", "FusedConv")
@@ -49,7 +50,10 @@ CONV_OPS = ("Conv", "FusedConv")
 def accepts_conv(view: OpView) -> str | None:
     """The convolution kernels cover 1-D and 2-D float32 convolutions. They read the weights
     in place as the GEMM's A operand, so the weights may arrive at run time (the variants that
-    transform them at compile time, Winograd and the transposed 1x1, need them constant)."""
+    transform them at compile time, Winograd and the transposed 1x1, need them constant).
+    Channels-last forms are conv_channels_last's (conv_channels_last.py)."""
+    if getattr(view.attrs, "channels_last", False):
+        return "a channels-last FusedConv runs on conv_channels_last only"
     if view.results[0].dtype is not DType.FLOAT32:
         return "the GEMM kernels run float32 (convolutions included)"
     if view.operand(0).rank not in (3, 4):
@@ -70,18 +74,25 @@ class ConvOperands:
         if isinstance(attrs, FusedConvAttrs):
             self.activation = (attrs.activation, attrs.alpha, attrs.beta)
             self.conv = attrs.conv
+            self.x_nhwc, self.y_nhwc = attrs.x_channels_last, attrs.y_channels_last
         else:
             self.activation = ("none", 0.0, 0.0)
             self.conv = attrs
+            self.x_nhwc = self.y_nhwc = False
 
 
 class ConvShape(ConvOperands):
-    """The geometry of one Conv/FusedConv instruction."""
+    """The geometry of one Conv/FusedConv instruction, in NCHW terms whatever the layouts of x
+    and y (x_nhwc, y_nhwc: FusedConv's channels-last forms, which only conv_channels_last runs)."""
 
     def __init__(self, instr: Instr) -> None:
         super().__init__(instr)
         conv = self.conv
         x_shape, w_shape, y_shape = self.x.type.shape, self.w.type.shape, self.out.type.shape
+        if self.x_nhwc:
+            x_shape = tuple(x_shape[axis] for axis in TO_NCHW)
+        if self.y_nhwc:
+            y_shape = tuple(y_shape[axis] for axis in TO_NCHW)
         strides, dilations, pads = tuple(conv.strides), tuple(conv.dilations), tuple(conv.pads)
         if len(x_shape) == 3:
             # 1-D as 2-D with H = 1: a unit row, no padding along it, and the W axis's stride
@@ -142,7 +153,7 @@ def _depthwise_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     work = s.channels * s.pixels * s.kh * s.kw
     threads = options.num_threads if work >= PARALLEL_MIN_MACS // 4 else 1
     return KernelPlan({"threads": threads}, scratch_bytes=depthwise_scratch_bytes(
-        s.width, (s.oh, s.ow), (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), threads))
+        (s.oh, s.ow), (s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw), threads))
 
 
 @C_KERNELS.kernel("conv_depthwise", *CONV_OPS, accepts=accepts_conv, applies=_depthwise_applies,

@@ -31,16 +31,16 @@ import numpy as np
 
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
+from ember.codegen.kernels.depthwise_nhwc import DEPTHWISE_NHWC, DEPTHWISE_NHWC_C, LANES, depthwise_taps
 from ember.codegen.kernels.gemm import Epilogue, gemm_call
 from ember.codegen.kernels.layouts import MR, NR, depthwise_scratch_bytes, pack_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Buffer, Instr
-from ember.ops.inverted_residual import TO_NCHW, InvertedResidualAttrs
+from ember.ops.inverted_residual import InvertedResidualAttrs
+from ember.ops.layouts import TO_NCHW
 from ember.types import DType
 
-DEPTHWISE = "ember_depthwise_nhwc"
-LANES = 16
 # Blocks on input maps over MAX_PIXELS run channels last only up to there: on 56x56 (24 -> 144
 # -> 24) that step took 788 us against 652 for three separate steps (the 24-wide projection
 # fills 3/4 of a 32-column panel, and the 1.8 MB expanded tensor leaves L2). Where the expanded
@@ -77,111 +77,6 @@ THREAD_SLAB_BYTES = 1 << 20
 CHUNK_MACS = 16_000
 WAKE_MACS = 16_000
 
-_DEPTHWISE_C = r"""
-/* Depthwise convolution of channels-last e [H][W][C] into d [OH][OW][C] (C a multiple of 16),
- * 16 channels at a time with their taps in registers; pixels whose taps all lie inside the
- * input skip the bounds checks. KH, KW and S are constants where the caller specializes. */
-typedef float ember_dn_v16 __attribute__((vector_size(64)));
-typedef int ember_dn_i16 __attribute__((vector_size(64)));
-static inline ember_dn_v16 ember_dn_load(const float *p) { ember_dn_v16 v; memcpy(&v, p, sizeof v); return v; }
-/* `bound` where `past` says so, else v (a NaN in v stays, as in np.maximum / np.minimum). */
-static inline ember_dn_v16 ember_dn_pick(ember_dn_i16 past, ember_dn_v16 bound, ember_dn_v16 v)
-{
-    return (ember_dn_v16)(((ember_dn_i16)bound & past) | ((ember_dn_i16)v & ~past));
-}
-static inline ember_dn_v16 ember_dn_finish(ember_dn_v16 out, const ember_epilogue *ep, ember_dn_v16 lo, ember_dn_v16 hi)
-{
-    if (ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(lo > out, lo, out);
-    if (ep->act == EMBER_ACT_CLIP) out = ember_dn_pick(hi < out, hi, out);
-    else if (ep->act == EMBER_ACT_HARD_SWISH) {
-        ember_dn_v16 zero = {0}, h = out * (1.0f / 6.0f) + 0.5f;
-        h = ember_dn_pick(h < zero, zero, h);
-        h = ember_dn_pick(h > zero + 1.0f, zero + 1.0f, h);
-        out = ep->alpha * (out * h) + ep->beta;
-    } else if (ep->act != EMBER_ACT_RELU && ep->act != EMBER_ACT_NONE)
-        for (int l = 0; l < 16; l++) out[l] = ember_activate(out[l], ep);
-    return out;
-}
-/* Output pixels [j0, j0 + 4) of row i, every tap inside the input: four pixels at a time so
- * that eight chains of multiply-adds (two per pixel) cover the FMA latency. */
-static inline __attribute__((always_inline)) void
-ember_dn_four(const float *e, long ldE, long W, const ember_dn_v16 *w, ember_dn_v16 b, float *d, long C,
-              const long KH, const long KW, const long S, long ih0, long iw0, long at, const ember_epilogue *ep,
-              ember_dn_v16 lo, ember_dn_v16 hi)
-{
-    ember_dn_v16 zero = {0}, acc[4][2];
-    for (int q = 0; q < 4; q++) { acc[q][0] = b; acc[q][1] = zero; }
-    #pragma GCC unroll 8
-    for (long u = 0; u < KH; u++) {
-        const float *row = e + ((ih0 + u) * W + iw0) * ldE;
-        #pragma GCC unroll 8
-        for (long v = 0; v < KW; v++)
-            #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) acc[q][u % 2] += w[u * KW + v] * ember_dn_load(row + (q * S + v) * ldE);
-    }
-    for (int q = 0; q < 4; q++) {
-        ember_dn_v16 out = ember_dn_finish(acc[q][0] + acc[q][1], ep, lo, hi);
-        memcpy(d + (at + q) * C, &out, sizeof out);
-    }
-}
-/* One output pixel, taps outside the input skipped. */
-static inline void ember_dn_one(const float *e, long ldE, long H, long W, const ember_dn_v16 *w, ember_dn_v16 b,
-                                float *d, long C, long KH, long KW, long ih0, long iw0, long at,
-                                const ember_epilogue *ep, ember_dn_v16 lo, ember_dn_v16 hi)
-{
-    ember_dn_v16 acc = b;
-    for (long u = 0; u < KH; u++) {
-        if (ih0 + u < 0 || ih0 + u >= H) continue;
-        for (long v = 0; v < KW; v++)
-            if (iw0 + v >= 0 && iw0 + v < W)
-                acc += w[u * KW + v] * ember_dn_load(e + ((ih0 + u) * W + iw0 + v) * ldE);
-    }
-    ember_dn_v16 out = ember_dn_finish(acc, ep, lo, hi);
-    memcpy(d + at * C, &out, sizeof out);
-}
-static inline __attribute__((always_inline)) void
-ember_depthwise_nhwc_block(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
-                           float *d, long OW, const long KH, const long KW, const long S, long PH, long PW,
-                           const ember_epilogue *ep, long c0, long q0, long q1)
-{
-    ember_dn_v16 w[64], zero = {0}, lo = zero + (ep->act == EMBER_ACT_CLIP ? ep->alpha : 0.0f), hi = zero + ep->beta;
-    for (long t = 0; t < KH * KW; t++) w[t] = ember_dn_load(wt + t * C + c0);
-    ember_dn_v16 b = bias ? ember_dn_load(bias + c0) : zero;
-    e += c0;
-    d += c0;
-    /* Output columns [j_lo, j_hi) have every tap inside the row. */
-    long j_lo = (PW + S - 1) / S, j_hi = W - KW + PW >= 0 ? (W - KW + PW) / S + 1 : 0;
-    if (j_hi > OW) j_hi = OW;
-    if (j_lo > j_hi) j_lo = j_hi;
-    /* Output pixels [q0, q1): whole rows, and a part row at either end. */
-    for (long i = q0 / OW; i * OW < q1; i++) {
-        long ih0 = i * S - PH, j = i * OW < q0 ? q0 - i * OW : 0, end = q1 - i * OW < OW ? q1 - i * OW : OW;
-        if (ih0 >= 0 && ih0 + KH <= H) {
-            long inside_lo = j_lo < end ? j_lo : end, inside_hi = j_hi < end ? j_hi : end;
-            for (; j < inside_lo; j++)
-                ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
-            for (; j + 4 <= inside_hi; j += 4)
-                ember_dn_four(e, ldE, W, w, b, d, C, KH, KW, S, ih0, j * S - PW, i * OW + j, ep, lo, hi);
-        }
-        for (; j < end; j++) ember_dn_one(e, ldE, H, W, w, b, d, C, KH, KW, ih0, j * S - PW, i * OW + j, ep, lo, hi);
-    }
-}
-/* e: [H][W] pixels ldE floats apart, its first C channels read; d: [OH][OW][C]; wt: [taps][C].
- * Channels [c_lo, c_hi) (multiples of 16) of output pixels [q0, q1): one task's share. */
-static void ember_depthwise_nhwc(const float *e, long ldE, long H, long W, long C, const float *wt, const float *bias,
-                                 float *d, long OW, long KH, long KW, long S, long PH, long PW,
-                                 const ember_epilogue *ep, long c_lo, long c_hi, long q0, long q1)
-{
-    for (long c0 = c_lo; c0 < c_hi; c0 += 16) {
-        if (KH == 3 && KW == 3 && S == 1)
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OW, 3, 3, 1, PH, PW, ep, c0, q0, q1);
-        else if (KH == 3 && KW == 3 && S == 2)
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OW, 3, 3, 2, PH, PW, ep, c0, q0, q1);
-        else
-            ember_depthwise_nhwc_block(e, ldE, H, W, C, wt, bias, d, OW, KH, KW, S, PH, PW, ep, c0, q0, q1);
-    }
-}
-"""
 
 
 def _accepts(view: OpView) -> str | None:
@@ -304,7 +199,7 @@ class _Block:
         in_rows = (rows - 1) * self.attrs.strides[0] + self.kh
         sizes = {min(rows, self.oh), self.oh % rows or rows}
         strides = (self.attrs.strides[0], self.attrs.strides[1])
-        depthwise = max(depthwise_scratch_bytes(self.w, (r, self.ow), (self.kh, self.kw), strides)
+        depthwise = max(depthwise_scratch_bytes((r, self.ow), (self.kh, self.kw), strides)
                         for r in sizes) // 4
         return (self.expanded * (in_rows * self.w + rows * self.ow) + max(self.c_in, self.expanded) * NR
                 + depthwise)
@@ -337,7 +232,7 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
         return KernelPlan({"threads": threads, "split": "bands", "band_rows": rows},
                           scratch_bytes=threads * s.band_floats(rows) * 4)
     expand = pack_panels(s.w_expand.constant().reshape(s.expanded, s.c_in).T.astype(np.float32))
-    taps = np.ascontiguousarray(s.w_depthwise.constant().reshape(s.expanded, s.kh * s.kw).T.astype(np.float32))
+    taps = depthwise_taps(s.w_depthwise.constant())
     project = pack_panels(s.w_project.constant().reshape(s.c_out, s.expanded).T.astype(np.float32))
     packed = [(s.w_expand, "expand_panels32", expand), (s.w_depthwise, "depthwise_taps", taps),
               (s.w_project, "project_panels32", project)]
@@ -392,7 +287,7 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
     threads = int(param(instr, "threads", 1))
     if param(instr, "split", "pixels") == "bands":
         return _emit_bands(em, instr, s, threads)
-    em.define(DEPTHWISE, _DEPTHWISE_C)
+    em.define(DEPTHWISE_NHWC, DEPTHWISE_NHWC_C)
 
     def pointer(buffer: Buffer | None) -> str:
         return _const_pointer(em, buffer)
@@ -408,8 +303,9 @@ def emit_inverted_residual(em: Emitter, instr: Instr) -> str:
 
     def depthwise(c_lo: str, c_hi: str, q0: str, q1: str, rows: str = str(s.h), pad_top: str = str(a.pads[0])) -> str:
         """E's `rows` input rows (the map's, or a band's with its own top padding) into D."""
-        return (f"{DEPTHWISE}(e, {ce_padded}, {rows}, {s.w}, {ce}, {em.packed(instr, 1)}, {pointer(s.b_depthwise)}, "
-                f"d, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {pad_top}, {a.pads[1]}, &ep_depthwise, "
+        return (f"{DEPTHWISE_NHWC}(e, {ce_padded}, {rows}, {s.w}, {ce}, {em.packed(instr, 1)}, "
+                f"{pointer(s.b_depthwise)}, d, {s.ow}, {s.kh}, {s.kw}, {a.strides[0]}, {a.strides[1]}, {pad_top}, "
+                f"{a.pads[1]}, &ep_depthwise, "
                 f"{c_lo}, {c_hi}, {q0}, {q1});")
 
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):

@@ -11,7 +11,6 @@ import numpy as np
 from ember.codegen.c_constants import (
     GEMM_CHUNK_BYTES,
     LINE_FLOATS,
-    MAX_VECTOR_LANES,
     MR,
     NR,
     WINOGRAD4_BLOCK_BYTES,
@@ -241,16 +240,15 @@ DEPTHWISE_BLOCKED_MAX_OW = 8
 DEPTHWISE_BLOCKED_MAX_PIXELS = 4096
 
 
-def depthwise_scratch_bytes(width: int, out_hw: tuple[int, int] = (0, 0), kernel: tuple[int, int] = (1, 1),
+def depthwise_scratch_bytes(out_hw: tuple[int, int], kernel: tuple[int, int] = (1, 1),
                             strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
                             threads: int = 1) -> int:
-    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: one row of zeros,
-    or where output rows are narrow (the channel-blocked path, on targets with 16-lane
-    vectors), per thread the padded input and the output of 16 channels. Python does not
-    know the target's lanes, so it reserves the larger of the two there."""
-    row = (width + MAX_VECTOR_LANES) * 4
+    """Mirror of ember_depthwise_scratch_bytes in runtime/ember_depthwise.c: none, or where
+    output rows are narrow (the channel-blocked path, on targets with 16-lane vectors), per
+    thread the padded input and the output of 16 channels. Python does not know the target's
+    lanes, so it reserves the blocked path's there."""
     (oh, ow), (kh, kw), (sh, sw), (dh, dw) = out_hw, kernel, strides, dilations
     padded = ((oh - 1) * sh + (kh - 1) * dh + 1) * ((ow - 1) * sw + (kw - 1) * dw + 1)
     if ow > DEPTHWISE_BLOCKED_MAX_OW or kh * kw > 64 or padded > DEPTHWISE_BLOCKED_MAX_PIXELS:
-        return row
-    return max(row, (padded + oh * ow) * 16 * 4 * max(threads, 1))
+        return 0
+    return (padded + oh * ow) * 16 * 4 * max(threads, 1)
