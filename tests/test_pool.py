@@ -248,9 +248,17 @@ int claim_as(int self, int tasks, const int *taken, int generation_offset, int *
     atomic_store(&pool.claim, ((uint64_t)generation << 32) | (uint64_t)tasks);
     atomic_store(&pool.generation, generation);
     ran_count = 0;
-    claim_tasks(generation - (uint32_t)generation_offset, self, self != 0);
+    bool woke_caller = false;
+    claim_tasks(generation - (uint32_t)generation_offset, self, self != 0, &woke_caller);
     for (int i = 0; i < ran_count; i++) out[i] = order[i];
     return ran_count;
+}
+/* A worker's spin budget (ns) with the pool's budget `spin_ns`, `shared` (1: a preemption was
+ * noted just now, 0: long ago). */
+long spin_budget(int spin_ns, int shared) {
+    pool.spin_ns = spin_ns;
+    shared_until = shared ? now_ns() + POOL_SHARED_FOR_NS : 0;
+    return (long)worker_spin_ns();
 }
 """
 
@@ -293,3 +301,10 @@ def test_a_worker_still_on_an_older_region_claims_nothing(claims):
     """A worker that read an earlier region's generation, then slept through its end, finds
     every task of the region it knew claimed, and never runs a task of the current one."""
     assert _claim(claims, 1, 2, generation_offset=1) == []
+
+
+def test_a_worker_spins_briefly_while_the_cores_are_shared(claims):
+    claims.spin_budget.restype = ctypes.c_long
+    assert claims.spin_budget(100_000, 0) == 100_000  # EMBER_SPIN_US's budget on an idle machine
+    assert claims.spin_budget(100_000, 1) == 20_000  # shortened after a preemption
+    assert claims.spin_budget(5_000, 1) == 5_000  # never longer than EMBER_SPIN_US

@@ -20,7 +20,12 @@
  * a spin costs a busy machine little, and while the cores are shared a spinning worker is
  * what lets a region use the slice the scheduler gives it: yielding or sleeping at once
  * (tried) left 2-thread regions to the caller alone under competing load, at one-thread
- * speed, where ONNX Runtime's spinning threads kept theirs.
+ * speed, where ONNX Runtime's spinning threads kept theirs. But a worker that spins through
+ * every gap uses up its share of a shared core and is then taken off it mid-task, which the
+ * caller must wait for: once a worker sees it was preempted while spinning, it spins at most
+ * POOL_SHARED_SPIN_NS for a while (worker_spin_ns); a caller left waiting on a started task
+ * spins only a few task times before it sleeps and lends its core; and the worker that
+ * wakes it sleeps at once instead of spinning on the core the caller needs.
  *
  * Every function here has hidden visibility: the model library's own references bind to
  * them at link time, dlsym never sees them, and another OpenMP runtime in the process (one a
@@ -135,16 +140,37 @@ static bool futex_wait_for(_Atomic uint32_t *word, uint32_t expected, const stru
 static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)count; }
 #endif
 
-/* Spins until *word != value or the budget is spent; true when it changed. */
-static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value) {
-    int64_t start = now_ns();
+/* A spinning thread that finds this much time gone between two looks at the clock was taken
+ * off its core: the cores are shared with other work. */
+#define POOL_PREEMPTED_NS 30000
+/* How long after that a worker spins POOL_SHARED_SPIN_NS at most: a worker that spins through
+ * the gaps between regions while another process wants its core uses up its share of the core
+ * and is then taken off it mid-task, which the caller waits for (a 20 us MLP's p99 under one
+ * competing process: 0.29 ms spinning 100 us, 0.16 ms spinning 20; Xeon, 2 cores), while
+ * spinning 20 us on an idle machine missed the next region of MobileNetV2's often. */
+#define POOL_SHARED_FOR_NS 500000000
+#define POOL_SHARED_SPIN_NS 20000
+static __thread int64_t shared_until;
+
+/* Spins until *word != value or `budget_ns` is spent; true when it changed. Notes a preemption
+ * (shared_until). */
+static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value, int64_t budget_ns) {
+    int64_t start = now_ns(), last = start;
     for (;;) {
         for (int i = 0; i < 16; i++) {
             if (atomic_load_explicit(word, memory_order_acquire) != value) return true;
             cpu_relax();
         }
-        if (now_ns() - start > pool.spin_ns) return false;
+        int64_t now = now_ns();
+        if (now - last > POOL_PREEMPTED_NS) shared_until = now + POOL_SHARED_FOR_NS;
+        last = now;
+        if (now - start > budget_ns) return false;
     }
+}
+
+/* A worker's spin budget between regions: shorter while the cores are shared (see above). */
+static int64_t worker_spin_ns(void) {
+    return now_ns() < shared_until && pool.spin_ns > POOL_SHARED_SPIN_NS ? POOL_SHARED_SPIN_NS : pool.spin_ns;
 }
 
 /* Runs fn(data) as OpenMP thread `id` of `count`, restoring the thread's own task state after
@@ -184,7 +210,7 @@ static bool claim_task(int t, uint32_t generation) {
  * after a long sleep, or queued behind another process) leaves a task alone when the threads
  * already at work would start it before it could finish it: the caller, going through the
  * tasks in order, reaches task t about t x (one task's time) after the region began. */
-static int claim_tasks(uint32_t generation, int self, bool worker) {
+static int claim_tasks(uint32_t generation, int self, bool worker, bool *woke_caller) {
     uint64_t word = atomic_load_explicit(&pool.claim, memory_order_acquire);
     if ((uint32_t)(word >> 32) != generation) return 0;
     int tasks = (int)(word & 0xffff), ran = 0;
@@ -196,8 +222,10 @@ static int claim_tasks(uint32_t generation, int self, bool worker) {
         if (!claim_task(t, generation)) continue;
         run_as_task(pool.fn, pool.data, t, tasks, 1);
         ran++;
-        if (atomic_fetch_add(&pool.finished, 1) + 1 == (uint32_t)tasks && atomic_load(&pool.caller_asleep))
+        if (atomic_fetch_add(&pool.finished, 1) + 1 == (uint32_t)tasks && atomic_load(&pool.caller_asleep)) {
             futex_wake(&pool.finished, 1);
+            *woke_caller = true;
+        }
     }
     return ran;
 }
@@ -213,8 +241,12 @@ static void *worker_main(void *arg) {
     uint32_t seen = worker_slot_seen[slot];
     pthread_mutex_unlock(&pool.start_lock);
     const struct timespec idle = {POOL_IDLE_EXIT_S, 0};
+    bool woke_caller = false;
     for (;;) {
-        if (!spin_until_changed(&pool.generation, seen)) {
+        /* A worker that woke the caller sleeps at once: the caller slept because the worker's
+         * task outlasted its spin (the worker was likely queued behind another process), and
+         * now needs a core, which a spinning worker would hold. */
+        if (woke_caller || !spin_until_changed(&pool.generation, seen, worker_spin_ns())) {
             atomic_fetch_add(&pool.sleepers, 1);
             while (atomic_load(&pool.generation) == seen) {
                 if (futex_wait_for(&pool.generation, seen, &idle)) continue;
@@ -233,7 +265,8 @@ static void *worker_main(void *arg) {
             atomic_fetch_sub(&pool.sleepers, 1);
         }
         seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
-        claim_tasks(seen, slot, true);
+        woke_caller = false;
+        claim_tasks(seen, slot, true, &woke_caller);
     }
     return NULL;
 }
@@ -325,11 +358,18 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
     atomic_store_explicit(&pool.claim, ((uint64_t)generation << 32) | (uint64_t)tasks, memory_order_release);
     atomic_store(&pool.generation, generation);
     if (atomic_load(&pool.sleepers) > 0) futex_wake(&pool.generation, tasks - 1);
-    int ran = claim_tasks(generation, 0, false);
+    bool unused = false;
+    int ran = claim_tasks(generation, 0, false, &unused);
     uint32_t done = atomic_load_explicit(&pool.finished, memory_order_acquire);
     if (done != (uint32_t)tasks) {
-        /* Only tasks a worker started are left: spin a little, then sleep until the last one ends. */
-        while (done != (uint32_t)tasks && spin_until_changed(&pool.finished, done))
+        /* Only tasks a worker started are left: spin while they could still be running on a core
+         * of their own (a few times a task's time), then sleep until the last one ends, giving
+         * this core to a worker queued behind another process. Spinning the whole budget
+         * instead held the core such a worker needed: a 20 us MLP's runs took 0.2-0.5 ms one
+         * time in twenty under a competing process (Xeon, 2 cores). */
+        int64_t task_ns = atomic_load_explicit(&pool.task_ns, memory_order_relaxed);
+        int64_t budget = task_ns > 0 && 4 * task_ns + 20000 < pool.spin_ns ? 4 * task_ns + 20000 : pool.spin_ns;
+        while (done != (uint32_t)tasks && spin_until_changed(&pool.finished, done, budget))
             done = atomic_load_explicit(&pool.finished, memory_order_acquire);
         if (done != (uint32_t)tasks) {
             atomic_store(&pool.caller_asleep, 1);
