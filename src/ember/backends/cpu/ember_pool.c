@@ -141,14 +141,17 @@ static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)co
 #endif
 
 /* A spinning thread that finds this much time gone between two looks at the clock was taken
- * off its core: the cores are shared with other work. */
-#define POOL_PREEMPTED_NS 30000
-/* How long after that a worker spins POOL_SHARED_SPIN_NS at most: a worker that spins through
- * the gaps between regions while another process wants its core uses up its share of the core
- * and is then taken off it mid-task, which the caller waits for (a 20 us MLP's p99 under one
- * competing process: 0.29 ms spinning 100 us, 0.16 ms spinning 20; Xeon, 2 cores), while
- * spinning 20 us on an idle machine missed the next region of MobileNetV2's often. */
-#define POOL_SHARED_FOR_NS 500000000
+ * off its core for another process: gaps this long never came in 3 s of spinning on the idle
+ * VM (its own hiccups: gaps of 30 us to 1 ms, about 90 a second), and 80 times a second with one
+ * competing process per 2 cores. */
+#define POOL_PREEMPTED_NS 1000000
+/* For this long after that a worker spins POOL_SHARED_SPIN_NS at most between regions: one that
+ * spins through every gap while another process wants its core uses up its share of the core
+ * and is then taken off it mid-task, which the caller waits for. Under one competing process
+ * (Xeon, 2 cores; EMBER_SPIN_US 100): a 20 us MLP's p99 0.28 -> 0.14-0.17 ms (ONNX Runtime's
+ * 0.12-0.14), the GRU's p50 1.2-1.7 -> 0.86-0.89 ms; on the idle machine unchanged (GRU,
+ * MobileNetV2, MiniLM), where spinning 20 us always made MobileNetV2 7% slower. */
+#define POOL_SHARED_FOR_NS 5000000000LL
 #define POOL_SHARED_SPIN_NS 20000
 static __thread int64_t shared_until;
 
