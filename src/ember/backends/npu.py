@@ -37,6 +37,7 @@ from ember.isa.mapper import map_kernel
 from ember.isa.schedule import Schedule, schedule
 from ember.lir.ir import MARKERS, Instr, Program
 from ember.ops.fused import apply_activation
+from ember.ops.layouts import channels_last
 from ember.ops.nn import ConvAttrs
 from ember.partition.cost import analytic_seconds
 from ember.support.errors import EmberError
@@ -107,6 +108,8 @@ def plan_node(node: Node, target: Target) -> NodePlan | str:
     """The node's plan, or why the target cannot run it."""
     if node.op not in NPU_OPS:
         return f"{node.op} is not a matrix product or convolution (the NPU runs {', '.join(NPU_OPS)})"
+    if channels_last(node.attrs):
+        return f"{node.op}'s channels-last form runs on the cpu backend only (the NPU's kernels read NCHW)"
     types = [v.type for v in node.inputs if v is not None] + [v.type for v in node.outputs]
     for t in types:
         if t.dtype is not DType.FLOAT32 or t.quant is not None:
