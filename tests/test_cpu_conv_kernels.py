@@ -76,6 +76,9 @@ DEPTHWISE = [
     (3, (12, 20), (3, 3), 1, (2, 2, 2, 2), 2, "relu", False),
     (2, (3, 33), (3, 3), 1, (1, 1, 1, 1), 1, "none", False),
     (2, (1, 17), (1, 3), 1, (0, 1, 0, 1), 1, "none", False),
+    # Padding wider than eight vectors of columns: more masked columns than the direct path
+    # plans for, so the general path runs.
+    (2, (5, 20), (3, 3), 1, (1, 70, 1, 70), 1, "relu", False),
     # Output rows of 8 or fewer take the channel-blocked path on AVX-512 (16 channels a
     # block, transposed in and out): whole and partial blocks, strides 1 and 2, the generic
     # taps (5x5, dilation, asymmetric pads) and a residual.

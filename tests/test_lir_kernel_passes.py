@@ -237,7 +237,7 @@ def test_lir_dump_shows_every_kernel_choice_and_round_trips(name):
              if line.startswith("  ") and line.split()[0] not in (*MARKERS, "weight", "input", "output")]
     assert len(lines) == len(compute) and all(" kernel " in line for line in lines)
     assert "@scratch %" in text
-    expected_packing = {"resnet18": "packed winograd_f4x3 of @", "mobilenetv2": "packed pixel_rows_panels32 of @"}
+    expected_packing = {"resnet18": "packed winograd_f4x3 of @", "mobilenetv2": "packed pointwise_panels32 of @"}
     assert expected_packing[name] in text
     again = parse_program(text, {b.name: b.data for b in program.weights})
     assert print_program(again) == text

@@ -37,7 +37,7 @@ from ember.ops.fused import FusedConvAttrs
 from ember.ops.layouts import TO_NCHW
 from ember.types import DType
 
-# The largest depthwise kernel the channels-last kernel keeps in registers (its tap array).
+# The most taps of a depthwise kernel it takes: up to 8x8, as the NCHW kernel's direct path.
 MAX_TAPS = 64
 
 
@@ -97,10 +97,9 @@ def _split(s: ConvShape, threads: int) -> str:
 
 def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     s = ConvShape(instr)
-    macs = _macs(s)
-    threads = threads_for(options.num_threads, macs, PARALLEL_MIN_MACS // 4 if s.depthwise else PARALLEL_MIN_MACS)
-    threads = min(threads, s.oh) if _split(s, threads) == "rows" else threads
-    params = {"threads": threads, "split": _split(s, threads)}
+    threads = threads_for(options.num_threads, _macs(s), PARALLEL_MIN_MACS // 4 if s.depthwise else PARALLEL_MIN_MACS)
+    split = _split(s, threads)
+    params = {"threads": min(threads, s.oh) if split == "rows" else threads, "split": split}  # a row a thread at least
     weights = s.w.constant()
     if s.depthwise:
         # NCHW x or y goes through a channels-last copy: one image's.

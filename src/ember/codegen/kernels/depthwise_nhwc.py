@@ -2,13 +2,15 @@
 block's middle stage, and FusedConv's channels-last form): C text defined once per program,
 and the weights in the layout it reads.
 
-Each 16 channels of an output pixel are one vector: its taps' weights sit in registers as
-vectors, so every multiply-add reads one input vector of 16 channels, sequential in memory,
-with none of the lane waste or unaligned row loads of the NCHW kernel (ember_depthwise.c) on
-narrow maps. Four output pixels of a row go together (eight chains of multiply-adds: two per
-pixel) wherever their taps' columns lie inside the input; kernel rows in the top or bottom
-padding are skipped, not multiplied by zeros, so the short maps of text recognizers (3x40
-with 5x5 taps: 40% of the taps in the padding) do not pay for them."""
+Each 16 channels of an output pixel are one vector: every multiply-add reads one input vector
+of 16 channels and one of the tap's 16 weights, aligned to whole lines, with none of the lane
+waste or unaligned row loads of the NCHW kernel (ember_depthwise.c) on narrow maps. Four
+output pixels of a row go together (eight chains of multiply-adds: two per pixel, each tap's
+weights loaded once for the four) wherever their taps' columns lie inside the input; kernel
+rows in the top or bottom padding are skipped, not multiplied by zeros, so the short maps of
+text recognizers (3x40 with 5x5 taps: 40% of the taps in the padding) do not pay for them.
+The activation runs over each stored row segment afterwards. Loop order and chunking: see
+ember_depthwise_nhwc_block."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +20,7 @@ LANES = 16
 
 DEPTHWISE_NHWC_C = r"""
 /* Depthwise convolution of channels-last e [H][W][C] into d [OH][OW][C] (C a multiple of 16),
- * 16 channels at a time with their taps in registers. KH, KW, SH and SW are constants where
- * the caller specializes. */
+ * 16 channels a vector. KH, KW, SH and SW are constants where the caller specializes. */
 typedef float ember_dn_v16 __attribute__((vector_size(64)));
 typedef int ember_dn_i16 __attribute__((vector_size(64)));
 static inline ember_dn_v16 ember_dn_load(const float *p) { ember_dn_v16 v; memcpy(&v, p, sizeof v); return v; }
