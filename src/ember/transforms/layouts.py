@@ -9,8 +9,9 @@ NCHW (the node's `x_channels_last` / `y_channels_last` say which), so the kernel
 the way in or out and no Transpose runs. A member's result read both inside and outside the
 chain is NHWC, with one Transpose back to NCHW for the outside readers.
 
-Only chains of two or more nodes change (a lone node would be the same node again). Without a
-backend in the pass context (tests, `ember opt`), nothing changes."""
+Only chains worth MIN_CHAIN convolutions or more change: a lone node would be the same node
+again, and a short chain's conversions at its ends cost more than its NHWC kernels save.
+Without a backend in the pass context (tests, `ember opt`), nothing changes."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -25,8 +26,12 @@ from ember.passes import GraphPass, register_pass
 # ops/layouts.py), each with the index of its residual operand: x is operand 0; the residual,
 # where present, is in y's layout.
 RESIDUAL = {"InvertedResidual": 7, "FusedConv": 3}
-# The fewest connected nodes worth converting (see the module's docstring).
-MIN_CHAIN = 2
+# The least a chain is worth converting, in convolutions (an InvertedResidual is three): its
+# ends pay the conversions, which a short chain's NHWC kernels do not earn back. Three 64-channel
+# FusedConvs on 28x28 (pointwise, depthwise, pointwise) ran 1.13x slower channels last, five
+# 1.00x, nine 0.78x; two MobileNetV2 blocks already gain (Xeon, 1 thread).
+MIN_CHAIN = 4
+_CONVOLUTIONS = {"InvertedResidual": 3, "FusedConv": 1}
 
 
 def _candidate(node: Node, backend: Any) -> bool:
@@ -121,7 +126,7 @@ class AssignLayouts(GraphPass):
     """Preconditions: the backend's fused ops are formed (fuse-inverted-residual has run).
     Rules:
     1. Nodes the context's backend prefers channels last, connected through x or residual in
-       groups of at least MIN_CHAIN: each -> its channels-last form, NHWC where the tensor
+       groups worth at least MIN_CHAIN convolutions: each -> its channels-last form, NHWC where the tensor
        stays in the group, NCHW where it comes from or goes only outside (a Transpose back to
        NCHW for outside readers of a tensor the group also reads)."""
 
@@ -130,7 +135,8 @@ class AssignLayouts(GraphPass):
     def run(self, graph: Graph) -> bool:
         backend = self.context.backend if self.context is not None else None
         candidates = [node for node in graph.nodes if _candidate(node, backend)]
-        renamed = [pair for chain in _chains(candidates) if len(chain) >= MIN_CHAIN for pair in _convert(graph, chain)]
+        renamed = [pair for chain in _chains(candidates)
+                   if sum(_CONVOLUTIONS[node.op] for node in chain) >= MIN_CHAIN for pair in _convert(graph, chain)]
         if not renamed:
             return False
         graph.sort()

@@ -21,7 +21,7 @@ from ember.backends.cpu.instrumented import InstrumentedNativeProgram
 from ember.backends.cpu.native import NativeProgram
 from ember.codegen import CodegenOptions, CProgram, generate_c
 from ember.codegen.kernels import C_KERNELS, KernelOptions, KernelRegistry, OpView
-from ember.codegen.kernels.conv_channels_last import channels_last_refusal
+from ember.codegen.kernels.conv_channels_last import prefers_channels_last as prefers_fused_conv_channels_last
 from ember.codegen.kernels.gemm_bf16 import PRECISIONS
 from ember.codegen.kernels.inverted_residual import runs_channels_last
 from ember.codegen.kernels.table import as_float32
@@ -120,11 +120,12 @@ class CpuBackend(Backend):
     def prefers_channels_last(self, node: Node) -> bool:
         """Whether this backend's kernel for `node` runs channels last inside (see the
         assign-layouts pass): MobileNetV2 blocks with outputs up to 28x28, and the pointwise and
-        depthwise FusedConvs conv_channels_last runs."""
+        depthwise FusedConvs conv_channels_last runs (pointwise ones where their output channels
+        fill the GEMM's panels)."""
         if node.op == "InvertedResidual":
             return self.supports(node) and runs_channels_last(node.outputs[0].type.shape)
         if node.op == "FusedConv":
-            return channels_last_refusal(OpView.of_node(node)) is None
+            return prefers_fused_conv_channels_last(OpView.of_node(node))
         return False
 
     def post_lowering_pipeline(self) -> list[str]:
