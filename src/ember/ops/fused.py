@@ -14,14 +14,14 @@ and C enum (codegen/c_constants.py renders it into the kernel library's ember_co
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ember.ops.activations import GeluAttrs, gelu_reference, hard_swish_reference
 from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs, _sigmoid
-from ember.ops.layouts import TO_NCHW, TO_NHWC, permuted
+from ember.ops.layouts import infer_channels_last, reference_channels_last
 from ember.ops.nn import ConvAttrs, _conv, _conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float, same_dtype
@@ -169,12 +169,7 @@ def _fused_conv_infer(attrs: FusedConvAttrs, types):
     x, w, b, residual = types
     _check_activation(attrs.activation)
     if attrs.channels_last:
-        if x.rank != 4 or (residual is not None and residual.rank != 4):
-            raise OpError(f"FusedConv's channels-last forms take 4-D x and residual, got {x} and {residual}")
-        x = permuted(x, TO_NCHW) if attrs.x_channels_last else x
-        residual = permuted(residual, TO_NCHW) if attrs.y_channels_last else residual
-        (y,) = _fused_conv_infer(replace(attrs, x_channels_last=False, y_channels_last=False), [x, w, b, residual])
-        return (permuted(y, TO_NHWC) if attrs.y_channels_last else y,)
+        return infer_channels_last("FusedConv", _fused_conv_infer, attrs, types, 3)
     (y,) = _conv_infer(attrs.conv, [x, w, b])
     if residual is not None and residual != y:
         raise OpError(f"FusedConv residual {residual} must match the result {y}")
@@ -184,10 +179,7 @@ def _fused_conv_infer(attrs: FusedConvAttrs, types):
 def _fused_conv(attrs: FusedConvAttrs, arrays):
     x, w, b, residual = arrays
     if attrs.channels_last:
-        x = x.transpose(TO_NCHW) if attrs.x_channels_last else x
-        residual = residual.transpose(TO_NCHW) if attrs.y_channels_last and residual is not None else residual
-        (y,) = _fused_conv(replace(attrs, x_channels_last=False, y_channels_last=False), [x, w, b, residual])
-        return (np.ascontiguousarray(y.transpose(TO_NHWC)) if attrs.y_channels_last else y,)
+        return reference_channels_last(_fused_conv, attrs, arrays, 3)
     (y,) = _conv(attrs.conv, [x, w, b])
     y = y.astype(np.float64)
     if residual is not None:

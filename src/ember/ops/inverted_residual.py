@@ -12,12 +12,12 @@ NHWC between the chain's nodes, NCHW where a node reads or writes outside it, so
 transposes run."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from ember.ops.fused import FusedConvAttrs, _fused_conv, _fused_conv_infer
-from ember.ops.layouts import TO_NCHW, TO_NHWC, permuted
+from ember.ops.layouts import infer_channels_last, reference_channels_last
 from ember.ops.registry import OpDef, OpError, define_op
 
 _POINTWISE = ((1, 1), (0, 0, 0, 0), (1, 1))
@@ -56,13 +56,7 @@ class InvertedResidualAttrs:
 def _infer(attrs: InvertedResidualAttrs, types):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = types
     if attrs.x_channels_last or attrs.y_channels_last:
-        if x.rank != 4 or (residual is not None and residual.rank != 4):
-            raise OpError(f"InvertedResidual needs 4-D x and residual, got {x} and {residual}")
-        x = permuted(x, TO_NCHW) if attrs.x_channels_last else x
-        residual = permuted(residual, TO_NCHW) if attrs.y_channels_last else residual
-        nchw = replace(attrs, x_channels_last=False, y_channels_last=False)
-        (y,) = _infer(nchw, [x, *types[1:7], residual])
-        return [permuted(y, TO_NHWC) if attrs.y_channels_last else y]
+        return infer_channels_last("InvertedResidual", _infer, attrs, types, 7)
     if x.rank != 4 or w_expand.rank != 4 or w_expand.shape[2:] != (1, 1) or w_project.rank != 4 \
             or w_project.shape[2:] != (1, 1):
         raise OpError(f"InvertedResidual needs NCHW x and 1x1 expansion and projection weights, got {x}, "
@@ -77,11 +71,7 @@ def _infer(attrs: InvertedResidualAttrs, types):
 def _reference(attrs: InvertedResidualAttrs, arrays):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = arrays
     if attrs.x_channels_last or attrs.y_channels_last:
-        x = x.transpose(TO_NCHW) if attrs.x_channels_last else x
-        residual = residual.transpose(TO_NCHW) if attrs.y_channels_last and residual is not None else residual
-        nchw = replace(attrs, x_channels_last=False, y_channels_last=False)
-        (y,) = _reference(nchw, [x, *arrays[1:7], residual])
-        return (np.ascontiguousarray(y.transpose(TO_NHWC)) if attrs.y_channels_last else y,)
+        return reference_channels_last(_reference, attrs, arrays, 7)
     (e,) = _fused_conv(attrs.expand(), [x, w_expand, b_expand, None])
     (d,) = _fused_conv(attrs.depthwise(e.shape[1]), [e, w_depthwise, b_depthwise, None])
     (y,) = _fused_conv(attrs.project(), [d, w_project, b_project, residual])
