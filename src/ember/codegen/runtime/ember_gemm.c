@@ -658,6 +658,26 @@ static void chunk_sweep(long M, long N, long K, const float *a, long a_rs, long 
     sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, 0, M);
 }
 
+/* Whether a weight-streaming GEMM (a few rows against compile-time panels, on one thread)
+ * sweeps its chunks of panels last to first this call: every other call for the same B. Each
+ * call then starts on the panels the previous one read last, still in the cache, where a model
+ * whose weights overflow the L2 a little would otherwise miss on every line (a cache keeping the
+ * most recently used lines evicts, sweep after sweep in the same order, each line just before
+ * it is read again): an MLP with 2.6 MB of weights against a 2 MB L2 ran 73-77 against 87-96 us
+ * (Xeon, 1 thread). The order of independent column panels does not change a result. B's
+ * address picks the call's flag: two B that share a slot only alternate less. */
+static int sweep_backwards(const float *bp)
+{
+#if defined(__GCC_ATOMIC_CHAR_LOCK_FREE) && __GCC_ATOMIC_CHAR_LOCK_FREE == 2 /* else: always forwards */
+    static unsigned char flips[64]; /* (the compiler's atomics: bundles include no stdatomic.h) */
+    unsigned slot = (unsigned)((uint32_t)((uintptr_t)bp >> 6) * 2654435761u >> 26);
+    return __atomic_fetch_xor(&flips[slot], 1, __ATOMIC_RELAXED) & 1;
+#else
+    (void)bp;
+    return 0;
+#endif
+}
+
 void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
                 const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads)
@@ -710,9 +730,12 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         /* Enough column work: each thread an equal run of panels, as where B is read in place,
          * packed and swept a chunk at a time in its own scratch. */
         if (nthreads <= 1 || chunks <= 1) {
-            for (long ch = 0; ch < chunks; ch++)
+            int rev = bp && M <= EMBER_MR && sweep_backwards(bp);
+            for (long i = 0; i < chunks; i++) {
+                long ch = rev ? chunks - 1 - i : i;
                 chunk_sweep(M, N, K, a, a_rs, a_ks, a_block, bp, pack, pack_ctx, c, ldc, ep, scratch,
                             chunk_start(ch, chunks, panels), chunk_start(ch + 1, chunks, panels));
+            }
             return;
         }
         #pragma omp parallel for num_threads(nthreads) schedule(static, 1)
