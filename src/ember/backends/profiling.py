@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, Program, resolve_address
-from ember.ops.layouts import TO_NCHW
+from ember.ops.layouts import TO_NCHW, permuted
 
 # Ops whose work is a sum of products: FLOPs = 2 x result elements x the products per element.
 _MATRIX_OPS = ("MatMul", "FullyConnected", "MatMulInteger", "Gemm")
@@ -70,11 +70,8 @@ def _inverted_residual_flops(base: Sequence[Buffer | None], x_nhwc: bool, y_nhwc
     out, x, w_expand, w_depthwise = base[0], base[1], base[2], base[4]
     if out is None or x is None or w_expand is None or w_depthwise is None:
         return None
-    x_shape, out_shape = x.type.shape, out.type.shape
-    if x_nhwc:  # NHWC -> NCHW order
-        x_shape = tuple(x_shape[axis] for axis in TO_NCHW)
-    if y_nhwc:
-        out_shape = tuple(out_shape[axis] for axis in TO_NCHW)
+    x_shape = (permuted(x.type, TO_NCHW) if x_nhwc else x.type).shape
+    out_shape = (permuted(out.type, TO_NCHW) if y_nhwc else out.type).shape
     pixels, out_pixels = math.prod(x_shape[2:]), math.prod(out_shape[2:])
     expanded, taps = w_expand.type.shape[0], math.prod(w_depthwise.type.shape[2:])
     per_image = pixels * x_shape[1] * expanded + out_pixels * expanded * (taps + out_shape[1])

@@ -21,7 +21,7 @@ import numpy as np
 
 from ember.ops.activations import GeluAttrs, gelu_reference, hard_swish_reference
 from ember.ops.elementwise import AlphaAttrs, AlphaBetaAttrs, ClipAttrs, _sigmoid
-from ember.ops.layouts import infer_channels_last, reference_channels_last
+from ember.ops.layouts import channels_last, infer_channels_last, reference_channels_last
 from ember.ops.nn import ConvAttrs, _conv, _conv_infer
 from ember.ops.registry import OpDef, OpError, define_op
 from ember.ops.shape_util import require_float, same_dtype
@@ -159,17 +159,12 @@ class FusedConvAttrs:
     def conv(self) -> ConvAttrs:
         return ConvAttrs(self.strides, self.pads, self.dilations, self.group)
 
-    @property
-    def channels_last(self) -> bool:
-        """Whether either end is NHWC."""
-        return self.x_channels_last or self.y_channels_last
-
 
 def _fused_conv_infer(attrs: FusedConvAttrs, types):
     x, w, b, residual = types
     _check_activation(attrs.activation)
-    if attrs.channels_last:
-        return infer_channels_last("FusedConv", _fused_conv_infer, attrs, types, 3)
+    if channels_last(attrs):
+        return infer_channels_last("FusedConv", _fused_conv_infer, attrs, types)
     (y,) = _conv_infer(attrs.conv, [x, w, b])
     if residual is not None and residual != y:
         raise OpError(f"FusedConv residual {residual} must match the result {y}")
@@ -178,8 +173,8 @@ def _fused_conv_infer(attrs: FusedConvAttrs, types):
 
 def _fused_conv(attrs: FusedConvAttrs, arrays):
     x, w, b, residual = arrays
-    if attrs.channels_last:
-        return reference_channels_last(_fused_conv, attrs, arrays, 3)
+    if channels_last(attrs):
+        return reference_channels_last("FusedConv", _fused_conv, attrs, arrays)
     (y,) = _conv(attrs.conv, [x, w, b])
     y = y.astype(np.float64)
     if residual is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ember.ops.fused import FusedConvAttrs, _fused_conv, _fused_conv_infer
-from ember.ops.layouts import infer_channels_last, reference_channels_last
+from ember.ops.layouts import channels_last, infer_channels_last, reference_channels_last
 from ember.ops.registry import OpDef, OpError, define_op
 
 _POINTWISE = ((1, 1), (0, 0, 0, 0), (1, 1))
@@ -55,8 +55,8 @@ class InvertedResidualAttrs:
 
 def _infer(attrs: InvertedResidualAttrs, types):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = types
-    if attrs.x_channels_last or attrs.y_channels_last:
-        return infer_channels_last("InvertedResidual", _infer, attrs, types, 7)
+    if channels_last(attrs):
+        return infer_channels_last("InvertedResidual", _infer, attrs, types)
     if x.rank != 4 or w_expand.rank != 4 or w_expand.shape[2:] != (1, 1) or w_project.rank != 4 \
             or w_project.shape[2:] != (1, 1):
         raise OpError(f"InvertedResidual needs NCHW x and 1x1 expansion and projection weights, got {x}, "
@@ -70,8 +70,8 @@ def _infer(attrs: InvertedResidualAttrs, types):
 
 def _reference(attrs: InvertedResidualAttrs, arrays):
     x, w_expand, b_expand, w_depthwise, b_depthwise, w_project, b_project, residual = arrays
-    if attrs.x_channels_last or attrs.y_channels_last:
-        return reference_channels_last(_reference, attrs, arrays, 7)
+    if channels_last(attrs):
+        return reference_channels_last("InvertedResidual", _reference, attrs, arrays)
     (e,) = _fused_conv(attrs.expand(), [x, w_expand, b_expand, None])
     (d,) = _fused_conv(attrs.depthwise(e.shape[1]), [e, w_depthwise, b_depthwise, None])
     (y,) = _fused_conv(attrs.project(), [d, w_project, b_project, residual])

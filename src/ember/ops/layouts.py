@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ember.ops.registry import OpError
+from ember.ops.registry import OpError, get_op
 from ember.types import TensorType
 
 # The Transpose perms between the layouts.
@@ -24,15 +24,22 @@ def channels_last(attrs: object) -> bool:
     return bool(getattr(attrs, "x_channels_last", False) or getattr(attrs, "y_channels_last", False))
 
 
+def residual_operand(op: str) -> int:
+    """The index of `op`'s residual operand (in y's layout in a channels-last form), as the
+    op's definition names it."""
+    return get_op(op).operands.index("residual?")
+
+
 def permuted(t: TensorType, perm: tuple[int, ...]) -> TensorType:
     """`t` with its axes in `perm`'s order."""
     return replace(t, shape=tuple(t.shape[axis] for axis in perm))
 
 
-def infer_channels_last(op: str, infer: Callable[[Any, list], Any], attrs: Any, types: Sequence[Any],
-                        residual: int) -> list[TensorType]:
+def infer_channels_last(op: str, infer: Callable[[Any, list], Any], attrs: Any,
+                        types: Sequence[Any]) -> list[TensorType]:
     """A channels-last form's result type: `infer` (the op's NCHW inference) on x and the
-    residual (operand `residual`, in y's layout) taken to NCHW, its result to y's layout."""
+    residual (in y's layout) taken to NCHW, its result to y's layout."""
+    residual = residual_operand(op)
     nchw = list(types)
     x, r = nchw[0], nchw[residual] if len(nchw) > residual else None
     if x.rank != 4 or (r is not None and r.rank != 4):
@@ -45,9 +52,10 @@ def infer_channels_last(op: str, infer: Callable[[Any, list], Any], attrs: Any, 
     return [permuted(y, TO_NHWC) if attrs.y_channels_last else y]
 
 
-def reference_channels_last(reference: Callable[[Any, list], Any], attrs: Any, arrays: Sequence[Any],
-                            residual: int) -> tuple[np.ndarray]:
+def reference_channels_last(op: str, reference: Callable[[Any, list], Any], attrs: Any,
+                            arrays: Sequence[Any]) -> tuple[np.ndarray]:
     """A channels-last form's value: the op's NCHW `reference` between the same transposes."""
+    residual = residual_operand(op)
     nchw = list(arrays)
     if attrs.x_channels_last:
         nchw[0] = nchw[0].transpose(TO_NCHW)
@@ -57,4 +65,5 @@ def reference_channels_last(reference: Callable[[Any, list], Any], attrs: Any, a
     return (np.ascontiguousarray(y.transpose(TO_NHWC)) if attrs.y_channels_last else y,)
 
 
-__all__ = ["TO_NCHW", "TO_NHWC", "channels_last", "infer_channels_last", "permuted", "reference_channels_last"]
+__all__ = ["TO_NCHW", "TO_NHWC", "channels_last", "infer_channels_last", "permuted", "reference_channels_last",
+           "residual_operand"]

@@ -18,29 +18,27 @@ from dataclasses import replace
 from typing import Any
 
 from ember.graph import Graph, Node, Value
-from ember.ops.layouts import TO_NCHW, TO_NHWC
+from ember.ops.layouts import TO_NCHW, TO_NHWC, channels_last, residual_operand
 from ember.ops.tensor import TransposeAttrs
 from ember.passes import GraphPass, register_pass
 
 # The ops with a channels-last form (`x_channels_last` / `y_channels_last` attributes, see
-# ops/layouts.py), each with the index of its residual operand: x is operand 0; the residual,
-# where present, is in y's layout.
-RESIDUAL = {"InvertedResidual": 7, "FusedConv": 3}
-# The least a chain is worth converting, in convolutions (an InvertedResidual is three): its
-# ends pay the conversions, which a short chain's NHWC kernels do not earn back. Three 64-channel
-# FusedConvs on 28x28 (pointwise, depthwise, pointwise) ran 1.13x slower channels last, five
-# 1.00x, nine 0.78x; two MobileNetV2 blocks already gain (Xeon, 1 thread).
+# ops/layouts.py: x is operand 0, the residual in y's layout), each with the convolutions it is.
+CONVOLUTIONS = {"InvertedResidual": 3, "FusedConv": 1}
+# The least a chain is worth converting, in convolutions: its ends pay the conversions, which a
+# short chain's NHWC kernels do not earn back. Three 64-channel FusedConvs on 28x28 (pointwise,
+# depthwise, pointwise) ran 1.13x slower channels last, five 1.00x, nine 0.78x; two MobileNetV2
+# blocks already gain (Xeon, 1 thread).
 MIN_CHAIN = 4
-_CONVOLUTIONS = {"InvertedResidual": 3, "FusedConv": 1}
 
 
 def _candidate(node: Node, backend: Any) -> bool:
-    return (backend is not None and node.op in RESIDUAL and not node.attrs.x_channels_last
-            and not node.attrs.y_channels_last and backend.prefers_channels_last(node))
+    return (backend is not None and node.op in CONVOLUTIONS and not channels_last(node.attrs)
+            and backend.prefers_channels_last(node))
 
 
 def _residual(node: Node) -> Value | None:
-    index = RESIDUAL[node.op]
+    index = residual_operand(node.op)
     return node.inputs[index] if len(node.inputs) > index else None
 
 
@@ -100,7 +98,7 @@ def _convert(graph: Graph, chain: list[Node]) -> list[tuple[Node, Node]]:
         inputs[0] = nhwc.get(x, x)
         residual = _residual(node)
         if residual is not None:
-            index = RESIDUAL[node.op]
+            index = residual_operand(node.op)
             if inside:  # y NHWC, and the residual with it
                 inputs[index] = nhwc.get(residual) or _transpose(graph, residual, TO_NHWC, f"{node.name}.residual")
             elif residual in nhwc:
@@ -136,7 +134,7 @@ class AssignLayouts(GraphPass):
         backend = self.context.backend if self.context is not None else None
         candidates = [node for node in graph.nodes if _candidate(node, backend)]
         renamed = [pair for chain in _chains(candidates)
-                   if sum(_CONVOLUTIONS[node.op] for node in chain) >= MIN_CHAIN for pair in _convert(graph, chain)]
+                   if sum(CONVOLUTIONS[node.op] for node in chain) >= MIN_CHAIN for pair in _convert(graph, chain)]
         if not renamed:
             return False
         graph.sort()

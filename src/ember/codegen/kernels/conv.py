@@ -41,7 +41,7 @@ from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.ops.fused import FusedConvAttrs
-from ember.ops.layouts import TO_NCHW
+from ember.ops.layouts import TO_NCHW, channels_last, permuted
 from ember.types import DType
 
 CONV_OPS = ("Conv", "FusedConv")
@@ -52,7 +52,7 @@ def accepts_conv(view: OpView) -> str | None:
     in place as the GEMM's A operand, so the weights may arrive at run time (the variants that
     transform them at compile time, Winograd and the transposed 1x1, need them constant).
     Channels-last forms are conv_channels_last's (conv_channels_last.py)."""
-    if getattr(view.attrs, "channels_last", False):
+    if channels_last(view.attrs):
         return "a channels-last FusedConv runs on conv_channels_last only"
     if view.results[0].dtype is not DType.FLOAT32:
         return "the GEMM kernels run float32 (convolutions included)"
@@ -88,11 +88,10 @@ class ConvShape(ConvOperands):
     def __init__(self, instr: Instr) -> None:
         super().__init__(instr)
         conv = self.conv
-        x_shape, w_shape, y_shape = self.x.type.shape, self.w.type.shape, self.out.type.shape
-        if self.x_nhwc:
-            x_shape = tuple(x_shape[axis] for axis in TO_NCHW)
-        if self.y_nhwc:
-            y_shape = tuple(y_shape[axis] for axis in TO_NCHW)
+        x_type, y_type = self.x.type, self.out.type
+        x_shape = (permuted(x_type, TO_NCHW) if self.x_nhwc else x_type).shape
+        y_shape = (permuted(y_type, TO_NCHW) if self.y_nhwc else y_type).shape
+        w_shape = self.w.type.shape
         strides, dilations, pads = tuple(conv.strides), tuple(conv.dilations), tuple(conv.pads)
         if len(x_shape) == 3:
             # 1-D as 2-D with H = 1: a unit row, no padding along it, and the W axis's stride

@@ -5,7 +5,7 @@ a chain the activation is NHWC, so neither transposes anything:
 
   pointwise  (1x1, stride 1, no padding, one group): a GEMM with the pixels as rows,
              Y[pixels][M] = X[pixels][C] W^T, W^T packed into panels at compile time; NCHW x
-             at a chain's start is read transposed in place as the GEMM's A, NCHW y at its end
+             at a chain's start is transposed into the step's scratch first, NCHW y at its end
              stored transposed from the tiles (the epilogue's `transposed`), the residual in
              y's layout added there;
   depthwise  (C a multiple of 16, strides of 1 or 2, kernels up to 8x8, no residual): the
@@ -22,29 +22,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import numpy as np
-
 from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.conv import ConvShape
 from ember.codegen.kernels.depthwise_nhwc import DEPTHWISE_NHWC, DEPTHWISE_NHWC_C, LANES, depthwise_taps
 from ember.codegen.kernels.gemm import Epilogue, gemm_call
-from ember.codegen.kernels.layouts import MR, NR, PARALLEL_MIN_MACS, pack_panels, threads_for
+from ember.codegen.kernels.layouts import MR, NR, PARALLEL_MIN_MACS, pack_panels, pad_to_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Instr
 from ember.ops.fused import FusedConvAttrs
-from ember.ops.layouts import TO_NCHW
+from ember.ops.layouts import TO_NCHW, channels_last, permuted
 from ember.types import DType
 
 # The most taps of a depthwise kernel it takes: up to 8x8, as the NCHW kernel's direct path.
 MAX_TAPS = 64
-
-
-def _geometry(view: OpView) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """x's NCHW shape and the weights' shape."""
-    x = view.operand(0).shape
-    return (tuple(x[axis] for axis in TO_NCHW) if view.attrs.x_channels_last else x), view.operand(1).shape
 
 
 def channels_last_refusal(view: OpView) -> str | None:
@@ -60,7 +52,9 @@ def channels_last_refusal(view: OpView) -> str | None:
         return "the channels-last convolution takes 2-D convolutions (4-D x)"
     if not view.constant[1] or (view.operands[2] is not None and not view.constant[2]):
         return "the channels-last convolution packs its weights and bias at compile time: they must be constants"
-    (_, channels, _, _), (out_channels, per_group, kh, kw) = _geometry(view)
+    x = view.operand(0)
+    channels = (permuted(x, TO_NCHW) if attrs.x_channels_last else x).shape[1]
+    out_channels, per_group, kh, kw = view.operand(1).shape
     if tuple(attrs.dilations) != (1, 1):
         return "the channels-last convolution has no dilation"
     if (kh, kw) == (1, 1) and attrs.group == 1:
@@ -94,7 +88,7 @@ def prefers_channels_last(view: OpView) -> bool:
 
 
 def _accepts(view: OpView) -> str | None:
-    if not getattr(view.attrs, "channels_last", False):
+    if not channels_last(view.attrs):
         return "conv_channels_last runs FusedConv's channels-last forms only (assign-layouts sets them)"
     return channels_last_refusal(view)
 
@@ -122,10 +116,8 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
         return KernelPlan(params, packed=[(s.w, "depthwise_taps", depthwise_taps(weights))],
                           scratch_bytes=scratch * s.channels * 4)
     packed = [(s.w, "pointwise_panels32", pack_panels(weights.reshape(s.out_channels, s.channels).T))]
-    if s.b is not None:  # the tiles read whole panels of bias
-        padded = np.zeros(-(-s.out_channels // NR) * NR, np.float32)
-        padded[:s.out_channels] = s.b.constant().astype(np.float32)
-        packed.append((s.b, "bias32", padded))
+    if s.b is not None:
+        packed.append((s.b, "bias32", pad_to_panels(s.b.constant())))
     return KernelPlan(params, packed=packed, scratch_bytes=0 if s.x_nhwc else s.channels * s.pixels * 4)
 
 

@@ -33,7 +33,7 @@ from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.depthwise_nhwc import DEPTHWISE_NHWC, DEPTHWISE_NHWC_C, LANES, depthwise_taps
 from ember.codegen.kernels.gemm import Epilogue, gemm_call
-from ember.codegen.kernels.layouts import MR, NR, depthwise_scratch_bytes, pack_panels, threads_for
+from ember.codegen.kernels.layouts import MR, NR, depthwise_scratch_bytes, pack_panels, pad_to_panels, threads_for
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Buffer, Instr
@@ -237,12 +237,9 @@ def _plan(instr: Instr, options: KernelOptions) -> KernelPlan:
     packed = [(s.w_expand, "expand_panels32", expand), (s.w_depthwise, "depthwise_taps", taps),
               (s.w_project, "project_panels32", project)]
     # The GEMMs' biases padded to whole panels (their tiles read 32 columns of bias).
-    for bias, columns, layout in ((s.b_expand, s.expanded_padded, "expand_bias32"),
-                                  (s.b_project, s.out_padded, "project_bias32")):
+    for bias, layout in ((s.b_expand, "expand_bias32"), (s.b_project, "project_bias32")):
         if bias is not None:
-            padded = np.zeros(columns, np.float32)
-            padded[:bias.type.shape[0]] = bias.constant().astype(np.float32)
-            packed.append((bias, layout, padded))
+            packed.append((bias, layout, pad_to_panels(bias.constant())))
     split = _split(s, threads, band=band)
     if split == "rows":
         rows = s.rows_band(threads, band)

@@ -42,6 +42,14 @@ def pack_panels(b: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2))
 
 
+def pad_to_panels(vector: np.ndarray) -> np.ndarray:
+    """A per-column vector (a GEMM's bias) zero-padded to whole 32-column panels, as float32:
+    the tiles read a whole panel's worth."""
+    padded = np.zeros(math.ceil(vector.shape[0] / NR) * NR, np.float32)
+    padded[:vector.shape[0]] = vector
+    return padded
+
+
 def gemm_scratch_bytes(n: int, k: int, threads: int) -> int:
     """Mirror of ember_gemm_scratch_bytes in runtime/ember_gemm.c (chunks of 384 KiB)."""
     panels = math.ceil(n / NR)
