@@ -28,6 +28,7 @@ from ember.codegen.kernels.layouts import (
     WinogradLayout,
     depthwise_scratch_bytes,
     gemm_scratch_bytes,
+    shallow_scratch_bytes,
 )
 from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 from ember.ops import get_op
@@ -128,6 +129,8 @@ def lib(tmp_path_factory):
     lib.ember_winograd4_tile_split.restype = ctypes.c_int
     lib.ember_winograd_scratch_bytes.argtypes = [geom, ctypes.c_long, ctypes.c_int]
     lib.ember_winograd_scratch_bytes.restype = ctypes.c_long
+    lib.ember_conv_shallow_scratch_bytes.argtypes = [geom, ctypes.c_int]
+    lib.ember_conv_shallow_scratch_bytes.restype = ctypes.c_long
     lib.ember_depthwise_scratch_bytes.argtypes = [geom, ctypes.c_int]
     lib.ember_depthwise_scratch_bytes.restype = ctypes.c_long
     lib.ember_test_activate.argtypes = [ctypes.c_int, ctypes.c_float, ctypes.c_float, ctypes.c_void_p, ctypes.c_long,
@@ -311,6 +314,13 @@ def test_conv_direct_offsets_rectangular_kernels(lib):
         koff = np.full(channels * kernel[0] * kernel[1], -1, np.int32)
         lib.ember_conv_direct_offsets(ctypes.byref(g), koff.ctypes.data)
         np.testing.assert_array_equal(layout.offsets(), koff)
+
+
+def test_conv_shallow_scratch(lib):
+    for (channels, hw, kernel, stride, pad), threads in itertools.product(CONVS, THREADS):
+        g = _geom(channels, hw, (kernel, kernel), stride, _pads(kernel, pad))
+        python = shallow_scratch_bytes(channels, (kernel, kernel), stride, g.OW, threads)
+        assert python == lib.ember_conv_shallow_scratch_bytes(ctypes.byref(g), threads), (channels, hw, kernel, stride)
 
 
 def test_conv_rows_scratch_and_rows(lib):

@@ -58,8 +58,8 @@ def _depthwise_graph(channels, hw, kernel, stride, pads, dilation, activation, r
 
 
 # The epilogue's (alpha, beta) where an activation has them: clip's bounds; hard_swish's scale
-# and shift of its result.
-ACTIVATION_PARAMS = {"clip": (-0.5, 0.75), "hard_swish": (0.6, -0.2)}
+# and shift of its result; leaky_relu's slope.
+ACTIVATION_PARAMS = {"clip": (-0.5, 0.75), "hard_swish": (0.6, -0.2), "leaky_relu": (0.1, 0.0)}
 
 DEPTHWISE = [
     # channels, (H, W), kernel, stride, pads, dilation, activation, residual
@@ -125,10 +125,10 @@ DIRECT = [
     (3, 10, (11, 9), (3, 3), 1, (1, 1, 1, 1), "relu", True),
     (3, 16, (20, 20), (3, 3), 2, (1, 1, 1, 1), "clip", False),
     (4, 9, (7, 5), (3, 3), 1, (1, 1, 1, 1), "sigmoid", True),
-    (2, 17, (16, 40), (5, 5), 2, (2, 1, 2, 2), "none", True),
+    (5, 17, (16, 40), (5, 5), 2, (2, 1, 2, 2), "none", True),
     (5, 8, (13, 70), (3, 3), 1, (1, 1, 1, 1), "clip", True),
     (3, 12, (10, 12), (7, 7), 3, (3, 3, 3, 3), "relu", False),
-    (6, 33, (5, 3), (3, 3), 1, (1, 1, 1, 1), "none", False),
+    (6, 33, (5, 3), (3, 3), 1, (1, 1, 1, 1), "none", False),  # (conv_pixel_rows takes this one)
     (4, 20, (9, 13), (3, 3), 1, (1, 1, 1, 1), "hard_swish", True),
     (3, 18, (8, 10), (3, 3), 2, (1, 1, 1, 1), "silu", False),
 ]
@@ -136,7 +136,45 @@ DIRECT = [
 
 @pytest.mark.parametrize("case", DIRECT, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}s{c[4]}")
 def test_direct_convolution_matches_interpreter(case):
+    source = compile_graph(_conv_graph(*case), CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_direct(" in source or "ember_conv_rows(" in source
     _check_case(lambda: _conv_graph(*case), seed=11)
+
+
+SHALLOW = [
+    # in channels, out channels, (H, W), kernel, stride, pads, activation, residual: a spatial
+    # kernel over at most 4 input channels and output rows of 16+ pixels, which conv_shallow
+    # takes (checked below): whole and partial tiles of 4 output channels, rows of whole and
+    # partial vectors, activations in registers and in a pass after the residual.
+    (3, 32, (30, 40), (3, 3), 2, (1, 1, 1, 1), "clip", False),          # MobileNet's first layer
+    (3, 18, (17, 70), (3, 3), 1, (1, 1, 1, 1), "relu", True),           # 18 = 4 x 4 + 2 channels
+    (1, 7, (9, 100), (5, 5), 3, (2, 2, 2, 2), "hard_swish", False),     # stride 3, one channel
+    (4, 9, (12, 130), (2, 4), 2, (0, 1, 1, 2), "none", False),          # uneven pads, no bias
+    (2, 5, (6, 18), (3, 3), 1, (0, 0, 0, 0), "leaky_relu", True),       # one row vector, no padding
+    (3, 8, (5, 97), (1, 3), 1, (0, 1, 0, 1), "sigmoid", False),         # a row kernel, 97 columns
+]
+
+
+@pytest.mark.parametrize("case", SHALLOW, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}{c[3][1]}s{c[4]}")
+def test_shallow_convolution_matches_interpreter(case):
+    assert "ember_conv_shallow(" in compile_graph(_conv_graph(*case), CpuBackend(num_threads=1))._executable.source
+    _check_case(lambda: _conv_graph(*case), seed=19)
+
+
+def test_shallow_convolution_runs_deep_reductions_a_measured_search_picks():
+    """ResNet's 7x7 stem (K = 147) stays on conv_direct by default, but a measured search
+    (tune=True) times conv_shallow there too: the round that runs it matches the interpreter."""
+    graph = lambda: _conv_graph(3, 64, (20, 38), (7, 7), 2, (3, 3, 3, 3), "relu", False)  # noqa: E731
+    assert "ember_conv_shallow(" not in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
+    rounds = [r for r in range(8) if "ember_conv_shallow(" in
+              compile_graph(graph(), CpuBackend(num_threads=1, variant_round=r))._executable.source]
+    assert rounds, "no variant round runs conv_shallow"
+    rng = np.random.default_rng(23)
+    feeds = {"x": rng.standard_normal((1, 3, 20, 38)).astype(np.float32)}
+    expected = compile_graph(graph(), "interpreter").run(feeds)["y"]
+    for threads in (1, 2):
+        actual = compile_graph(graph(), CpuBackend(num_threads=threads, variant_round=rounds[0])).run(feeds)["y"]
+        assert relative_error(actual, expected) < 1e-5, threads
 
 
 WINOGRAD = [

@@ -29,6 +29,8 @@ LINE_FLOATS = 16
 # The widest native vector the library uses (ember_simd.h EMBER_VN_LANES: 16 on AVX-512),
 # which bounds per-vector padding such as the depthwise kernel's row of zeros.
 MAX_VECTOR_LANES = 16
+# The deepest reduction (C * KH * KW) conv_shallow takes: a 7x7 kernel over 3 channels (147).
+SHALLOW_MAX_K = 160
 
 HEADER_NAME = "ember_config.h"
 
@@ -74,6 +76,8 @@ def config_header() -> str:
         f"#define EMBER_LINE_FLOATS {LINE_FLOATS}",
         "/* The widest native vector (ember_simd.h EMBER_VN_LANES never exceeds it). */",
         f"#define EMBER_MAX_VN_LANES {MAX_VECTOR_LANES}",
+        "/* The deepest reduction C * KH * KW of a shallow convolution (ember_conv_shallow). */",
+        f"#define EMBER_SHALLOW_MAX_K {SHALLOW_MAX_K}",
         "",
         "/* The fused activations (ember_epilogue.act); ops/fused.py ACTIVATION_TABLE. */",
         "enum {",

@@ -41,6 +41,8 @@ EXPORTS: dict[str, str] = {
     "ember_conv_direct": "ember_conv.c",
     "ember_conv_rows_scratch_floats": "ember_conv.c",
     "ember_conv_rows": "ember_conv.c",
+    "ember_conv_shallow_scratch_bytes": "ember_conv.c",
+    "ember_conv_shallow": "ember_conv.c",
     # depthwise convolution
     "ember_depthwise_scratch_bytes": "ember_depthwise.c",
     "ember_depthwise": "ember_depthwise.c",

@@ -10,6 +10,9 @@ lir` shows which, with its scratch and packed weights):
                        up: F(4x4, 3x3) channel-last, weights transformed at compile time;
   conv_winograd        3x3 stride-1 convolutions with 32+ channels each way and enough 2x2
                        output tiles: F(2x2, 3x3), weights transformed at compile time;
+  conv_shallow         a spatial kernel over at most 4 input channels (an image's) with output
+                       rows a vector wide or more: direct, output row by output row, with the
+                       taps read from phase rows in L1 and the epilogue in registers;
   conv_pixel_rows      small maps with many output channels, where a cost model of the padded
                        GEMM says so: Y^T = R W^T, R the im2row of the channel-last input (the
                        pixels as GEMM rows), W^T packed at compile time;
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+from ember.codegen.c_constants import SHALLOW_MAX_K
 from ember.codegen.c_types import c_type, lowest
 from ember.codegen.c_writer import CWriter, init
 from ember.codegen.emitter import Emitter, param, threads_pragma
@@ -35,6 +39,7 @@ from ember.codegen.kernels.layouts import (
     Winograd4Layout,
     WinogradLayout,
     depthwise_scratch_bytes,
+    shallow_scratch_bytes,
     threads_for,
 )
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
@@ -241,6 +246,58 @@ def _winograd_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
                   feasible=_winograd_feasible, plan=_winograd_plan)
 def emit_conv_winograd(em: Emitter, instr: Instr) -> str:
     return winograd_loops(em, instr, "ember_winograd", em.packed(instr))
+
+
+# conv_shallow ----------------------------------------------------------------------------
+
+
+def _shallow_feasible(instr: Instr, options: KernelOptions) -> bool:
+    """What conv_shallow can run: one group, no dilation, a reduction of at most SHALLOW_MAX_K."""
+    s = ConvShape(instr)
+    return s.groups == 1 and (s.dh, s.dw) == (1, 1) and s.k <= SHALLOW_MAX_K
+
+
+def _shallow_applies(instr: Instr, options: KernelOptions) -> bool:
+    """A network's first layer: a spatial kernel over at most SHALLOW_MAX_CHANNELS input
+    channels, a reduction of at most SHALLOW_APPLIES_MAX_K, output rows a vector wide or more."""
+    s = ConvShape(instr)
+    return (_shallow_feasible(instr, options) and s.kh * s.kw > 1 and s.cg <= SHALLOW_MAX_CHANNELS
+            and s.k <= SHALLOW_APPLIES_MAX_K and s.ow >= SHALLOW_MIN_WIDTH)
+
+
+# What conv_shallow takes by default. Xeon, 1 thread, against conv_direct: 3x3 stride 2 over
+# 3 channels on 224x224, 32 or 64 output channels, 0.73-0.80 of its time, stride 1 0.76; in
+# MobileNetV2 0.95 of the whole model. Deeper reductions gained little alone (5x5: 0.93-0.98)
+# and lost in a model: ResNet-18's 7x7 stem (K = 147, its 37 KB of weights and 21 KB of phase
+# rows past the L1) made the model 4% slower. A measured search (tune=True) still tries it up
+# to SHALLOW_MAX_K.
+SHALLOW_MAX_CHANNELS = 4
+SHALLOW_APPLIES_MAX_K = 36
+SHALLOW_MIN_WIDTH = 16
+
+
+def _shallow_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    threads = min(s.gemm_threads(options), s.oh)
+    return KernelPlan({"threads": threads},
+                      scratch_bytes=shallow_scratch_bytes(s.cg, (s.kh, s.kw), s.sw, s.ow, threads))
+
+
+@C_KERNELS.kernel("conv_shallow", *CONV_OPS, accepts=accepts_conv, applies=_shallow_applies,
+                  feasible=_shallow_feasible, plan=_shallow_plan)
+def emit_conv_shallow(em: Emitter, instr: Instr) -> str:
+    """A convolution over a few input channels (an image's) computed directly, output row by
+    output row, with bias and activation in registers (ember_conv_shallow): the GEMM paths
+    spend more on packing and storing than on the few multiply-adds per output there."""
+    s = ConvShape(instr)
+    image, plane = s.channels * s.height * s.width, s.out_channels * s.pixels
+    w = s.writer(em).line(s.epilogue().c_init())
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {image}"))
+        w.call("ember_conv_shallow", "&g", s.mg, em.pointer(s.w, const=True), "bias",
+               f"res ? res + nb * {plane} : NULL", f"y + nb * {plane}", "&ep", em.scratch(instr),
+               param(instr, "threads", 1))
+    return w.text()
 
 
 # conv_pixel_rows -------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import numpy as np
 from ember.codegen.c_constants import (
     GEMM_CHUNK_BYTES,
     LINE_FLOATS,
+    MAX_VECTOR_LANES,
     MR,
     NR,
     WINOGRAD4_BLOCK_BYTES,
@@ -20,7 +21,7 @@ from ember.codegen.c_constants import (
 
 __all__ = ["MR", "NR", "DirectLayout", "PixelRowsLayout", "Winograd4Layout", "WinogradLayout",
            "depthwise_scratch_bytes",
-           "gemm_scratch_bytes", "pack_panels"]
+           "gemm_scratch_bytes", "pack_panels", "shallow_scratch_bytes"]
 # Below this many multiply-adds a parallel region costs more than it saves (a region of
 # Ember's pool with its workers spinning costs about a microsecond; 256K multiply-adds take a few).
 PARALLEL_MIN_MACS = 1 << 18
@@ -82,6 +83,15 @@ class DirectLayout:
         phase = (u % s) * s + v % s
         koff = (phase * self.channels + c) * self.plane + (u // s) * self.wph + v // s
         return koff.reshape(-1).astype(np.int32)
+
+
+def shallow_scratch_bytes(channels: int, kernel: tuple[int, int], stride_w: int, out_w: int, threads: int) -> int:
+    """Mirror of ember_conv_shallow_scratch_bytes in runtime/ember_conv.c: per thread, the phase
+    rows of one output row (C * KH * SW rows, each the output row rounded up to whole vectors of
+    the widest target plus the kernel's reach, rounded up to whole vectors again)."""
+    lanes = MAX_VECTOR_LANES
+    wph = -(-(-(-out_w // lanes) * lanes + (kernel[1] - 1) // stride_w) // lanes) * lanes
+    return channels * kernel[0] * stride_w * wph * max(threads, 1) * 4
 
 
 class PixelRowsLayout:

@@ -109,6 +109,13 @@ void ember_conv_direct_offsets(const ember_conv_geom *g, int32_t *koff);
 void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const int32_t *koff, const float *bias,
                        const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 
+/* Shallow convolution (groups == 1, no dilation, C * KH * KW <= EMBER_SHALLOW_MAX_K) of one
+ * image, directly, output row by output row; `w` holds the weights row-major [M][C * KH * KW]
+ * (as stored), scratch ember_conv_shallow_scratch_bytes(g, nthreads) bytes. */
+long ember_conv_shallow_scratch_bytes(const ember_conv_geom *g, int nthreads);
+void ember_conv_shallow(const ember_conv_geom *g, long M, const float *w, const float *bias, const float *residual,
+                        float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+
 /* Im2row of one image (groups == 1) for a convolution whose GEMM takes pixels as rows:
  * rows[OH * OW][KH * KW * C], tap-major within a row; `hwc` holds
  * ember_conv_rows_scratch_floats(g) floats (the input channel-last). */
