@@ -255,8 +255,8 @@ void ember_conv_rows(const ember_conv_geom *g, float *hwc, float *rows, int nthr
  * output row at a time. The GEMM paths spend little on the multiply-adds here (K = 27 is a few
  * per output) and much on the rest: conv_direct stores its tiles through a grid a few columns
  * wider than the output, so every tile row lands misaligned (28% of MobileNetV2's first layer,
- * 3 -> 32 channels, 224 -> 112, more than its GEMM took), after building phase planes of the
- * whole input. Here each output row builds the phase rows it reads (for each channel and kernel
+ * 3 -> 32 channels, 224 -> 112, against 41% in its multiply-adds), after building phase planes
+ * of the whole input (10%). Here each output row builds the phase rows it reads (for each channel and kernel
  * row, the padded input row split by column phase: SW rows of `wph` floats), which stay in L1,
  * and tiles of 4 output channels by up to SHALLOW_NV vectors of pixels accumulate all K taps in
  * registers (tap (c, u, v) of output column ox is phase row (c, u, v % SW) at ox + v / SW), with
@@ -358,7 +358,8 @@ static inline __attribute__((always_inline)) void shallow_tile(const float *cons
         for (int v = 0; v < NV; v++) {
             if (act == EMBER_ACT_RELU) acc[i][v] = vn_max(vn_splat(0.0f), acc[i][v]);
             else if (act == EMBER_ACT_CLIP) acc[i][v] = vn_min(vn_splat(beta), vn_max(vn_splat(alpha), acc[i][v]));
-            else if (act == EMBER_ACT_LEAKY_RELU) acc[i][v] = vn_select(acc[i][v] >= vn_splat(0.0f), acc[i][v], acc[i][v] * alpha);
+            else if (act == EMBER_ACT_LEAKY_RELU)
+                acc[i][v] = vn_select(acc[i][v] >= vn_splat(0.0f), acc[i][v], acc[i][v] * alpha);
         }
     if (cols >= NV * EMBER_VN_LANES) {
         for (int i = 0; i < SHALLOW_MB; i++)
@@ -420,8 +421,9 @@ void ember_conv_shallow(const ember_conv_geom *g, long M, const float *w, const 
                 long col = v0 * EMBER_VN_LANES, cols = g->OW - col;
                 for (long k = 0; k < K; k++) taps[k] = rows + koff[k] + col;
                 for (long m = 0; m < M; m += SHALLOW_MB)
-                    shallow_tiles(taps, K, w + m * K, bias ? bias + m : NULL, (int)(M - m < SHALLOW_MB ? M - m : SHALLOW_MB),
-                                  nv, cols, yrow + m * plane + col, plane, act, ep->alpha, ep->beta);
+                    shallow_tiles(taps, K, w + m * K, bias ? bias + m : NULL,
+                                  (int)(M - m < SHALLOW_MB ? M - m : SHALLOW_MB), nv, cols, yrow + m * plane + col,
+                                  plane, act, ep->alpha, ep->beta);
                 v0 += nv;
             }
             if (!in_registers)
