@@ -287,6 +287,18 @@ def test_pixel_rows_cost_model_keeps_large_maps_on_columns():
     assert "ember_conv_direct(" in program and "ember_conv_rows(" not in program
 
 
+def test_pixel_rows_leaves_weights_past_the_l2_to_the_columns_kernels():
+    """ResNet's last stage streams 9.4 MB of weights a layer: they go through the columns
+    kernels (conv_direct here), which streamed them faster; the same map with weights that fit
+    in a core's L2 takes pixel rows."""
+    large = compile_graph(_conv_graph(512, 512, (7, 7), (3, 3), 1, (1, 1, 1, 1), "relu", False),
+                          CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_direct(" in large and "ember_conv_rows(" not in large
+    small = compile_graph(_conv_graph(48, 128, (7, 7), (3, 3), 1, (1, 1, 1, 1), "relu", False),
+                          CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_rows(" in small
+
+
 def test_winograd4_weights_by_panel_equal_the_whole_transform():
     """U = G g G^T a panel of 32 output channels at a time (bounded temporaries, BLAS
     contractions) is the whole-tensor einsum to float32 rounding, zero-padded past C and M."""

@@ -309,12 +309,23 @@ def _pixel_rows_layout(s: ConvShape) -> PixelRowsLayout:
 
 def _pixel_rows_applies(instr: Instr, options: KernelOptions) -> bool:
     """Where the cost model puts it below the kernel that would run otherwise (conv_direct's
-    grid or conv_gemm's pixels as columns): small maps with many output channels."""
+    grid or conv_gemm's pixels as columns): small maps with many output channels, whose
+    weights fit in a core's L2 (options.l2_bytes, the host's when compiling for it)."""
     s = ConvShape(instr)
     if s.groups != 1 or s.mg < 32 or not is_whole_weight(s.w):
         return False
-    columns = DirectLayout(s.cg, (s.oh, s.ow), (s.kh, s.kw), s.sh).grid if _direct_applies(instr, options) else s.pixels
     layout = _pixel_rows_layout(s)
+    if s.mg * layout.depth * 4 > options.l2_bytes:
+        # Weights past the L2 stream from memory every run, and streamed as the GEMM's packed
+        # B panels, each swept past a few row blocks of pixels, they ran slower than the cost
+        # model says; as the columns kernels' A, 8 rows at a time, faster. ResNet-18 on a Xeon
+        # (2 MB L2), `ember.compile(tune=True)`'s per-step times: its 3x3 convolutions onto 7x7
+        # maps (9.4 MB of weights) conv_direct 1851 against 2152 us at 1 thread, 844 against
+        # 1071 at 2; the 4.7 MB one 909 against 976, 477 against 528; while pixel rows stayed
+        # ahead where the weights fit: 1.2 MB onto 14x14, 695 against 831 us; 0.7 MB onto the
+        # OCR recognizer's 1x20 map (K = 2880), 65 against 99 us.
+        return False
+    columns = DirectLayout(s.cg, (s.oh, s.ow), (s.kh, s.kw), s.sh).grid if _direct_applies(instr, options) else s.pixels
     return layout.cost() < layout.columns_cost(columns)
 
 
