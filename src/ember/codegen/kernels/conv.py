@@ -267,7 +267,7 @@ def _shallow_applies(instr: Instr, options: KernelOptions) -> bool:
 
 # What conv_shallow takes by default. Xeon, 1 thread, against conv_direct: 3x3 stride 2 over
 # 3 channels on 224x224, 32 or 64 output channels, 0.73-0.80 of its time, stride 1 0.76; in
-# MobileNetV2 0.95 of the whole model. Deeper reductions gained little alone (5x5: 0.93-0.98)
+# MobileNetV2 0.95-0.98 of the whole model. Deeper reductions gained little alone (5x5: 0.93-0.98)
 # and lost in a model: ResNet-18's 7x7 stem (K = 147, its 37 KB of weights and 21 KB of phase
 # rows past the L1) made the model 4% slower. A measured search (tune=True) still tries it up
 # to SHALLOW_MAX_K.

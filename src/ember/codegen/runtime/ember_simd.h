@@ -53,8 +53,8 @@ static inline void vn_store(float *p, ember_vn v) { memcpy(p, &v, sizeof v); }
 static inline ember_vn vn_splat(float x) { ember_vn v = {0}; return v + x; }
 /* x in every lane, as one broadcast of a memory operand where x is loaded: x - 0 is x exactly
  * (-0.0 too), where vn_splat's 0 + x makes the compiler add first (-0.0 + 0.0 is +0.0), a
- * scalar add before each broadcast, which cost a weight-broadcasting tile a third of its speed
- * (ember_conv_shallow). vn_splat keeps its form: the kernels tuned with it measured 1% slower
+ * scalar add before each broadcast, which cost ember_conv_shallow's weight-broadcasting tile
+ * 9% of its layer's time. vn_splat keeps its form: the kernels tuned with it measured 1% slower
  * with this one (ResNet-18's GEMM and Winograd tiles, Xeon). */
 static inline ember_vn vn_broadcast(float x) { ember_vn zero = {0}; return x - zero; }
 static inline ember_vn vn_select(ember_vni mask, ember_vn a, ember_vn b) {
