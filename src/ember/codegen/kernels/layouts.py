@@ -90,7 +90,8 @@ def shallow_scratch_bytes(channels: int, kernel: tuple[int, int], stride_w: int,
     rows of one output row (C * KH * SW rows, each the output row rounded up to whole vectors of
     the widest target plus the kernel's reach, rounded up to whole vectors again)."""
     lanes = MAX_VECTOR_LANES
-    wph = -(-(-(-out_w // lanes) * lanes + (kernel[1] - 1) // stride_w) // lanes) * lanes
+    reach = math.ceil(out_w / lanes) * lanes + (kernel[1] - 1) // stride_w
+    wph = math.ceil(reach / lanes) * lanes
     return channels * kernel[0] * stride_w * wph * max(threads, 1) * 4
 
 

@@ -354,13 +354,9 @@ static inline __attribute__((always_inline)) void shallow_tile(const float *cons
         }
     }
     /* Constant loop bounds throughout: the accumulators stay in registers. */
+    ember_vn lo = vn_act_low(act, alpha), hi = vn_splat(beta);
     for (int i = 0; i < SHALLOW_MB; i++)
-        for (int v = 0; v < NV; v++) {
-            if (act == EMBER_ACT_RELU) acc[i][v] = vn_max(vn_splat(0.0f), acc[i][v]);
-            else if (act == EMBER_ACT_CLIP) acc[i][v] = vn_min(vn_splat(beta), vn_max(vn_splat(alpha), acc[i][v]));
-            else if (act == EMBER_ACT_LEAKY_RELU)
-                acc[i][v] = vn_select(acc[i][v] >= vn_splat(0.0f), acc[i][v], acc[i][v] * alpha);
-        }
+        for (int v = 0; v < NV; v++) acc[i][v] = vn_activate(acc[i][v], act, lo, hi);
     if (cols >= NV * EMBER_VN_LANES) {
         for (int i = 0; i < SHALLOW_MB; i++)
             if (i < mb)

@@ -99,21 +99,6 @@ static int dw_act_in_register(const ember_epilogue *ep, const float *residual)
                          ep->act == EMBER_ACT_HARD_SWISH);
 }
 
-/* lo and hi: relu's 0, clip's bounds, or hard_swish's scale and shift (dw_low, ep->beta). */
-static inline ember_vn dw_act(ember_vn v, int act, ember_vn lo, ember_vn hi)
-{
-    if (act == EMBER_ACT_RELU) return vn_max(lo, v);
-    if (act == EMBER_ACT_CLIP) return vn_min(hi, vn_max(lo, v));
-    if (act == EMBER_ACT_HARD_SWISH)
-        return lo * (v * vn_min(vn_splat(1.0f), vn_max(vn_splat(0.0f), v * (1.0f / 6.0f) + 0.5f))) + hi;
-    return v;
-}
-
-static inline ember_vn dw_low(const ember_epilogue *ep)
-{
-    return vn_splat(ep->act == EMBER_ACT_CLIP || ep->act == EMBER_ACT_HARD_SWISH ? ep->alpha : 0.0f);
-}
-
 static inline void dw_store(float *yr, long j, long ow, ember_vn v)
 {
     if (j + DW_L <= ow) vn_store(yr + j, v);
@@ -217,8 +202,8 @@ dw_row_block(const ember_conv_geom *g, const long KH, const long KW, const long 
         dw_vector_rows(rows, wt, KH, KW, SH, SW, R, j * SW - g->PW, masks, bias, acc);
         for (int r = 0; r < R; r++) {
             float *yr = yc + (i + r) * g->OW;
-            if (masks) dw_store(yr, j, g->OW, dw_act(acc[r], act, lo, hi));
-            else vn_store(yr + j, dw_act(acc[r], act, lo, hi));
+            if (masks) dw_store(yr, j, g->OW, vn_activate(acc[r], act, lo, hi));
+            else vn_store(yr + j, vn_activate(acc[r], act, lo, hi));
         }
     }
 }
@@ -239,7 +224,7 @@ dw_tail_rows(const ember_conv_geom *g, const long KH, const long KW, const long 
         dw_rows(g, xc, i, KH, SH, rows);
         float *yr = yc + i * g->OW;
         for (long j = j0; j < j1; j += DW_L) {
-            ember_vn v = dw_act(dw_vector(rows, wt, KH, KW, SW, j * SW - g->PW, masks, bias), act, lo, hi);
+            ember_vn v = vn_activate(dw_vector(rows, wt, KH, KW, SW, j * SW - g->PW, masks, bias), act, lo, hi);
             if (masks) dw_store(yr, j, g->OW, v);
             else vn_store(yr + j, v);
         }
@@ -293,7 +278,7 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     for (long t = 0; t < KH * KW; t++) wt[t] = vn_splat(wc[t]);
     int in_reg = dw_act_in_register(ep, rc);
     int act = in_reg ? ep->act : EMBER_ACT_NONE;
-    ember_vn lo = dw_low(ep), hi = vn_splat(ep->beta);
+    ember_vn lo = vn_act_low(ep->act, ep->alpha), hi = vn_splat(ep->beta);
     ember_vn bias = vn_splat(b0);
     long blocked_rows = g->OH / DW_ROWS * DW_ROWS;
     for (int k = 0; k < cols->masked; k++) {
@@ -427,7 +412,7 @@ dw_block_pixels(const ember_conv_geom *g, const long KH, const long KW, const lo
                     if (u % 2) acc1 += wt[u * KW + v] * in;
                     else acc0 += wt[u * KW + v] * in;
                 }
-            vn_store(out + (i * g->OW + j) * 16, dw_act(acc0 + acc1, act, lo, hi));
+            vn_store(out + (i * g->OW + j) * 16, vn_activate(acc0 + acc1, act, lo, hi));
         }
 }
 
@@ -449,7 +434,7 @@ static void dw_block(const ember_conv_geom *g, long c0, int nch, const float *w,
     const float *rc = residual ? residual + c0 * plane : NULL;
     int in_reg = dw_act_in_register(ep, rc);
     int act = in_reg ? ep->act : EMBER_ACT_NONE;
-    ember_vn lo = dw_low(ep), hi = vn_splat(ep->beta);
+    ember_vn lo = vn_act_low(ep->act, ep->alpha), hi = vn_splat(ep->beta);
     ember_vn bv = vn_load(b);
     int plain = g->DH == 1 && g->DW == 1 && g->SH == g->SW;
     if (plain && g->KH == 3 && g->KW == 3 && g->SH == 1) dw_block_pixels(g, 3, 3, 1, pad, Wp, wt, bv, act, lo, hi, out);

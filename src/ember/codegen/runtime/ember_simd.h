@@ -95,6 +95,22 @@ static inline ember_vn vn_min(ember_vn a, ember_vn b) {
 #endif
 }
 
+/* The epilogue activations (ember_epilogue.act) that run on a vector in registers: relu, clip,
+ * hard swish and leaky relu, with lo = vn_act_low(act, alpha) (relu's 0, clip's lower bound,
+ * hard swish's scale, leaky relu's slope) and hi = beta splat (clip's upper bound, hard swish's
+ * shift); any other act leaves v as it is (its caller runs it in memory). */
+static inline ember_vn vn_activate(ember_vn v, int act, ember_vn lo, ember_vn hi) {
+    if (act == EMBER_ACT_RELU) return vn_max(lo, v);
+    if (act == EMBER_ACT_CLIP) return vn_min(hi, vn_max(lo, v));
+    if (act == EMBER_ACT_HARD_SWISH)
+        return lo * (v * vn_min(vn_splat(1.0f), vn_max(vn_splat(0.0f), v * (1.0f / 6.0f) + 0.5f))) + hi;
+    if (act == EMBER_ACT_LEAKY_RELU) return vn_select(v >= vn_splat(0.0f), v, v * lo);
+    return v;
+}
+static inline ember_vn vn_act_low(int act, float alpha) {
+    return vn_splat(act == EMBER_ACT_CLIP || act == EMBER_ACT_HARD_SWISH || act == EMBER_ACT_LEAKY_RELU ? alpha : 0.0f);
+}
+
 #if EMBER_VN_LANES == 8 && defined(__AVX2__) && defined(EMBER_GCC_BUILTINS)
 static inline ember_vni vn_lane_mask(uint32_t mask) {
     const ember_vni bit = {1, 2, 4, 8, 16, 32, 64, 128};
