@@ -29,6 +29,7 @@ from ember.codegen.kernels.layouts import (
     depthwise_scratch_bytes,
     gemm_scratch_bytes,
     shallow_scratch_bytes,
+    taps_scratch_bytes,
 )
 from ember.codegen.runtime_files import RUNTIME_SOURCES, runtime_source
 from ember.ops import get_op
@@ -129,6 +130,8 @@ def lib(tmp_path_factory):
     lib.ember_winograd4_tile_split.restype = ctypes.c_int
     lib.ember_winograd_scratch_bytes.argtypes = [geom, ctypes.c_long, ctypes.c_int]
     lib.ember_winograd_scratch_bytes.restype = ctypes.c_long
+    lib.ember_conv_taps_scratch_bytes.argtypes = [geom]
+    lib.ember_conv_taps_scratch_bytes.restype = ctypes.c_long
     lib.ember_conv_shallow_scratch_bytes.argtypes = [geom, ctypes.c_int]
     lib.ember_conv_shallow_scratch_bytes.restype = ctypes.c_long
     lib.ember_depthwise_scratch_bytes.argtypes = [geom, ctypes.c_int]
@@ -321,6 +324,14 @@ def test_conv_shallow_scratch(lib):
         g = _geom(channels, hw, (kernel, kernel), stride, _pads(kernel, pad))
         python = shallow_scratch_bytes(channels, (kernel, kernel), stride, g.OW, threads)
         assert python == lib.ember_conv_shallow_scratch_bytes(ctypes.byref(g), threads), (channels, hw, kernel, stride)
+
+
+def test_conv_taps_scratch(lib):
+    for channels, hw, kernel, stride, pad in CONVS:
+        for pads in (_pads(kernel, pad), (0, 1, 1, 0)):
+            g = _geom(channels, hw, (kernel, kernel), stride, pads)
+            python = taps_scratch_bytes(channels, (kernel, kernel), (stride, stride), (g.OH, g.OW))
+            assert python == lib.ember_conv_taps_scratch_bytes(ctypes.byref(g)), (channels, hw, kernel, stride, pads)
 
 
 def test_conv_rows_scratch_and_rows(lib):

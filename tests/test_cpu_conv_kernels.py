@@ -282,9 +282,49 @@ def test_pixel_rows_takes_one_dimensional_convolutions():
 
 def test_pixel_rows_cost_model_keeps_large_maps_on_columns():
     """A 28x28 map fills its pixel panels (784 of 800 columns): the direct kernel stays."""
-    program = compile_graph(_conv_graph(64, 128, (56, 56), (3, 3), 2, (1, 1, 1, 1), "relu", False),
+    program = compile_graph(_conv_graph(24, 128, (28, 28), (3, 3), 1, (1, 1, 1, 1), "none", False),
                             CpuBackend(num_threads=1))._executable.source
     assert "ember_conv_direct(" in program and "ember_conv_rows(" not in program
+
+
+TAPS = [
+    # in channels, out channels, (H, W), kernel, stride, pads, activation, residual: strided
+    # convolutions with K >= 256 onto rows of 16+ pixels, which conv_taps takes (checked below):
+    # whole and partial 8-pixel blocks and 32-channel panels, activations with and without a
+    # residual (all applied in the transposed store), uneven pads, stride 3, no bias.
+    (64, 128, (34, 34), (3, 3), 2, (1, 1, 1, 1), "relu", False),        # ResNet's 3x3 stride 2; 17 = 8 + 8 + 1 pixels
+    (32, 64, (40, 36), (3, 3), 2, (1, 1, 1, 1), "sigmoid", True),       # an activation in memory, after the residual
+    (48, 96, (37, 40), (3, 3), 2, (0, 1, 1, 0), "none", False),          # uneven pads, no bias, 3 panels
+    (40, 64, (50, 61), (3, 3), 3, (1, 1, 1, 1), "relu", True),          # stride 3
+    (16, 64, (40, 42), (5, 5), 2, (2, 1, 2, 2), "leaky_relu", True),    # 5x5, K = 400
+    (30, 120, (21, 64), (3, 3), 2, (1, 1, 1, 1), "hard_swish", False),  # 120 channels: a partial last panel
+]
+
+
+@pytest.mark.parametrize("case", TAPS, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}s{c[4]}{c[6]}")
+def test_taps_convolution_matches_interpreter(case):
+    assert "ember_conv_taps(" in compile_graph(_conv_graph(*case), CpuBackend(num_threads=1))._executable.source
+    _check_case(lambda: _conv_graph(*case), seed=29)
+
+
+def test_taps_takes_one_dimensional_convolutions():
+    """A strided 1-D convolution is a 2-D one with a unit row: one padded map row."""
+    graph = lambda: _conv1d_graph(96, 64, 41, 3, 2, 1)  # noqa: E731
+    assert "ember_conv_taps(" in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
+    _check_case(graph, seed=31)
+
+
+@pytest.mark.parametrize("case, reason", [
+    ((3, 64, (64, 64), (7, 7), 2, (3, 3, 3, 3), "relu", False), "ResNet's stem: K = 147"),
+    ((64, 128, (64, 64), (1, 1), 2, (0, 0, 0, 0), "none", False), "a 1x1 shortcut: K = 64"),
+    ((64, 128, (40, 40), (3, 3), 1, (1, 1, 1, 1), "relu", False), "stride 1"),
+    ((128, 256, (28, 28), (3, 3), 2, (1, 1, 1, 1), "relu", False), "a 14-pixel row"),
+    ((512, 512, (40, 40), (3, 3), 2, (1, 1, 1, 1), "relu", False), "9.4 MB of weights"),
+    ((64, 40, (40, 40), (3, 3), 2, (1, 1, 1, 1), "relu", False), "40 channels fill 40 of 64 columns"),
+])
+def test_taps_is_chosen_only_where_it_applies(case, reason):
+    program = compile_graph(_conv_graph(*case), CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_taps(" not in program, reason
 
 
 def test_pixel_rows_leaves_weights_past_the_l2_to_the_columns_kernels():

@@ -103,7 +103,7 @@ def test_candidates_of_a_3x3_convolution_and_pins():
     options = backend.kernel_options()
     conv = next(i for i in backend.program.instrs if i.name == "FusedConv")
     assert [k.name for k in C_KERNELS.candidates(conv, options)] == [
-        "conv_winograd4", "conv_winograd", "conv_pixel_rows", "conv_direct", "conv_gemm"]
+        "conv_winograd4", "conv_winograd", "conv_taps", "conv_pixel_rows", "conv_direct", "conv_gemm"]
     default = C_KERNELS.default_variant(conv, options).name
     signature = instr_signature(conv, options)
     assert "FusedConv(FLOAT32[1, 36, 10, 15]" in signature and "threads=1" in signature

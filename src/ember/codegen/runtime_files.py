@@ -33,6 +33,8 @@ EXPORTS: dict[str, str] = {
     "ember_pack_panel": "ember_gemm.c",
     "ember_gemm_scratch_bytes": "ember_gemm.c",
     "ember_gemm": "ember_gemm.c",
+    "ember_gemm_taps": "ember_gemm.c",
+    "ember_gemm_chunk_panels": "ember_gemm.c",
     # im2col packing and direct convolution
     "ember_pack_im2col": "ember_conv.c",
     "ember_pack_im2col3d": "ember_conv.c",
@@ -43,6 +45,8 @@ EXPORTS: dict[str, str] = {
     "ember_conv_rows": "ember_conv.c",
     "ember_conv_shallow_scratch_bytes": "ember_conv.c",
     "ember_conv_shallow": "ember_conv.c",
+    "ember_conv_taps_scratch_bytes": "ember_conv.c",
+    "ember_conv_taps": "ember_conv.c",
     # depthwise convolution
     "ember_depthwise_scratch_bytes": "ember_depthwise.c",
     "ember_depthwise": "ember_depthwise.c",
@@ -89,7 +93,7 @@ CALLS: dict[str, tuple[str, ...]] = {
 # first; any other in one piece. Bundles and tests compile every file whole.
 PIECES: dict[str, tuple[tuple[str, ...], ...]] = {
     "ember_gemm.c": (("-DEMBER_GEMM_PIECE=2",), ("-DEMBER_GEMM_PIECE=1",), ("-DEMBER_GEMM_PIECE=3",),
-                     ("-DEMBER_GEMM_PIECE=0",)),
+                     ("-DEMBER_GEMM_PIECE=4",), ("-DEMBER_GEMM_PIECE=0",)),
 }
 
 _IDENTIFIER = re.compile(r"\bember_\w+\b")

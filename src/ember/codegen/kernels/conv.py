@@ -13,6 +13,9 @@ lir` shows which, with its scratch and packed weights):
   conv_shallow         a spatial kernel over at most 4 input channels (an image's) with output
                        rows a vector wide or more: direct, output row by output row, with the
                        taps read from phase rows in L1 and the epilogue in registers;
+  conv_taps            strided convolutions with deep reductions onto maps 16+ pixels wide: the
+                       pixels as GEMM rows read in place through the taps' offsets into a padded
+                       channel-last copy of the input, W^T packed at compile time;
   conv_pixel_rows      small maps with many output channels, where a cost model of the padded
                        GEMM says so: Y^T = R W^T, R the im2row of the channel-last input (the
                        pixels as GEMM rows), W^T packed at compile time;
@@ -40,6 +43,7 @@ from ember.codegen.kernels.layouts import (
     WinogradLayout,
     depthwise_scratch_bytes,
     shallow_scratch_bytes,
+    taps_scratch_bytes,
     threads_for,
 )
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView, is_whole_weight
@@ -297,6 +301,68 @@ def emit_conv_shallow(em: Emitter, instr: Instr) -> str:
         w.call("ember_conv_shallow", "&g", s.mg, em.pointer(s.w, const=True), "bias",
                f"res ? res + nb * {plane} : NULL", f"y + nb * {plane}", "&ep", em.scratch(instr),
                param(instr, "threads", 1))
+    return w.text()
+
+
+# conv_taps -------------------------------------------------------------------------------
+
+
+def _taps_feasible(instr: Instr, options: KernelOptions) -> bool:
+    """What conv_taps can run: one group, constant weights (packed at compile time), no dilation."""
+    s = ConvShape(instr)
+    return s.groups == 1 and is_whole_weight(s.w) and (s.dh, s.dw) == (1, 1)
+
+
+def _taps_applies(instr: Instr, options: KernelOptions) -> bool:
+    """Strided convolutions with a deep reduction over a map at least TAPS_MIN_WIDTH wide, whose
+    weights fit in a core's L2 (options.l2_bytes) and fill their 32-column panels."""
+    s = ConvShape(instr)
+    panels_padded = math.ceil(s.mg / 32) * 32
+    return (_taps_feasible(instr, options) and min(s.sh, s.sw) >= 2 and s.k >= TAPS_MIN_K
+            and s.ow >= TAPS_MIN_WIDTH and s.mg * s.k * 4 <= options.l2_bytes
+            and panels_padded * 4 <= s.mg * 5)  # at most a fifth of the panels' columns padding
+
+
+# Where conv_taps takes a convolution by default. Xeon (2 MB L2), one convolution alone, against
+# the kernel chosen before it (time ratio at 1 / 2 threads): 3x3 stride 2, 64 -> 128 onto 28x28
+# (ResNet-18's) 0.78 / 0.70, 32 -> 64 onto 56x56 0.80 / 0.75; in ResNet-18 that layer 926 -> 848
+# us at 1 thread, 545 -> 428 at 2 (per-step times, both programs in one process). Each 8-pixel
+# tile pays a transposed store (256 values; 5% of the tile at K = 576), so a shallow reduction
+# loses: a 1x1 stride-2 shortcut (K = 64) 1.23 / 0.97, the 7x7 stem over 3
+# channels (K = 147) 1.09 / 1.08; so do stride 1 (3x3 16 -> 32: 1.13 / 1.08, where conv_direct
+# reads its rows at their own stride), narrow maps (onto 14x14, pixel rows: 1.01 / 1.00, in
+# ResNet-18 5% slower; onto 10x10 1.14 at 1 thread: 8-pixel blocks fill rows badly) and weights
+# past the L2 (256 -> 512 onto 7x7, 4.7 MB: 0.81 / 0.88 alone, warm, but 1045 -> 1111 us in
+# ResNet-18, where they come from memory).
+TAPS_MIN_K = 256
+TAPS_MIN_WIDTH = 16
+
+
+def _taps_plan(instr: Instr, options: KernelOptions) -> KernelPlan:
+    s = ConvShape(instr)
+    weights = s.w.constant().reshape(s.mg, s.cg, s.kh, s.kw)
+    threads = min(s.gemm_threads(options), s.oh)
+    # W^T tap-major in panels, as conv_pixel_rows packs it (its rows are the tap offsets' order)
+    panels = _pixel_rows_layout(s).weights(weights)
+    return KernelPlan({"threads": threads}, packed=[(s.w, "pixel_rows_panels32", panels)],
+                      scratch_bytes=taps_scratch_bytes(s.cg, (s.kh, s.kw), (s.sh, s.sw), (s.oh, s.ow)))
+
+
+@C_KERNELS.kernel("conv_taps", *CONV_OPS, accepts=accepts_conv, applies=_taps_applies, feasible=_taps_feasible,
+                  plan=_taps_plan)
+def emit_conv_taps(em: Emitter, instr: Instr) -> str:
+    """A convolution with the output pixels as the GEMM's rows, read in place (ember_conv_taps):
+    the input made channel-last into a zero-padded map, then each 8-pixel run of an output row
+    multiplied through the kernel taps' offsets into that map by W^T (packed tap-major at compile
+    time), with y stored NCHW from the tiles. No im2row: conv_pixel_rows copies every pixel's
+    K inputs first, and conv_direct's phase planes read B unaligned."""
+    s = ConvShape(instr)
+    image, plane = s.channels * s.height * s.width, s.out_channels * s.pixels
+    w = s.writer(em).line(s.epilogue().c_init())
+    with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
+        w.line(s.geometry("g", f"x + nb * {image}"))
+        w.call("ember_conv_taps", "&g", s.mg, em.packed(instr), "bias", f"res ? res + nb * {plane} : NULL",
+               f"y + nb * {plane}", "&ep", em.scratch(instr), param(instr, "threads", 1))
     return w.text()
 
 

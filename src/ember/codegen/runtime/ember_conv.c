@@ -207,6 +207,71 @@ void ember_conv_direct(const ember_conv_geom *g, long M, const float *a, const i
                &onto_y, NULL, nthreads);
 }
 
+/* conv_taps: the padded channel-last map holds the rows and columns the taps read, (OH - 1) * SH
+ * + KH by (OW - 1) * SW + KW pixels from (-PH, -PW) on, each pixel C floats; the tap offsets
+ * (K int32) follow it. */
+static long taps_height(const ember_conv_geom *g) { return (g->OH - 1) * g->SH + g->KH; }
+static long taps_width(const ember_conv_geom *g) { return (g->OW - 1) * g->SW + g->KW; }
+
+long ember_conv_taps_scratch_bytes(const ember_conv_geom *g)
+{
+    long map = taps_height(g) * taps_width(g) * g->C;
+    return (map + 16) * (long)sizeof(float) + g->C * g->KH * g->KW * (long)sizeof(int32_t);
+}
+
+/* Padded rows [r0, r1) of the channel-last map: zeros where the row or column is padding, else
+ * the input's row transposed (C x W onto W x C). */
+static void fill_taps_rows(const ember_conv_geom *g, float *map, long r0, long r1)
+{
+    long wp = taps_width(g), C = g->C;
+    long cols = g->W < wp - g->PW ? g->W : wp - g->PW;  /* input columns the taps read */
+    for (long r = r0; r < r1; r++) {
+        float *row = map + r * wp * C;
+        long h = r - g->PH;
+        if (h < 0 || h >= g->H || cols <= 0) {
+            memset(row, 0, (size_t)(wp * C) * sizeof(float));
+            continue;
+        }
+        memset(row, 0, (size_t)(g->PW * C) * sizeof(float));
+        ember_transpose_f32(g->x + h * g->W, C, cols, g->H * g->W, row + g->PW * C, C);
+        memset(row + (g->PW + cols) * C, 0, (size_t)((wp - g->PW - cols) * C) * sizeof(float));
+    }
+}
+
+void ember_conv_taps(const ember_conv_geom *g, long M, const float *w_panels, const float *bias,
+                     const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads)
+{
+    long hp = taps_height(g), wp = taps_width(g), C = g->C, K = C * g->KH * g->KW, P = g->OH * g->OW;
+    float *map = scratch;
+    int32_t *aoff = (int32_t *)(map + hp * wp * C + 16);
+    for (long u = 0; u < g->KH; u++)
+        for (long v = 0; v < g->KW; v++)
+            for (long c = 0; c < C; c++) aoff[(u * g->KW + v) * C + c] = (int32_t)((u * wp + v) * C + c);
+    /* Thread t fills about the padded rows its band of output rows reads first. */
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    for (long part = 0; part < nthreads; part++) fill_taps_rows(g, map, hp * part / nthreads, hp * (part + 1) / nthreads);
+    /* Per output row: its OW pixels are the rows of a GEMM against every panel of W^T, each
+     * 8-pixel block read through the tap offsets SW * C floats apart, y stored transposed (NCHW)
+     * with bias (per column), residual and activation. Threads own contiguous bands of rows. */
+    #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1)
+    for (long part = 0; part < nthreads; part++) {
+        ember_epilogue row_ep = *ep;
+        row_ep.bias = bias;
+        row_ep.bias_per_row = 0;
+        row_ep.transposed = 1;
+        row_ep.ld_residual = P;
+        /* A chunk of W^T's panels at a time (as ember_gemm sweeps them) against every row of the
+         * band: weights past the L2 then come from memory once a call, not once a row. */
+        long panels = (M + EMBER_NR - 1) / EMBER_NR, chunk = ember_gemm_chunk_panels(K, panels);
+        for (long p0 = 0; p0 < panels; p0 += chunk)
+            for (long oh = g->OH * part / nthreads; oh < g->OH * (part + 1) / nthreads; oh++) {
+                row_ep.residual = residual ? residual + oh * g->OW : NULL;
+                ember_gemm_taps(g->OW, M, K, map + oh * g->SH * wp * C, g->SW * C, aoff, w_panels, p0,
+                                p0 + chunk < panels ? p0 + chunk : panels, y + oh * g->OW, P, &row_ep);
+            }
+    }
+}
+
 /* Im2row for conv_pixel_rows (Y^T = rows x W^T, pixels as the GEMM's rows): row p = oh * OW + ow
  * of `rows` holds the input under the kernel at output pixel p, tap-major, element
  * (u * KW + v) * C + c. The input goes channel-last first (`hwc`, H * W rows of C floats, one

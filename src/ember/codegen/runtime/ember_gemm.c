@@ -22,6 +22,7 @@
 #define EMBER_TILES_FULL 1    /* row blocks, B's rows at bp + k * b_ks */
 #define EMBER_TILES_OFFSETS 2 /* row blocks, B's rows at bp + koff[k] (direct convolution) */
 #define EMBER_TILES_HALF 3    /* a last panel of at most 16 columns */
+#define EMBER_TILES_TAPS 4    /* row blocks, A's rows at ab + i * a_rs + aoff[k] (a convolution's taps) */
 #ifdef EMBER_GEMM_PIECE
 #define EMBER_GEMM_CORE (EMBER_GEMM_PIECE == 0)
 #define EMBER_GEMM_TILES(family) (EMBER_GEMM_PIECE == (family))
@@ -149,6 +150,7 @@ typedef struct {
     long ldb;
     const float *tail;   /* packed copy of a partial last panel (in-place mode) */
     const int32_t *koff; /* in-place rows at direct + koff[k] (any column count; caller pads) */
+    const int32_t *aoff; /* A's element (i, k) at a[i * a_rs + aoff[k]] (ember_gemm_taps), B packed */
 } ember_bsource;
 
 /* The parameters of a function computing the tiles of one row block (row_block below). */
@@ -301,7 +303,7 @@ static __attribute__((noinline, noclone)) void store_activated(const ember_v16 (
 /* One k step of an mr x 32 tile: B's row k (through the offset table where there is one)
  * times A's column k, added into `acc`. */
 static inline __attribute__((always_inline)) void tile_step(
-    int mr, int halves, long k, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
+    int mr, int halves, long k, const float *a, long a_rs, long a_ks, const int32_t *aoff, const float *bp, long b_ks,
     const int32_t *koff, ember_v16 (*acc)[2])
 {
     const float *bk = koff ? bp + koff[k] : bp + k * b_ks;
@@ -310,7 +312,7 @@ static inline __attribute__((always_inline)) void tile_step(
     #pragma GCC unroll 8
     for (int i = 0; i < EMBER_MR; i++) {
         if (i < mr) {
-            float ai = a[i * a_rs + k * a_ks];
+            float ai = aoff ? a[i * a_rs + aoff[k]] : a[i * a_rs + k * a_ks];
             acc[i][0] += ai * b0;
             if (halves == 2) acc[i][1] += ai * b1;
         }
@@ -321,7 +323,7 @@ static inline __attribute__((always_inline)) void tile_step(
  * is `halves`: 1 for a last panel of at most 16 columns (a classifier's N = 10, N % 32 <= 16),
  * which then does half the multiply-adds, the second half staying zero. */
 static inline __attribute__((always_inline)) void tile(
-    int mr, int halves, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
+    int mr, int halves, long kc, const float *a, long a_rs, long a_ks, const int32_t *aoff, const float *bp, long b_ks,
     const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep, long row0, long col0)
 {
     ember_v16 acc[EMBER_MR][2];
@@ -342,7 +344,7 @@ static inline __attribute__((always_inline)) void tile(
                 #pragma GCC unroll 2
                 for (int i = 0; i < 2; i++) {
                     if (i < mr) {
-                        float ai = a[i * a_rs + (k + s) * a_ks];
+                        float ai = aoff ? a[i * a_rs + aoff[k + s]] : a[i * a_rs + (k + s) * a_ks];
                         part[i][0][s] += ai * b0;
                         if (halves == 2) part[i][1][s] += ai * b1;
                     }
@@ -359,9 +361,9 @@ static inline __attribute__((always_inline)) void tile(
          * FMA ports idle a fifth of the time with B streaming from L2. The GEMV tiles (the
          * remainder of the four-way split above: at most 3 steps) keep the plain loop. */
         #pragma GCC unroll 4
-        for (; k < kc; k++) tile_step(mr, halves, k, a, a_rs, a_ks, bp, b_ks, koff, acc);
+        for (; k < kc; k++) tile_step(mr, halves, k, a, a_rs, a_ks, aoff, bp, b_ks, koff, acc);
     } else {
-        for (; k < kc; k++) tile_step(mr, halves, k, a, a_rs, a_ks, bp, b_ks, koff, acc);
+        for (; k < kc; k++) tile_step(mr, halves, k, a, a_rs, a_ks, aoff, bp, b_ks, koff, acc);
     }
     if (ep && (ep->grid_w || (activated_in_memory(ep->act) && !ep->transposed))) {
         /* A copy goes out to memory, so that `acc` itself never has its address taken and
@@ -406,7 +408,7 @@ static inline __attribute__((always_inline)) void tile(
     const ember_epilogue *ep, long row0, long col0
 #define EMBER_HALF_TILE(MR) \
     EMBER_TILE_LINKAGE __attribute__((noipa)) void ember_tile_half_##MR(EMBER_HALF_PARAMS) \
-    { tile(MR, 1, kc, a, a_rs, a_ks, bp, b_ks, (const int32_t *)0, c, ldc, ncols, ep, row0, col0); }
+    { tile(MR, 1, kc, a, a_rs, a_ks, (const int32_t *)0, bp, b_ks, (const int32_t *)0, c, ldc, ncols, ep, row0, col0); }
 EMBER_TILE_LINKAGE void ember_tile_half_1(EMBER_HALF_PARAMS), ember_tile_half_2(EMBER_HALF_PARAMS),
     ember_tile_half_3(EMBER_HALF_PARAMS), ember_tile_half_4(EMBER_HALF_PARAMS), ember_tile_half_5(EMBER_HALF_PARAMS),
     ember_tile_half_6(EMBER_HALF_PARAMS), ember_tile_half_7(EMBER_HALF_PARAMS), ember_tile_half_8(EMBER_HALF_PARAMS);
@@ -417,16 +419,23 @@ EMBER_HALF_TILE(5) EMBER_HALF_TILE(6) EMBER_HALF_TILE(7) EMBER_HALF_TILE(8)
 
 /* The tiles of one block of mr rows of A (at `ab`; mr a constant) against panels [p0, p1) of
  * B: the inner loop of the sweep, in a function per row count, so the per-tile cost is a loop
- * step, not a call. `offsets`: B's rows come from the offset table (the direct convolution's;
- * its narrow last panels are rare and take the full-width tile). */
+ * step, not a call. `offsets`: 1 where B's rows come from the offset table (the direct
+ * convolution's; its narrow last panels are rare and take the full-width tile), 2 where A's
+ * columns do (ember_gemm_taps; B packed, full-width tiles too). */
 static inline __attribute__((always_inline)) void row_block(int mr, int offsets, EMBER_ROWS_PARAMS)
 {
     for (long p = p0; p < p1; p++) {
         long col0 = p * EMBER_NR;
         int ncols = N - col0 < EMBER_NR ? (int)(N - col0) : EMBER_NR;
         float *ct = ep && ep->transposed ? c + col0 * ldc + r : c + r * ldc + col0;
-        if (offsets) {
-            tile(mr, 2, K, ab, a_rs, a_ks, b->direct + col0, 0, b->koff, ct, ldc, ncols, ep, r, col0);
+        if (offsets == 1) {
+            tile(mr, 2, K, ab, a_rs, a_ks, (const int32_t *)0, b->direct + col0, 0, b->koff, ct, ldc, ncols, ep, r,
+                 col0);
+            continue;
+        }
+        if (offsets == 2) {
+            tile(mr, 2, K, ab, a_rs, 0, b->aoff, b->panels + (p - p0) * K * EMBER_NR, EMBER_NR, (const int32_t *)0,
+                 ct, ldc, ncols, ep, r, col0);
             continue;
         }
         const float *bp;
@@ -435,7 +444,8 @@ static inline __attribute__((always_inline)) void row_block(int mr, int offsets,
         else if (ncols == EMBER_NR) { bp = b->direct + col0; b_ks = b->ldb; }
         else { bp = b->tail; b_ks = EMBER_NR; }
         if (ncols > EMBER_NR / 2) {
-            tile(mr, 2, K, ab, a_rs, a_ks, bp, b_ks, (const int32_t *)0, ct, ldc, ncols, ep, r, col0);
+            tile(mr, 2, K, ab, a_rs, a_ks, (const int32_t *)0, bp, b_ks, (const int32_t *)0, ct, ldc, ncols, ep, r,
+                 col0);
             continue;
         }
         switch (mr) {  /* mr is a constant: one call remains */
@@ -464,6 +474,9 @@ EMBER_ROWS_FAMILY(plain, 0)
 #if EMBER_GEMM_TILES(EMBER_TILES_OFFSETS)
 EMBER_ROWS_FAMILY(offsets, 1)
 #endif
+#if EMBER_GEMM_TILES(EMBER_TILES_TAPS)
+EMBER_ROWS_FAMILY(taps, 2)
+#endif
 
 #endif
 
@@ -475,9 +488,9 @@ EMBER_ROWS_FAMILY(offsets, 1)
  * columns at a time: 8 accumulators, two B vectors and one broadcast fit 16 registers, and
  * each k does 8 multiply-adds for 6 loads. Rows past mr repeat the last row (computed, never
  * stored). Reads all 32 columns of B, as `tile` does. */
-static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks, const float *bp, long b_ks,
-                          const int32_t *koff, float *c, long ldc, int ncols, const ember_epilogue *ep,
-                          long row0, long col0)
+static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks, const int32_t *aoff,
+                          const float *bp, long b_ks, const int32_t *koff, float *c, long ldc, int ncols,
+                          const ember_epilogue *ep, long row0, long col0)
 {
     float out[EMBER_MR][EMBER_NR];
     for (int r = 0; r < mr; r += 4) {
@@ -490,7 +503,7 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
                 const float *bk = (koff ? bp + koff[k] : bp + k * b_ks) + h;
                 ember_vn b0 = vn_load(bk), b1 = vn_load(bk + EMBER_VN_LANES);
                 for (int i = 0; i < 4; i++) {
-                    float ai = ar[i][k * a_ks];
+                    float ai = aoff ? ar[i][aoff[k]] : ar[i][k * a_ks];
                     acc[i][0] += ai * b0;
                     acc[i][1] += ai * b1;
                 }
@@ -528,6 +541,7 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
         ember_rows_##FAMILY##_7(EMBER_ROWS_PARAMS), ember_rows_##FAMILY##_8(EMBER_ROWS_PARAMS);
 EMBER_ROWS_DECLARE(plain)
 EMBER_ROWS_DECLARE(offsets)
+EMBER_ROWS_DECLARE(taps)
 #define EMBER_ROWS_CALL(FAMILY) \
     switch (mr) { \
     case 8: ember_rows_##FAMILY##_8(K, ab, a_rs, a_ks, b, p0, p1, N, c, ldc, ep, r); break; \
@@ -613,11 +627,12 @@ static inline void sweep(long M, long K, const float *a, long a_rs, long a_ks, l
             else if (ncols == EMBER_NR) { bp = b->direct + col0; b_ks = b->ldb; }
             else { bp = b->tail; b_ks = EMBER_NR; }
             float *ct = ep && ep->transposed ? c + col0 * ldc + r : c + r * ldc + col0;
-            tile_portable(mr, K, ab, a_rs, a_ks, bp, b_ks, koff, ct, ldc, ncols, ep, r, col0);
+            tile_portable(mr, K, ab, a_rs, a_ks, b->aoff, bp, b_ks, koff, ct, ldc, ncols, ep, r, col0);
         }
 #else
         /* Separate instantiations, so the common path carries no offset-table load. */
         if (b->koff) { EMBER_ROWS_CALL(offsets) }
+        else if (b->aoff) { EMBER_ROWS_CALL(taps) }
         else { EMBER_ROWS_CALL(plain) }
 #endif
     }
@@ -648,7 +663,7 @@ static void chunk_sweep(long M, long N, long K, const float *a, long a_rs, long 
                         const ember_epilogue *ep, float *mine, long p0, long p1)
 {
     long panel_floats = K * EMBER_NR;
-    ember_bsource src = { NULL, NULL, 0, NULL, NULL };
+    ember_bsource src = { NULL, NULL, 0, NULL, NULL, NULL };
     if (bp) {
         src.panels = bp + p0 * panel_floats;
     } else {
@@ -680,6 +695,16 @@ static int sweep_backwards(const float *bp)
     return flips[slot] ^= 1;
 }
 
+void ember_gemm_taps(long M, long N, long K, const float *a, long a_rs, const int32_t *aoff, const float *bp,
+                     long p0, long p1, float *c, long ldc, const ember_epilogue *ep)
+{
+    if (M <= 0 || p1 <= p0) return;
+    ember_bsource src = { bp + p0 * K * EMBER_NR, NULL, 0, NULL, NULL, aoff };
+    sweep(M, K, a, a_rs, 0, EMBER_MR * a_rs, &src, p0, p1, N, c, ldc, ep, 0, M);
+}
+
+long ember_gemm_chunk_panels(long K, long panels) { return chunk_panels(K, panels); }
+
 void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, long a_block,
                 const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads)
@@ -692,7 +717,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
     if (b_direct) {
         /* Full panels are read in place; only a partial last panel needs a packed copy,
          * unless rows come from an offset table over a padded buffer. */
-        ember_bsource src = { NULL, b_direct, ldb, scratch, koff };
+        ember_bsource src = { NULL, b_direct, ldb, scratch, koff, NULL };
         if (!koff && N % EMBER_NR) ember_pack_panel(scratch, b_direct, ldb, K, N, (panels - 1) * EMBER_NR);
         long row_blocks = (M + EMBER_MR - 1) / EMBER_MR;
         /* Serial calls stay out of OpenMP: an inactive region still costs microseconds,
@@ -764,7 +789,7 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
         for (long ch = 0; ch < chunks; ch++) {
             long p0 = chunk_start(ch, chunks, panels), p1 = chunk_start(ch + 1, chunks, panels);
             long m0 = rb * EMBER_MR, m1 = m0 + EMBER_MR < M ? m0 + EMBER_MR : M;
-            ember_bsource src = { all + p0 * panel_floats, NULL, 0, NULL, NULL };
+            ember_bsource src = { all + p0 * panel_floats, NULL, 0, NULL, NULL, NULL };
             sweep(M, K, a, a_rs, a_ks, a_block, &src, p0, p1, N, c, ldc, ep, m0, m1);
         }
 }

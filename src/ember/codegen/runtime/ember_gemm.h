@@ -86,6 +86,14 @@ void ember_gemm(long M, long N, long K, const float *a, long a_rs, long a_ks, lo
                 const float *bp, ember_packer pack, const void *pack_ctx, const float *b_direct, long ldb,
                 const int32_t *koff, float *c, long ldc, const ember_epilogue *ep, float *scratch, int nthreads);
 long ember_gemm_scratch_bytes(long N, long K, int nthreads);
+/* Columns [p0 * 32, p1 * 32) of C[M, N] = A B + epilogue on the calling thread, A's element (i, k)
+ * at a[i * a_rs + aoff[k]] (a convolution's taps read in place from a channel-last map) and B
+ * packed in 32-column panels of K rows each (bp: all of them). */
+void ember_gemm_taps(long M, long N, long K, const float *a, long a_rs, const int32_t *aoff, const float *bp,
+                     long p0, long p1, float *c, long ldc, const ember_epilogue *ep);
+/* How many panels of K rows ember_gemm sweeps at a time (EMBER_CHUNK_BYTES of them: they stay
+ * in L2 while the rows sweep them). */
+long ember_gemm_chunk_panels(long K, long panels);
 
 /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols, in 16 x 16 register blocks
  * (defined in ember_transpose.c; the depthwise kernel's channel-blocked path transposes the same way). */
@@ -119,6 +127,14 @@ void ember_conv_shallow(const ember_conv_geom *g, long M, const float *w, const 
 /* Im2row of one image (groups == 1) for a convolution whose GEMM takes pixels as rows:
  * rows[OH * OW][KH * KW * C], tap-major within a row; `hwc` holds
  * ember_conv_rows_scratch_floats(g) floats (the input channel-last). */
+/* Convolution of one image group (no dilation) with the output pixels as the GEMM's rows, read in
+ * place: the input copied channel-last into a zero-padded map, each 8-pixel run of an output
+ * row multiplied through the taps' offsets into it by W^T packed tap-major ([KH * KW * C][M] in
+ * 32-column panels), y stored NCHW from the tiles. `scratch` holds
+ * ember_conv_taps_scratch_bytes(g) bytes. */
+long ember_conv_taps_scratch_bytes(const ember_conv_geom *g);
+void ember_conv_taps(const ember_conv_geom *g, long M, const float *w_panels, const float *bias,
+                     const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 long ember_conv_rows_scratch_floats(const ember_conv_geom *g);
 void ember_conv_rows(const ember_conv_geom *g, float *hwc, float *rows, int nthreads);
 
