@@ -303,14 +303,14 @@ TAPS = [
 
 @pytest.mark.parametrize("case", TAPS, ids=lambda c: f"{c[0]}to{c[1]}x{c[2][0]}x{c[2][1]}k{c[3][0]}s{c[4]}{c[6]}")
 def test_taps_convolution_matches_interpreter(case):
-    assert "ember_conv_taps(" in compile_graph(_conv_graph(*case), CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_taps(" in compile_graph(_conv_graph(*case), CpuBackend(num_threads=2))._executable.source
     _check_case(lambda: _conv_graph(*case), seed=29)
 
 
 def test_taps_takes_one_dimensional_convolutions():
     """A strided 1-D convolution is a 2-D one with a unit row: one padded map row."""
     graph = lambda: _conv1d_graph(96, 64, 41, 3, 2, 1)  # noqa: E731
-    assert "ember_conv_taps(" in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
+    assert "ember_conv_taps(" in compile_graph(graph(), CpuBackend(num_threads=2))._executable.source
     _check_case(graph, seed=31)
 
 
@@ -323,8 +323,24 @@ def test_taps_takes_one_dimensional_convolutions():
     ((64, 40, (40, 40), (3, 3), 2, (1, 1, 1, 1), "relu", False), "40 channels fill 40 of 64 columns"),
 ])
 def test_taps_is_chosen_only_where_it_applies(case, reason):
-    program = compile_graph(_conv_graph(*case), CpuBackend(num_threads=1))._executable.source
+    program = compile_graph(_conv_graph(*case), CpuBackend(num_threads=2))._executable.source
     assert "ember_conv_taps(" not in program, reason
+
+
+def test_taps_runs_on_one_thread_where_a_measured_search_picks_it():
+    """One thread keeps conv_direct on ResNet's stride-2 entry by default (conv.py says why); a
+    measured search (tune=True) times conv_taps there too, and that round matches the
+    interpreter."""
+    graph = lambda: _conv_graph(64, 128, (34, 34), (3, 3), 2, (1, 1, 1, 1), "relu", False)  # noqa: E731
+    assert "ember_conv_taps(" not in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
+    rounds = [r for r in range(8) if "ember_conv_taps(" in
+              compile_graph(graph(), CpuBackend(num_threads=1, variant_round=r))._executable.source]
+    assert rounds, "no variant round runs conv_taps"
+    rng = np.random.default_rng(37)
+    feeds = {"x": rng.standard_normal((1, 64, 34, 34)).astype(np.float32)}
+    expected = compile_graph(graph(), "interpreter").run(feeds)["y"]
+    actual = compile_graph(graph(), CpuBackend(num_threads=1, variant_round=rounds[0])).run(feeds)["y"]
+    assert relative_error(actual, expected) < 1e-5
 
 
 def test_pixel_rows_leaves_weights_past_the_l2_to_the_columns_kernels():
