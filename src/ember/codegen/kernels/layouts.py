@@ -97,11 +97,11 @@ def shallow_scratch_bytes(channels: int, kernel: tuple[int, int], stride_w: int,
 
 def taps_scratch_bytes(channels: int, kernel: tuple[int, int], stride: tuple[int, int], out_hw: tuple[int, int]) -> int:
     """Mirror of ember_conv_taps_scratch_bytes in runtime/ember_conv.c: the zero-padded
-    channel-last map the taps read ((OH - 1) * SH + KH by (OW - 1) * SW + KW pixels of C floats,
-    16 floats of slack) and the taps' int32 offsets."""
+    channel-last map the taps read ((OH - 1) * SH + KH by (OW - 1) * SW + KW pixels of C floats)
+    and the taps' int32 offsets after it."""
     height = (out_hw[0] - 1) * stride[0] + kernel[0]
     width = (out_hw[1] - 1) * stride[1] + kernel[1]
-    return (height * width * channels + 16) * 4 + channels * kernel[0] * kernel[1] * 4
+    return height * width * channels * 4 + channels * kernel[0] * kernel[1] * 4
 
 
 class PixelRowsLayout:

@@ -216,7 +216,7 @@ static long taps_width(const ember_conv_geom *g) { return (g->OW - 1) * g->SW + 
 long ember_conv_taps_scratch_bytes(const ember_conv_geom *g)
 {
     long map = taps_height(g) * taps_width(g) * g->C;
-    return (map + 16) * (long)sizeof(float) + g->C * g->KH * g->KW * (long)sizeof(int32_t);
+    return map * (long)sizeof(float) + g->C * g->KH * g->KW * (long)sizeof(int32_t);
 }
 
 /* Padded rows [r0, r1) of the channel-last map: zeros where the row or column is padding, else
@@ -243,7 +243,7 @@ void ember_conv_taps(const ember_conv_geom *g, long M, const float *w_panels, co
 {
     long hp = taps_height(g), wp = taps_width(g), C = g->C, K = C * g->KH * g->KW, P = g->OH * g->OW;
     float *map = scratch;
-    int32_t *aoff = (int32_t *)(map + hp * wp * C + 16);
+    int32_t *aoff = (int32_t *)(map + hp * wp * C);
     for (long u = 0; u < g->KH; u++)
         for (long v = 0; v < g->KW; v++)
             for (long c = 0; c < C; c++) aoff[(u * g->KW + v) * C + c] = (int32_t)((u * wp + v) * C + c);
