@@ -165,14 +165,20 @@ def test_shallow_convolution_runs_deep_reductions_a_measured_search_picks():
     """ResNet's 7x7 stem (K = 147) stays on conv_direct by default, but a measured search
     (tune=True) times conv_shallow there too: the round that runs it matches the interpreter."""
     graph = lambda: _conv_graph(3, 64, (20, 38), (7, 7), 2, (3, 3, 3, 3), "relu", False)  # noqa: E731
-    assert "ember_conv_shallow(" not in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
-    rounds = [r for r in range(8) if "ember_conv_shallow(" in
+    _check_searched_round(graph, "ember_conv_shallow(", seed=23, thread_counts=(1, 2))
+
+
+def _check_searched_round(graph, call: str, seed: int, thread_counts) -> None:
+    """The one-thread default program of `graph` does not make `call`, some variant round of a
+    measured search does, and that round matches the interpreter at each thread count."""
+    assert call not in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
+    rounds = [r for r in range(8) if call in
               compile_graph(graph(), CpuBackend(num_threads=1, variant_round=r))._executable.source]
-    assert rounds, "no variant round runs conv_shallow"
-    rng = np.random.default_rng(23)
-    feeds = {"x": rng.standard_normal((1, 3, 20, 38)).astype(np.float32)}
+    assert rounds, f"no variant round makes {call}"
+    rng = np.random.default_rng(seed)
+    feeds = {p.name: rng.standard_normal(p.type.shape).astype(np.float32) for p in graph().inputs}
     expected = compile_graph(graph(), "interpreter").run(feeds)["y"]
-    for threads in (1, 2):
+    for threads in thread_counts:
         actual = compile_graph(graph(), CpuBackend(num_threads=threads, variant_round=rounds[0])).run(feeds)["y"]
         assert relative_error(actual, expected) < 1e-5, threads
 
@@ -332,15 +338,7 @@ def test_taps_runs_on_one_thread_where_a_measured_search_picks_it():
     measured search (tune=True) times conv_taps there too, and that round matches the
     interpreter."""
     graph = lambda: _conv_graph(64, 128, (34, 34), (3, 3), 2, (1, 1, 1, 1), "relu", False)  # noqa: E731
-    assert "ember_conv_taps(" not in compile_graph(graph(), CpuBackend(num_threads=1))._executable.source
-    rounds = [r for r in range(8) if "ember_conv_taps(" in
-              compile_graph(graph(), CpuBackend(num_threads=1, variant_round=r))._executable.source]
-    assert rounds, "no variant round runs conv_taps"
-    rng = np.random.default_rng(37)
-    feeds = {"x": rng.standard_normal((1, 64, 34, 34)).astype(np.float32)}
-    expected = compile_graph(graph(), "interpreter").run(feeds)["y"]
-    actual = compile_graph(graph(), CpuBackend(num_threads=1, variant_round=rounds[0])).run(feeds)["y"]
-    assert relative_error(actual, expected) < 1e-5
+    _check_searched_round(graph, "ember_conv_taps(", seed=37, thread_counts=(1,))
 
 
 def test_pixel_rows_leaves_weights_past_the_l2_to_the_columns_kernels():

@@ -330,14 +330,14 @@ def _taps_applies(instr: Instr, options: KernelOptions) -> bool:
 # us at 1 thread, 545 -> 428 at 2 (per-step times, both programs in one process). Each 8-pixel
 # tile pays a transposed store (256 values; 5% of the tile at K = 576), so a shallow reduction
 # loses: a 1x1 stride-2 shortcut (K = 64) 1.23 / 0.97, the 7x7 stem over 3 channels (K = 147)
-# 1.09 / 1.08; so do stride 1 (3x3 16 -> 32: 1.13 / 1.08, where conv_direct
-# reads its rows at their own stride), narrow maps (onto 14x14, pixel rows: 1.01 / 1.00, in
-# ResNet-18 5% slower; onto 10x10 1.14 at 1 thread: 8-pixel blocks fill rows badly) and weights
-# past the L2 (256 -> 512 onto 7x7, 4.7 MB: 0.81 / 0.88 alone, warm, but 1045 -> 1111 us in
-# ResNet-18, where they come from memory).
+# 1.09 / 1.08; so do stride 1 (3x3 16 -> 32: 1.13 / 1.08, where conv_direct reads its rows at
+# their own stride), narrow maps (onto 14x14, pixel rows: 1.01 / 1.00, in ResNet-18 5% slower;
+# onto 10x10 1.14 at 1 thread: 8-pixel blocks fill rows badly) and weights past the L2 (256 ->
+# 512 onto 7x7, 4.7 MB: 0.81 / 0.88 alone, warm, but 1045 -> 1111 us in ResNet-18, where they
+# come from memory).
 # On one thread the layer is faster too (926 -> 848 us), yet ResNet-18 as a whole measured
-# 1.3-1.6% slower with it (`bench/ab_revisions.py`, five runs; alternating single-model processes, 16
-# pairs: 1.013 [0.97, 1.07]), the time going to its memory-bound Winograd layers downstream
+# 1.3-1.6% slower with it (`bench/ab_revisions.py`, five runs; alternating single-model
+# processes, 16 pairs: 1.013 [0.97, 1.07]), the time going to its memory-bound Winograd layers downstream
 # (onto 14x14, 9.4 MB of transformed weights each, streamed at about 8 GB/s: +50-120 us each),
 # which no pad of the weight blob restored (they move 10% with the blob's offset alone, kernels
 # unchanged). Until that is understood one thread keeps conv_direct there; 2 threads gained

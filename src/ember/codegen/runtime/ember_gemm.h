@@ -124,9 +124,6 @@ long ember_conv_shallow_scratch_bytes(const ember_conv_geom *g, int nthreads);
 void ember_conv_shallow(const ember_conv_geom *g, long M, const float *w, const float *bias, const float *residual,
                         float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 
-/* Im2row of one image (groups == 1) for a convolution whose GEMM takes pixels as rows:
- * rows[OH * OW][KH * KW * C], tap-major within a row; `hwc` holds
- * ember_conv_rows_scratch_floats(g) floats (the input channel-last). */
 /* Convolution of one image group (no dilation) with the output pixels as the GEMM's rows, read in
  * place: the input copied channel-last into a zero-padded map, each 8-pixel run of an output
  * row multiplied through the taps' offsets into it by W^T packed tap-major ([KH * KW * C][M] in
@@ -135,6 +132,10 @@ void ember_conv_shallow(const ember_conv_geom *g, long M, const float *w, const 
 long ember_conv_taps_scratch_bytes(const ember_conv_geom *g);
 void ember_conv_taps(const ember_conv_geom *g, long M, const float *w_panels, const float *bias,
                      const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+
+/* Im2row of one image (groups == 1) for a convolution whose GEMM takes pixels as rows:
+ * rows[OH * OW][KH * KW * C], tap-major within a row; `hwc` holds
+ * ember_conv_rows_scratch_floats(g) floats (the input channel-last). */
 long ember_conv_rows_scratch_floats(const ember_conv_geom *g);
 void ember_conv_rows(const ember_conv_geom *g, float *hwc, float *rows, int nthreads);
 
