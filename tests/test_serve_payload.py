@@ -74,6 +74,29 @@ def test_npz_members_read_as_numpy_reads_them():
         assert caught.value.status == 400
 
 
+def test_npz_members_stored_or_compressed_and_broken_archives():
+    """np.savez stores its members (read in place, without zipfile's reader); savez_compressed
+    deflates them (inflated by zipfile, CRC checked). Broken archives are refused with 400."""
+    specs = [InputSpec("x", np.dtype(np.float32), (2, 3))]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    stored = _npz(x=x)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, x=x)
+    deflated = buffer.getvalue()
+    for body in (stored, deflated):
+        feeds = decode(body, "npz", specs, 1 << 20)
+        np.testing.assert_array_equal(feeds["x"], x)
+        assert feeds["x"].flags.writeable and feeds["x"].flags.aligned
+    no_local_header = b"XX" + stored[2:]  # the central directory still points at offset 0
+    data_at = 30 + int.from_bytes(deflated[26:28], "little") + int.from_bytes(deflated[28:30], "little")
+    bad_stream = deflated[:data_at + 8] + bytes(b ^ 0xFF for b in deflated[data_at + 8:data_at + 24]) \
+        + deflated[data_at + 24:]
+    for body, words in [(no_local_header, "no local file header"), (bad_stream, "not a valid .npz")]:
+        with pytest.raises(RequestError, match=words) as caught:
+            decode(body, "npz", specs, 1 << 20)
+        assert caught.value.status == 400
+
+
 @pytest.mark.parametrize("body, fmt, status, words", [
     (b"{", "json", 400, "not valid JSON"),
     (b"[1, 2]", "json", 400, '{"inputs"'),

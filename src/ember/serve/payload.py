@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -135,14 +136,43 @@ def _decode_npz(body: bytes, specs: Sequence[InputSpec], limit: int) -> dict[str
             names = [m.filename.removesuffix(".npy") for m in members]
             _check_names(names, specs)
             feeds = {}
+            view = memoryview(body)
             for member, name in zip(members, names, strict=True):
-                with archive.open(member) as stream:  # checks the member's CRC
+                stored = _stored_member(view, member)
+                if stored is not None:
+                    feeds[name] = _read_npy(stored)
+                    continue
+                with archive.open(member) as stream:  # a compressed member: inflated, its CRC checked
                     feeds[name] = _read_npy(stream.read())
             return feeds
     except RequestError:
         raise
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, KeyError) as err:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, ValueError, OSError, EOFError, KeyError) as err:
         raise RequestError(400, f"the body is not a valid .npz of arrays: {type(err).__name__}: {err}") from None
+
+
+_LOCAL_HEADER = b"PK\x03\x04"
+
+
+def _stored_member(body: memoryview, member: zipfile.ZipInfo) -> memoryview | None:
+    """An uncompressed member's bytes, a view into the body (what np.savez writes); None for a
+    compressed or encrypted one. Read in place, without zipfile's reader and its CRC-32 pass:
+    for a 600 KB ResNet-18 input those took 0.38 ms of a replica's CPU per request (the CRC
+    half of it), this 0.02 ms. The CRC guards a file on disk; a request body already came
+    through TCP's checks, and a member cut short or inconsistent with its .npy header is still
+    refused (_read_npy checks the data's length against the header's shape)."""
+    if member.compress_type != zipfile.ZIP_STORED or member.flag_bits & 0x1:
+        return None
+    at = member.header_offset
+    header = body[at:at + 30]
+    if len(header) < 30 or header[:4] != _LOCAL_HEADER:
+        raise zipfile.BadZipFile(f"member {member.filename!r}: no local file header at offset {at}")
+    start = at + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little")
+    end = start + member.compress_size
+    if member.compress_size != member.file_size or end > len(body):
+        raise zipfile.BadZipFile(f"member {member.filename!r}: {member.compress_size} stored bytes from offset "
+                                 f"{start} do not fit the body's {len(body)} bytes")
+    return body[start:end]
 
 
 # Parsed .npy headers by their bytes: a client's requests carry the same few headers, and
@@ -151,16 +181,16 @@ _HEADERS: dict[bytes, tuple[tuple[int, ...], bool, np.dtype]] = {}
 _HEADERS_KEPT = 256
 
 
-def _read_npy(data: bytes) -> np.ndarray:
+def _read_npy(data: bytes | memoryview) -> np.ndarray:
     """The array an .npy file's bytes hold, copied once out of them. NumPy's read_array reads a
     file-like object in chunks: 0.87 ms for a 600 KB ResNet-18 input, where this takes 0.02 ms
     (the header parsed by NumPy's own reader, once per distinct header; object arrays refused
     as read_array refuses them without pickle). Raises ValueError for a malformed file."""
-    if data[:6] != b"\x93NUMPY" or len(data) < 12:
-        raise ValueError(f"not an .npy file (magic string {data[:6]!r})")
+    if bytes(data[:6]) != b"\x93NUMPY" or len(data) < 12:
+        raise ValueError(f"not an .npy file (magic string {bytes(data[:6])!r})")
     size_bytes = 2 if data[6] == 1 else 4
     offset = 8 + size_bytes + int.from_bytes(data[8:8 + size_bytes], "little")
-    key = data[:offset]
+    key = bytes(data[:offset])  # a copy: a view would keep the whole body alive in _HEADERS
     parsed = _HEADERS.get(key)
     if parsed is None:
         header = io.BytesIO(key)
