@@ -190,3 +190,32 @@ def test_requests_on_a_killed_replica_are_retried_once_on_the_other(cluster, ref
         assert 1 <= failover["replica_died_retried"] < len(samples)  # the killed replica held some of them
     finally:
         app.shutdown()
+
+
+def test_tuning_rounds_run_on_ray_workers_and_fill_this_machines_cache(cluster, tmp_path):
+    from ember.serve.tuning import matching_nodes
+    from ember.tuning import tune_kernels
+    from tests.helpers import relative_error
+    from tests.test_tuning import conv_model
+
+    model = conv_model(channels=32, out_channels=32, hw=(14, 14), kernel=3, stride=1, pads=[1] * 4, act="Relu")
+    x = np.random.default_rng(5).standard_normal((1, 32, 14, 14)).astype(np.float32)
+    expected = ember.compile(model, backend="interpreter").run({"x": x})["y"]
+    cache = tmp_path / "kernel-tuning.json"
+    # Out of time before any round ends: the rounds are cancelled, nothing is measured or cached.
+    late = ember.serve.tune_on_ray(model, num_threads=1, cache=cache, budget_s=0.0)
+    assert late.report["measured"] == 0 and late.report["rounds"] == 0 and not cache.exists()
+    tuned = ember.serve.compile_tuned_on_ray(model, num_threads=1, cache=cache)
+    report = tuned.stats["tuning"]
+    assert report["measured"] == 1 and report["rounds"] >= 5 and report["nodes"] == 1 and report["parallel"] == 2
+    (timings,) = report["timings_us"].values()
+    assert {"conv_winograd4", "conv_winograd", "conv_direct", "conv_gemm"} <= set(timings)
+    assert relative_error(tuned.run({"x": x})["y"], expected) < 2e-5  # Winograd's rounding, as in test_tuning
+    # The workers' times were merged into this machine's cache: a local search reads them.
+    local = tune_kernels(model, num_threads=1, cache=cache)
+    assert local.report["from_cache"] == 1 and local.report["rounds"] == 0
+    assert local.report["timings_us"] == report["timings_us"]
+    # Only nodes of this CPU model, compiler and kernel sources take rounds.
+    assert matching_nodes({"b": "key", "a": "key", "c": "other"}, "key") == ["a", "b"]
+    with pytest.raises(ember.EmberError, match="an ONNX model"):
+        ember.serve.tune_on_ray(object(), num_threads=1, cache=cache)

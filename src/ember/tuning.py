@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,9 @@ def _sources_digest() -> str:
     return digest.hexdigest()
 
 
-def _cache_key() -> str:
+def cache_key() -> str:
+    """The tuning cache's key for this process: CPU model, C compiler and kernel sources (the
+    timings of another CPU, compiler or kernel do not carry over)."""
     digest = hashlib.sha256()
     for part in (cpu_name(), compiler_identity(os.environ.get("CC", "cc")), _sources_digest()):
         digest.update(part.encode())
@@ -107,14 +109,29 @@ def _feeds(compiled: CompiledModel, inputs: Mapping[str, np.ndarray] | None) -> 
             else seeded[spec.name] for spec in compiled.inputs]
 
 
-def _measure_round(compile_with, round_index: int, wanted: Mapping[str, _Tunable],
-                   inputs: Mapping[str, np.ndarray] | None) -> bool:
-    """Compiles with every instruction on its `round_index`-th variant and records the step
-    times of the wanted signatures. Returns whether any instruction has a further variant."""
-    backend, compiled = compile_with(variant_round=round_index)
+# A round's measurements: signature -> kernel -> its best step time in seconds.
+RoundTimes = dict[str, dict[str, float]]
+# Runs the given rounds for the given signatures (anywhere: serve/tuning.py runs them on Ray
+# workers) and returns each finished round's times; rounds left out are not measured.
+RoundRunner = Callable[[Sequence[int], Sequence[str]], Iterable[RoundTimes]]
+
+
+def measure_round(model: Any, input_shapes: Mapping[str, Sequence[int]] | None, num_threads: int | None,
+                  round_index: int, signatures: Iterable[str],
+                  inputs: Mapping[str, np.ndarray] | None = None) -> RoundTimes:
+    """Compiles `model` with every instruction on its `round_index`-th variant and returns the
+    step times of the instructions whose signature is in `signatures`. Self-contained (its
+    arguments are data), so it runs as well in another process or on another machine of the
+    same CPU model."""
+    from ember.driver import compile_model
+
+    wanted = set(signatures)
+    backend = _Capturing(num_threads=num_threads, variant_round=round_index)
+    compiled = compile_model(model, backend, input_shapes)
     options = backend.kernel_options()
+    assert backend.program is not None
     program = backend.program
-    executable = compiled.executable
+    executable: Any = compiled.executable  # a native program (run_profiled: per-step clocks)
     feeds = _feeds(compiled, inputs)
     for _ in range(2):
         executable.run_profiled(feeds)
@@ -123,16 +140,32 @@ def _measure_round(compile_with, round_index: int, wanted: Mapping[str, _Tunable
         _, times = executable.run_profiled(feeds)
         for step, seconds in zip(times.steps, times.seconds, strict=True):
             best[step.index] = min(best.get(step.index, float("inf")), seconds)
-    further = False
+    found: RoundTimes = {}
     for index, seconds in best.items():
         instr = program.instrs[index]
-        candidates = backend.kernels.candidates(instr, options)
-        further = further or len(candidates) > round_index + 1
-        tunable = wanted.get(instr_signature(instr, options))
-        if tunable is not None and instr.kernel is not None:
-            name = instr.kernel.name
+        signature = instr_signature(instr, options)
+        if signature in wanted and instr.kernel is not None:
+            kernels = found.setdefault(signature, {})
+            kernels[instr.kernel.name] = min(kernels.get(instr.kernel.name, float("inf")), seconds)
+    return found
+
+
+def _rounds_needed(backend: _Capturing, wanted: Mapping[str, _Tunable]) -> int:
+    """Rounds that time every variant of the wanted instructions (round k runs the k-th)."""
+    assert backend.program is not None
+    options = backend.kernel_options()
+    counts = [len(backend.kernels.candidates(instr, options)) for instr in backend.program.instrs
+              if instr.kernel is not None and instr_signature(instr, options) in wanted]
+    return min(max(counts, default=0), MAX_ROUNDS)
+
+
+def _merge(times: RoundTimes, wanted: Mapping[str, _Tunable]) -> None:
+    for signature, kernels in times.items():
+        tunable = wanted.get(signature)
+        if tunable is None:
+            continue
+        for name, seconds in kernels.items():
             tunable.seconds[name] = min(tunable.seconds.get(name, float("inf")), seconds)
-    return further
 
 
 def _decide(tunable: _Tunable) -> str:
@@ -159,31 +192,33 @@ class Tuning:
 
 def tune_kernels(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
                  num_threads: int | None = None, inputs: Mapping[str, np.ndarray] | None = None,
-                 budget_s: float = 60.0, cache: Path | None = None) -> Tuning:
+                 budget_s: float = 60.0, cache: Path | None = None, run_rounds: RoundRunner | None = None) -> Tuning:
     """The measured kernel choices for `model` on the cpu backend (see the module docstring):
     from the cache where it has them, else timed. `inputs`: values to time with (seeded random
     data otherwise); `budget_s`: no round starts after this many seconds (instructions left
-    unmeasured keep the cost model's choice and are not cached)."""
+    unmeasured keep the cost model's choice and are not cached). `run_rounds`: where the rounds
+    run (all at once, e.g. in parallel on Ray workers: serve/tuning.py; it keeps the budget);
+    by default one after another in this process."""
     from ember.driver import compile_model
 
     started = time.perf_counter()
     path = cache if cache is not None else cache_dir() / CACHE_FILE
-    key = _cache_key()
-
-    def compile_with(**choices: Any) -> tuple[_Capturing, CompiledModel]:
-        backend = _Capturing(num_threads=num_threads, **choices)
-        return backend, compile_model(model, backend, input_shapes)
-
-    backend, compiled = compile_with()
+    key = cache_key()
+    backend = _Capturing(num_threads=num_threads)
+    compiled = compile_model(model, backend, input_shapes)
     tunables = _tunables(backend)
     cached = load_json_cache(path).get(key, {})
     missing = {sig: t for sig, t in tunables.items() if sig not in cached}
+    wanted_rounds = _rounds_needed(backend, missing) if missing else 0
     rounds = 0
-    while missing and rounds < MAX_ROUNDS and time.perf_counter() - started < budget_s:
-        further = _measure_round(compile_with, rounds, missing, inputs)
-        rounds += 1
-        if not further:
-            break
+    if run_rounds is not None and wanted_rounds:
+        for times in run_rounds(range(wanted_rounds), sorted(missing)):
+            _merge(times, missing)
+            rounds += 1
+    else:
+        while rounds < wanted_rounds and time.perf_counter() - started < budget_s:
+            _merge(measure_round(model, input_shapes, num_threads, rounds, missing, inputs), missing)
+            rounds += 1
     measured = {sig: {"kernel": _decide(t), "default": t.default,
                       "us": {k: round(s * 1e6, 1) for k, s in sorted(t.seconds.items())}}
                 for sig, t in missing.items() if len(t.seconds) >= 2}
@@ -207,9 +242,16 @@ def compile_tuned(model: Any, input_shapes: Mapping[str, Sequence[int]] | None =
                   budget_s: float = 60.0, cache: Path | None = None) -> CompiledModel:
     """`model` compiled for the cpu backend with the measured kernel choices (tune_kernels);
     stats["tuning"] reports them."""
+    return compile_with(model, tune_kernels(model, input_shapes, num_threads, inputs, budget_s, cache), input_shapes,
+                        num_threads)
+
+
+def compile_with(model: Any, tuning: Tuning, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 num_threads: int | None = None) -> CompiledModel:
+    """`model` compiled with a search's pins (its default compile where it pinned nothing);
+    stats["tuning"] is the search's report."""
     from ember.driver import compile_model
 
-    tuning = tune_kernels(model, input_shapes, num_threads, inputs, budget_s, cache)
     compiled = tuning.default
     if tuning.pins:
         compiled = compile_model(model, CpuBackend(num_threads=num_threads, kernel_pins=tuning.pins), input_shapes)

@@ -5,12 +5,15 @@
     app = ember.serve.deploy("model.onnx", replicas=2, direct_ingress=True)
     # app.replica_urls: each replica's own address (no proxy hop; spread requests over them)
     m = ember.serve.split("model.onnx", memory_cap=64 << 20)   # segments on Ray actors, each under the cap
+    m = ember.serve.compile_tuned_on_ray("model.onnx", num_threads=1)  # tune=True's rounds on Ray workers
 
 Serving (serve/package.py, serve/replica.py): the model is compiled once here and shipped to
 the replicas as artifacts; Ray Serve runs them, batching requests along the batch dimension
 where the model has one. Splitting (serve/split.py): the partitioner's memory-constrained
 segments, each on a Ray actor of its own (runtime/remote.py), tensors through Ray's object
-store. Nothing here imports Ray until it is used."""
+store. Tuning (serve/tuning.py): the measured kernel search's rounds as parallel Ray tasks on
+the nodes of this CPU model, merged into this machine's tuning cache. Nothing here imports Ray
+until it is used."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -21,10 +24,11 @@ from ember.serve.cluster import INSTALL_HINT, RayMissingError, connect, replica_
 from ember.serve.package import ServedModel, prepare
 from ember.serve.replica import ServeOptions
 from ember.serve.split import split
+from ember.serve.tuning import compile_tuned_on_ray, tune_on_ray
 from ember.support.errors import EmberError
 
-__all__ = ["INSTALL_HINT", "Deployment", "RayMissingError", "ServeOptions", "ServedModel", "deploy", "prepare",
-           "require_ray", "split"]
+__all__ = ["INSTALL_HINT", "Deployment", "RayMissingError", "ServeOptions", "ServedModel", "compile_tuned_on_ray",
+           "deploy", "prepare", "require_ray", "split", "tune_on_ray"]
 
 
 @dataclass
