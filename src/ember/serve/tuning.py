@@ -13,6 +13,7 @@ The model travels as ONNX bytes (through Ray's object store, once); on a cluster
 machines every node needs Ember installed."""
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -59,13 +60,15 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
                 num_threads: int | None = None, inputs: Mapping[str, np.ndarray] | None = None,
                 budget_s: float = 60.0, cache: Path | None = None, address: str | None = None) -> Tuning:
     """tune_kernels with its rounds as parallel Ray tasks on the nodes of this CPU model (a
-    local cluster on this machine unless `address` names one). Rounds unfinished after
-    `budget_s` are cancelled: their variants stay unmeasured (and uncached). The report adds
+    local cluster on this machine unless `address` names one). Rounds unfinished `budget_s`
+    seconds after they were started are cancelled: their variants stay unmeasured (and uncached). The report adds
     "nodes" (those that matched) and "parallel" (rounds at once, at most)."""
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    threads = max(1, num_threads or 1)
+    # The CPUs each round reserves are the threads it measures with (all of this machine's cores
+    # where num_threads is not given, as a compile's default is).
+    threads = max(1, num_threads or os.cpu_count() or 1)
     key = cache_key()
     alive = [node["NodeID"] for node in ray.nodes()
              if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= threads]
@@ -84,7 +87,7 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     def run_rounds(rounds: Sequence[int], signatures: Sequence[str]) -> Iterator[RoundTimes]:
         started = time.perf_counter()
         pending = [task.options(num_cpus=threads, scheduling_strategy=NodeAffinitySchedulingStrategy(
-            nodes[i % len(nodes)], soft=False)).remote(payload, input_shapes, num_threads, k, list(signatures), inputs)
+            nodes[i % len(nodes)], soft=False)).remote(payload, input_shapes, threads, k, list(signatures), inputs)
             for i, k in enumerate(rounds)]
         while pending:
             left = budget_s - (time.perf_counter() - started)
@@ -97,7 +100,7 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
             if worker_key == key:  # the node's CPU, compiler and sources as probed
                 yield times
 
-    tuning = tune_kernels(model, input_shapes, num_threads, inputs, budget_s, cache, run_rounds=run_rounds)
+    tuning = tune_kernels(model, input_shapes, threads, inputs, budget_s, cache, run_rounds=run_rounds)
     tuning.report.update(nodes=len(nodes), parallel=max(1, parallel))
     return tuning
 
