@@ -217,5 +217,5 @@ def test_tuning_rounds_run_on_ray_workers_and_fill_this_machines_cache(cluster, 
     assert local.report["timings_us"] == report["timings_us"]
     # Only nodes of this CPU model, compiler and kernel sources take rounds.
     assert matching_nodes({"b": "key", "a": "key", "c": "other"}, "key") == ["a", "b"]
-    with pytest.raises(ember.EmberError, match="an ONNX model"):
+    with pytest.raises(ember.EmberError, match="a file path or an onnx.ModelProto"):
         ember.serve.tune_on_ray(object(), num_threads=1, cache=cache)

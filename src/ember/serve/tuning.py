@@ -21,21 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ember.frontends.onnx import model_bytes, model_from_bytes
 from ember.serve.cluster import connect
 from ember.support.errors import EmberError
 from ember.tuning import RoundTimes, Tuning, cache_key, compile_with, measure_round, tune_kernels
-
-
-def _model_bytes(model: Any) -> bytes:
-    """An ONNX model (a file path or a ModelProto) as bytes a worker can compile."""
-    import onnx
-
-    if isinstance(model, str | Path):
-        return onnx.load(str(model)).SerializeToString()
-    if isinstance(model, onnx.ModelProto):
-        return model.SerializeToString()
-    raise EmberError(f"tuning on Ray takes an ONNX model (a file path or an onnx.ModelProto), not "
-                     f"{type(model).__name__}")
 
 
 def _probe() -> str:
@@ -45,10 +34,8 @@ def _probe() -> str:
 def _round(model: bytes, input_shapes: Mapping[str, Sequence[int]] | None, num_threads: int | None,
            round_index: int, signatures: Sequence[str], inputs: Mapping[str, np.ndarray] | None,
            ) -> tuple[str, RoundTimes]:
-    import onnx
-
-    return cache_key(), measure_round(onnx.load_from_string(model), input_shapes, num_threads, round_index,
-                                       signatures, inputs)
+    return cache_key(), measure_round(model_from_bytes(model), input_shapes, num_threads, round_index, signatures,
+                                      inputs)
 
 
 def matching_nodes(probes: Mapping[str, str], key: str) -> list[str]:
@@ -79,7 +66,7 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     if not nodes:
         raise EmberError(f"no Ray node of {len(alive)} with {threads} CPU(s) has this machine's CPU model, C "
                          "compiler and kernel sources: kernel timings from another CPU would not describe this one")
-    payload = ray.put(_model_bytes(model))
+    payload = ray.put(model_bytes(model))
     task = ray.remote(_round)
     parallel = sum(int(node.get("Resources", {}).get("CPU", 0)) // threads for node in ray.nodes()
                    if node["NodeID"] in nodes)

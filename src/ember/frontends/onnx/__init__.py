@@ -7,6 +7,7 @@ converters/ (one module per op family), importer.py (the pipeline) and backend_a
 parts of onnx.backend that ember.onnx_backend builds on)."""
 from ember.frontends.onnx.context import ConstantRequired
 from ember.frontends.onnx.importer import load_onnx
+from ember.frontends.onnx.loader import model_bytes, model_from_bytes
 from ember.frontends.onnx.registry import CONVERTERS, Converter, converter
 
-__all__ = ["CONVERTERS", "ConstantRequired", "Converter", "converter", "load_onnx"]
+__all__ = ["CONVERTERS", "ConstantRequired", "Converter", "converter", "load_onnx", "model_bytes", "model_from_bytes"]

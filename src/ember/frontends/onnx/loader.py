@@ -94,6 +94,18 @@ def load_model(model: str | os.PathLike | ModelProto | LoadedModel, single_use: 
                        single_use=single_use and not isinstance(model, ModelProto), payloads=payloads)
 
 
+def model_bytes(model: str | os.PathLike | ModelProto) -> bytes:
+    """A model file's or a ModelProto's serialized ONNX, weights included (external data read
+    in), for another process to compile (model_from_bytes)."""
+    return load_model(model).complete().SerializeToString()
+
+
+def model_from_bytes(data: bytes) -> ModelProto:
+    proto = ModelProto()
+    proto.ParseFromString(data)
+    return proto
+
+
 def _read_file(path: Path) -> tuple[ModelProto, Payloads | None]:
     """The file's ModelProto: without the main graph's initializer payloads (and where they
     lie) where the wire walk follows the file, else whole through onnx.load."""
