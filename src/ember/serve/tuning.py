@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ember.frontends.onnx import model_bytes, model_from_bytes
+from ember.runtime.compiled import CompiledModel
 from ember.serve.cluster import connect
 from ember.support.errors import EmberError
 from ember.tuning import RoundTimes, Tuning, cache_key, compile_with, measure_round, tune_kernels
@@ -48,8 +49,8 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
                 budget_s: float = 60.0, cache: Path | None = None, address: str | None = None) -> Tuning:
     """tune_kernels with its rounds as parallel Ray tasks on the nodes of this CPU model (a
     local cluster on this machine unless `address` names one). Rounds unfinished `budget_s`
-    seconds after they were started are cancelled: their variants stay unmeasured (and uncached). The report adds
-    "nodes" (those that matched) and "parallel" (rounds at once, at most)."""
+    seconds after they started are cancelled: their variants stay unmeasured (and uncached).
+    The report adds "nodes" (those that matched) and "parallel" (rounds at once, at most)."""
     ray = connect(address)
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -76,16 +77,18 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
         pending = [task.options(num_cpus=threads, scheduling_strategy=NodeAffinitySchedulingStrategy(
             nodes[i % len(nodes)], soft=False)).remote(payload, input_shapes, threads, k, list(signatures), inputs)
             for i, k in enumerate(rounds)]
-        while pending:
-            left = budget_s - (time.perf_counter() - started)
-            done, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0.0))
-            if not done:
-                for ref in pending:
-                    ray.cancel(ref, force=True)
-                return
-            worker_key, times = ray.get(done[0])
-            if worker_key == key:  # the node's CPU, compiler and sources as probed
-                yield times
+        try:
+            while pending:
+                left = budget_s - (time.perf_counter() - started)
+                done, pending = ray.wait(pending, num_returns=1, timeout=max(left, 0.0))
+                if not done:
+                    return
+                worker_key, times = ray.get(done[0])  # a round that failed raises its error here
+                if worker_key == key:  # the node's CPU, compiler and sources as probed
+                    yield times
+        finally:  # out of time, or a round failed: the others stop too
+            for ref in pending:
+                ray.cancel(ref, force=True)
 
     tuning = tune_kernels(model, input_shapes, threads, inputs, budget_s, cache, run_rounds=run_rounds)
     tuning.report.update(nodes=len(nodes), parallel=max(1, parallel))
@@ -94,7 +97,8 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
 
 def compile_tuned_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None,
                          num_threads: int | None = None, inputs: Mapping[str, np.ndarray] | None = None,
-                         budget_s: float = 60.0, cache: Path | None = None, address: str | None = None) -> Any:
+                         budget_s: float = 60.0, cache: Path | None = None, address: str | None = None,
+                         ) -> CompiledModel:
     """`model` compiled for the cpu backend with the choices tune_on_ray measured (what
     ember.compile(model, tune=True) then compiles from the cache it filled)."""
     tuning = tune_on_ray(model, input_shapes, num_threads, inputs, budget_s, cache, address)
