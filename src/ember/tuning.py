@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,15 +209,17 @@ def tune_kernels(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = 
     tunables = _tunables(backend)
     cached = load_json_cache(path).get(key, {})
     missing = {sig: t for sig, t in tunables.items() if sig not in cached}
-    wanted_rounds = _rounds_needed(backend, missing) if missing else 0
+
+    def in_this_process(indices: Sequence[int], signatures: Sequence[str]) -> Iterator[RoundTimes]:
+        for k in indices:
+            if time.perf_counter() - started >= budget_s:
+                return
+            yield measure_round(model, input_shapes, num_threads, k, signatures, inputs)
+
     rounds = 0
-    if run_rounds is not None and wanted_rounds:
-        for times in run_rounds(range(wanted_rounds), sorted(missing)):
+    if missing:
+        for times in (run_rounds or in_this_process)(range(_rounds_needed(backend, missing)), sorted(missing)):
             _merge(times, missing)
-            rounds += 1
-    else:
-        while rounds < wanted_rounds and time.perf_counter() - started < budget_s:
-            _merge(measure_round(model, input_shapes, num_threads, rounds, missing, inputs), missing)
             rounds += 1
     measured = {sig: {"kernel": _decide(t), "default": t.default,
                       "us": {k: round(s * 1e6, 1) for k, s in sorted(t.seconds.items())}}

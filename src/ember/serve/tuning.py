@@ -28,10 +28,6 @@ from ember.support.errors import EmberError
 from ember.tuning import RoundTimes, Tuning, cache_key, compile_with, measure_round, tune_kernels
 
 
-def _probe() -> str:
-    return cache_key()
-
-
 def _round(model: bytes, input_shapes: Mapping[str, Sequence[int]] | None, num_threads: int | None,
            round_index: int, signatures: Sequence[str], inputs: Mapping[str, np.ndarray] | None,
            ) -> tuple[str, RoundTimes]:
@@ -58,9 +54,9 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
     # where num_threads is not given, as a compile's default is).
     threads = max(1, num_threads or os.cpu_count() or 1)
     key = cache_key()
-    alive = [node["NodeID"] for node in ray.nodes()
-             if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= threads]
-    probe = ray.remote(_probe)
+    cpus = {node["NodeID"]: int(node.get("Resources", {}).get("CPU", 0)) for node in ray.nodes() if node.get("Alive")}
+    alive = [node for node, count in cpus.items() if count >= threads]
+    probe = ray.remote(cache_key)
     keys = ray.get([probe.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
                     .remote() for node in alive])
     nodes = matching_nodes(dict(zip(alive, keys, strict=True)), key)
@@ -69,8 +65,7 @@ def tune_on_ray(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = N
                          "compiler and kernel sources: kernel timings from another CPU would not describe this one")
     payload = ray.put(model_bytes(model))
     task = ray.remote(_round)
-    parallel = sum(int(node.get("Resources", {}).get("CPU", 0)) // threads for node in ray.nodes()
-                   if node["NodeID"] in nodes)
+    parallel = sum(cpus[node] // threads for node in nodes)
 
     def run_rounds(rounds: Sequence[int], signatures: Sequence[str]) -> Iterator[RoundTimes]:
         started = time.perf_counter()
