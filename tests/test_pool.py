@@ -253,12 +253,14 @@ int claim_as(int self, int tasks, const int *taken, int generation_offset, int *
     for (int i = 0; i < ran_count; i++) out[i] = order[i];
     return ran_count;
 }
-/* A worker's spin budget (ns) with the pool's budget `spin_ns`, `shared` (1: a preemption was
- * noted just now, 0: long ago). */
-long spin_budget(int spin_ns, int shared) {
-    pool.spin_ns = spin_ns;
-    shared_until = shared ? now_ns() + POOL_SHARED_FOR_NS : 0;
-    return (long)worker_spin_ns();
+/* A worker's spin between regions with a budget of `budget_ns`, after a region of this pool
+ * (other == 0) or of another pool of the process (other == 1); 1 if it saw a new region. */
+int spin_after(long budget_ns, int other) {
+    _Atomic uintptr_t shared = other ? this_pool() + 64 : this_pool();
+    ember_pool_share(&shared);
+    int changed = spin_until_changed(&pool.generation, atomic_load(&pool.generation), budget_ns, true);
+    ember_pool_share(&own_last_pool);
+    return changed;
 }
 """
 
@@ -303,8 +305,38 @@ def test_a_worker_still_on_an_older_region_claims_nothing(claims):
     assert _claim(claims, 1, 2, generation_offset=1) == []
 
 
-def test_a_worker_spins_briefly_while_the_cores_are_shared(claims):
-    claims.spin_budget.restype = ctypes.c_long
-    assert claims.spin_budget(100_000, 0) == 100_000  # EMBER_SPIN_US's budget on an idle machine
-    assert claims.spin_budget(100_000, 1) == 20_000  # shortened after a preemption
-    assert claims.spin_budget(5_000, 1) == 5_000  # never longer than EMBER_SPIN_US
+def test_idle_workers_stop_spinning_when_another_pool_starts_a_region(claims):
+    """The process's model libraries share one word naming the pool that last started a
+    region: an idle worker spins out its budget after a region of its own pool, and stops at
+    once (to sleep) when another pool has started one, leaving the cores to that model."""
+    claims.spin_after.argtypes = [ctypes.c_long, ctypes.c_int]
+    start = time.monotonic()
+    assert claims.spin_after(60_000_000_000, 1) == 0  # a minute's budget, given up at once
+    assert time.monotonic() - start < 30
+    start = time.monotonic()
+    assert claims.spin_after(20_000_000, 0) == 0  # its own pool's: the whole 20 ms budget
+    assert time.monotonic() - start >= 0.02
+
+
+def test_model_libraries_share_one_pool_word():
+    """A model library exports the pool's one hook (the OpenMP entry points stay hidden), and
+    every library the process loads is handed the same word."""
+    from ember.backends.cpu import threads
+
+    first, second = ctypes.CDLL(str(build_library(SOURCE))), ctypes.CDLL(str(build_library(SOURCE + "\n")))
+    assert not hasattr(first, "GOMP_parallel")
+    seen = []
+    for library in (first, second):
+        hook = library.ember_pool_share
+        threads.share_pool(library)
+        seen.append(hook.argtypes)
+    assert seen == [[ctypes.c_void_p]] * 2
+    # Both pools now name the shared word: a region of the first marks it as the last pool.
+    first.static_loop.argtypes = [ctypes.c_int, ctypes.c_int, INT_P, INT_P]
+    counts, ids = _ints(64), _ints(64)
+    first.static_loop(64, 2, _ptr(counts), _ptr(ids))
+    marked = ctypes.c_size_t.from_address(threads._POOL_WORD).value
+    assert marked
+    second.static_loop.argtypes = first.static_loop.argtypes
+    second.static_loop(64, 2, _ptr(counts), _ptr(ids))
+    assert ctypes.c_size_t.from_address(threads._POOL_WORD).value not in (0, marked)

@@ -15,20 +15,23 @@
  * (24 against 120 GB/s on a Xeon VM); claiming tasks in arrival order gave task 0 to whichever
  * thread came first.
  *
- * Idle workers spin (PAUSE) for a short budget after each region (EMBER_SPIN_US, default
- * 100 us), since a model's regions come microseconds apart, then sleep on a futex. Bounded,
- * a spin costs a busy machine little, and while the cores are shared a spinning worker is
- * what lets a region use the slice the scheduler gives it: yielding or sleeping at once
- * (tried) left 2-thread regions to the caller alone under competing load, at one-thread
- * speed, where ONNX Runtime's spinning threads kept theirs. But a worker that spins through
- * every gap uses up its share of a shared core and is then taken off it mid-task, which the
- * caller must wait for: once a worker sees it was preempted while spinning, it spins at most
- * POOL_SHARED_SPIN_NS for a while (worker_spin_ns); a caller left waiting on a started task
- * spins only a few task times before it sleeps and lends its core; and the worker that
- * wakes it sleeps at once instead of spinning on the core the caller needs.
+ * Idle workers spin (PAUSE) for a budget after each region (EMBER_SPIN_US, default 5000 us),
+ * then sleep on a futex. A model's regions come microseconds apart, and while other processes
+ * share the cores a worker that stays runnable keeps its share of a core: one that sleeps is
+ * woken, region after region, onto whichever core the scheduler picks, often the caller's own,
+ * where it preempts the caller (a 20 us MLP on 2 threads under one competing process: 5% of its
+ * runs at 0.3 ms and a median at one-thread speed with 0.02-0.1 ms budgets, against 0.02 ms
+ * and 0.11-0.15 ms at p99 with 5 ms; ONNX Runtime's workers spin about 23 ms after a run, Intel
+ * OpenMP's 200 ms). A worker stops spinning as soon as another Ember pool of the process
+ * starts a region (another model, or another segment of the same one: ember_pool_share), so
+ * a pipeline of models never has one model's idle workers spinning on the cores the next one
+ * computes on. A caller left waiting on a started task spins only a few task times before it
+ * sleeps and lends its core; and the worker that wakes it sleeps at once instead of spinning
+ * on the core the caller needs.
  *
- * Every function here has hidden visibility: the model library's own references bind to
- * them at link time, dlsym never sees them, and another OpenMP runtime in the process (one a
+ * Every OpenMP entry point here has hidden visibility (ember_pool_share, the loader's, is the
+ * one function exported): the model library's own references bind to them at link time,
+ * dlsym never sees them, and another OpenMP runtime in the process (one a
  * vendor library brings) is left alone. The library links no OpenMP runtime: a pragma that
  * needs an entry point this file lacks fails the link (-z defs), never silently mixing two. */
 #define _GNU_SOURCE
@@ -49,6 +52,7 @@
 
 #define POOL_API __attribute__((visibility("hidden")))
 #define POOL_MAX_THREADS 256
+#define POOL_DEFAULT_SPIN_US 5000 /* EMBER_SPIN_US's default (backends/cpu/threads.py DEFAULT_SPIN_US) */
 #define POOL_MAX_LOOPS 8          /* worksharing loops in one region (generated code has one) */
 
 typedef void (*pool_task_fn)(void *);
@@ -140,40 +144,33 @@ static bool futex_wait_for(_Atomic uint32_t *word, uint32_t expected, const stru
 static void futex_wake(_Atomic uint32_t *word, int count) { (void)word; (void)count; }
 #endif
 
-/* A spinning thread that finds this much time gone between two looks at the clock was taken
- * off its core for another process: gaps this long never came in 3 s of spinning on the idle
- * VM (its own hiccups: gaps of 30 us to 1 ms, about 90 a second), and 80 times a second with one
- * competing process per 2 cores. */
-#define POOL_PREEMPTED_NS 1000000
-/* For this long after that a worker spins POOL_SHARED_SPIN_NS at most between regions: one that
- * spins through every gap while another process wants its core uses up its share of the core
- * and is then taken off it mid-task, which the caller waits for. Under one competing process
- * (Xeon, 2 cores; EMBER_SPIN_US 100): a 20 us MLP's p99 0.28 -> 0.14-0.17 ms (ONNX Runtime's
- * 0.12-0.14), the GRU's p50 1.2-1.7 -> 0.86-0.89 ms; on the idle machine unchanged (GRU,
- * MobileNetV2, MiniLM), where spinning 20 us always made MobileNetV2 7% slower. */
-#define POOL_SHARED_FOR_NS 5000000000LL
-#define POOL_SHARED_SPIN_NS 20000
-static __thread int64_t shared_until;
+/* Which pool of the process last started a region: a word of the loader's that every model
+ * library shares (ember_pool_share), or this library's own until the loader hands one over. A
+ * spinning worker of another pool sees it change and goes to sleep. */
+static _Atomic uintptr_t own_last_pool;
+static _Atomic uintptr_t *last_pool = &own_last_pool;
 
-/* Spins until *word != value or `budget_ns` is spent; true when it changed. Notes a preemption
- * (shared_until). */
-static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value, int64_t budget_ns) {
-    int64_t start = now_ns(), last = start;
+/* Called by the loader right after the library is loaded, before any region: `word` is the
+ * process's one shared word (kept alive as long as the process). Not an OpenMP entry point,
+ * so it is the one function here dlsym sees. */
+__attribute__((visibility("default"))) void ember_pool_share(_Atomic uintptr_t *word) {
+    if (word) last_pool = word;
+}
+
+static inline uintptr_t this_pool(void) { return (uintptr_t)&pool; }
+
+/* Spins until *word != value or `budget_ns` is spent (or, with `yield_to_others`, another
+ * pool of the process starts a region); true when *word changed. */
+static bool spin_until_changed(_Atomic uint32_t *word, uint32_t value, int64_t budget_ns, bool yield_to_others) {
+    int64_t start = now_ns();
     for (;;) {
         for (int i = 0; i < 16; i++) {
             if (atomic_load_explicit(word, memory_order_acquire) != value) return true;
             cpu_relax();
         }
-        int64_t now = now_ns();
-        if (now - last > POOL_PREEMPTED_NS) shared_until = now + POOL_SHARED_FOR_NS;
-        last = now;
-        if (now - start > budget_ns) return false;
+        if (yield_to_others && atomic_load_explicit(last_pool, memory_order_relaxed) != this_pool()) return false;
+        if (now_ns() - start > budget_ns) return false;
     }
-}
-
-/* A worker's spin budget between regions: shorter while the cores are shared (see above). */
-static int64_t worker_spin_ns(void) {
-    return now_ns() < shared_until && pool.spin_ns > POOL_SHARED_SPIN_NS ? POOL_SHARED_SPIN_NS : pool.spin_ns;
 }
 
 /* Runs fn(data) as OpenMP thread `id` of `count`, restoring the thread's own task state after
@@ -249,7 +246,7 @@ static void *worker_main(void *arg) {
         /* A worker that woke the caller sleeps at once: the caller slept because the worker's
          * task outlasted its spin (the worker was likely queued behind another process), and
          * now needs a core, which a spinning worker would hold. */
-        if (woke_caller || !spin_until_changed(&pool.generation, seen, worker_spin_ns())) {
+        if (woke_caller || !spin_until_changed(&pool.generation, seen, pool.spin_ns, true)) {
             atomic_fetch_add(&pool.sleepers, 1);
             while (atomic_load(&pool.generation) == seen) {
                 if (futex_wait_for(&pool.generation, seen, &idle)) continue;
@@ -286,7 +283,7 @@ static void reset_after_fork(void) {
 
 static void configure(void) {
     const char *text = getenv("EMBER_SPIN_US");
-    long spin_us = text ? strtol(text, NULL, 10) : 100;
+    long spin_us = text ? strtol(text, NULL, 10) : POOL_DEFAULT_SPIN_US;
     if (spin_us < 0) spin_us = 0;
     if (spin_us > 100000) spin_us = 100000;
     pool.spin_ns = (int)(spin_us * 1000);
@@ -344,6 +341,8 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
         return;
     }
     if (pool.workers < tasks - 1) start_workers(tasks - 1);
+    if (atomic_load_explicit(last_pool, memory_order_relaxed) != this_pool())  /* read first: no store per region */
+        atomic_store_explicit(last_pool, this_pool(), memory_order_relaxed);
     pool.fn = fn;
     pool.data = data;
     for (int i = 0; i < POOL_MAX_LOOPS; i++) atomic_store_explicit(&pool.loops[i].state, 0, memory_order_relaxed);
@@ -372,7 +371,7 @@ POOL_API void GOMP_parallel(pool_task_fn fn, void *data, unsigned num_threads, u
          * time in twenty under a competing process (Xeon, 2 cores). */
         int64_t task_ns = atomic_load_explicit(&pool.task_ns, memory_order_relaxed);
         int64_t budget = task_ns > 0 && 4 * task_ns + 20000 < pool.spin_ns ? 4 * task_ns + 20000 : pool.spin_ns;
-        while (done != (uint32_t)tasks && spin_until_changed(&pool.finished, done, budget))
+        while (done != (uint32_t)tasks && spin_until_changed(&pool.finished, done, budget, false))
             done = atomic_load_explicit(&pool.finished, memory_order_acquire);
         if (done != (uint32_t)tasks) {
             atomic_store(&pool.caller_asleep, 1);

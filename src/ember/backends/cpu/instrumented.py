@@ -15,6 +15,7 @@ import numpy as np
 
 from ember.backends.cpu.cache import load_library
 from ember.backends.cpu.native import NativeProgram, _aligned_empty
+from ember.backends.cpu.threads import share_pool
 from ember.backends.profiling import StepHook, StepInfo, StepTimes, step_infos
 from ember.codegen import CProgram
 from ember.codegen.emitter import INSTRUMENTED_ENTRY, instrumented_entry
@@ -40,7 +41,9 @@ class InstrumentedNativeProgram(NativeProgram):
         with self._build_lock:
             if self._instrumented is None:
                 source = self.source + instrumented_entry([s.index for s in self.steps])
-                entry = getattr(load_library(self._build(source)), INSTRUMENTED_ENTRY)
+                library = load_library(self._build(source))
+                share_pool(library)
+                entry = getattr(library, INSTRUMENTED_ENTRY)
                 entry.restype = ctypes.c_int
                 entry.argtypes = [ctypes.c_void_p] * 5 + [_HOOK]
                 self._instrumented = entry

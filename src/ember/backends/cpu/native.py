@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ember.backends.cpu.cache import load_library
-from ember.backends.cpu.threads import openmp_wait_policy
+from ember.backends.cpu.threads import openmp_wait_policy, share_pool
 from ember.codegen import CProgram
 from ember.lir.ir import Program
 from ember.support.errors import EmberError
@@ -139,6 +139,7 @@ class NativeProgram:
     def _setup(self, lib: ctypes.CDLL, library: Path, entry: str, weights: np.ndarray, arena_bytes: int,
                errors: dict[int, str], outputs: list[tuple[tuple[int, ...], np.dtype]], source: str) -> None:
         self._lib = lib
+        share_pool(lib)
         self._entry_name = entry
         self._entry = getattr(self._lib, entry)
         self._entry.restype = ctypes.c_int

@@ -13,11 +13,13 @@ The pool's region is a set of tasks ("OpenMP thread t" is task t) that the calle
 workers claim; the caller runs whatever no worker has claimed, so a region never waits for a
 thread that is asleep or not running, and costs at most its one-thread time; a worker that
 comes late to a region leaves a task to the threads already at work when they would reach it
-first. Idle workers spin up to EMBER_SPIN_US microseconds (default 100) after each region,
-then sleep (and end after 2 s idle). Measured with bench/compare.py --load N against ONNX
+first. Idle workers spin up to EMBER_SPIN_US microseconds (default 5000) after each region,
+then sleep (and end after 2 s idle); they stop spinning at once when another model library of
+the process starts a region (share_pool). Measured with bench/compare.py --load N against ONNX
 Runtime: spinning only while the cores seemed free (yielding, or running short regions on the
 caller, once involuntary context switches showed other work) left a 2-thread GRU at its
-one-thread speed under load; the bounded spin keeps the second thread in play.
+one-thread speed under load, and so did short spins (0.02-0.1 ms): a worker that sleeps between
+runs is woken onto the caller's core as often as not (ember_pool.c says more).
 
 A vendor library a library backend links (oneDNN) brings libgomp with it, for its own threads.
 That runtime reads its wait policy from the environment once, when it is loaded: the first load
@@ -29,6 +31,7 @@ a core another process has just left."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,7 +81,30 @@ def openmp_wait_policy() -> Iterator[None]:
         os.environ.pop("OMP_WAIT_POLICY", None)
 
 
-DEFAULT_SPIN_US = 100  # ember_pool.c's default; EMBER_SPIN_US overrides it (0 to 100000)
+DEFAULT_SPIN_US = 5000  # ember_pool.c's POOL_DEFAULT_SPIN_US; EMBER_SPIN_US overrides it (0 to 100000)
+
+# The one word every model library's pool in this process shares (ember_pool.c's
+# ember_pool_share): which pool started a region last, so that the idle workers of the others
+# stop spinning on cores the active one needs (models run one after another, a pipeline's or a
+# partitioned model's segments). It has an aligned pair of cache lines to itself (the unit
+# Intel's adjacent-line prefetcher moves): spinning workers read it, and a line shared with
+# Python objects whose reference counts change at every run would move between the cores.
+_LINES = 128
+_POOL_WORD_BUFFER = ctypes.create_string_buffer(2 * _LINES)
+_POOL_WORD = ctypes.addressof(_POOL_WORD_BUFFER) + (-ctypes.addressof(_POOL_WORD_BUFFER)) % _LINES
+
+
+def share_pool(library: ctypes.CDLL) -> None:
+    """Hands a freshly loaded model library the process's shared pool word (before its
+    first run). Libraries without Ember's pool (built by a compiler that does not speak
+    libgomp's ABI) have nothing to share."""
+    try:
+        share = library.ember_pool_share
+    except AttributeError:
+        return
+    share.argtypes = [ctypes.c_void_p]
+    share.restype = None
+    share(_POOL_WORD)
 
 
 def pool_spin_us() -> int:
