@@ -94,6 +94,9 @@ CALLS: dict[str, tuple[str, ...]] = {
 PIECES: dict[str, tuple[tuple[str, ...], ...]] = {
     "ember_gemm.c": (("-DEMBER_GEMM_PIECE=2",), ("-DEMBER_GEMM_PIECE=1",), ("-DEMBER_GEMM_PIECE=3",),
                      ("-DEMBER_GEMM_PIECE=4",), ("-DEMBER_GEMM_PIECE=0",)),
+    "ember_depthwise.c": (("-DEMBER_DEPTHWISE_PIECE=4",), ("-DEMBER_DEPTHWISE_PIECE=5",),
+                          ("-DEMBER_DEPTHWISE_PIECE=1",), ("-DEMBER_DEPTHWISE_PIECE=2",),
+                          ("-DEMBER_DEPTHWISE_PIECE=3",), ("-DEMBER_DEPTHWISE_PIECE=0",)),
 }
 
 _IDENTIFIER = re.compile(r"\bember_\w+\b")

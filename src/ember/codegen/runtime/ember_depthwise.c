@@ -21,6 +21,27 @@
 #include "ember_math.h"
 #include "ember_simd.h"
 
+/* The cpu backend compiles this file in pieces, in parallel, defining EMBER_DEPTHWISE_PIECE: 0
+ * for everything but the kernels specialised to a tap size and stride pair, or one family of
+ * those (DW_KERNELS_*; then hidden functions of the library rather than static ones): whole, gcc took 7.2 s on this file, the longest piece of the
+ * library, and a MobileNet's first compile on a fresh machine waited for it. Without it
+ * (bundles, tests) the file is whole. As in ember_gemm.c, every piece compiles the same code as
+ * the whole file: the kernels crossing pieces are `noipa`. */
+#ifdef EMBER_DEPTHWISE_PIECE
+#define DW_CORE (EMBER_DEPTHWISE_PIECE == 0)
+#define DW_KERNELS(family) (EMBER_DEPTHWISE_PIECE == (family))
+#define DW_LINKAGE __attribute__((visibility("hidden")))
+#else
+#define DW_CORE 1
+#define DW_KERNELS(family) 1
+#define DW_LINKAGE static
+#endif
+#define DW_KERNELS_3X3 1       /* 3x3 taps, every stride pair */
+#define DW_KERNELS_5X5_EQUAL 2 /* 5x5 taps, strides 1x1 and 2x2 */
+#define DW_KERNELS_5X5_MIXED 3 /* 5x5 taps, strides 2x1 and 1x2 */
+#define DW_KERNELS_ANY_EQUAL 4 /* other sizes (unrolled at run time's sizes: the slowest), 1x1 and 2x2 */
+#define DW_KERNELS_ANY_MIXED 5 /* other sizes, 2x1 and 1x2 */
+
 #define DW_L EMBER_VN_LANES
 
 /* Which lanes l of an L-float window at row[start] lie inside a row of n floats. */
@@ -49,6 +70,7 @@ static inline ember_vn dw_even_lanes(ember_vn lo, ember_vn hi)
 #endif
 }
 
+#if DW_CORE
 static int dw_direct(const ember_conv_geom *g)
 {
     return (g->SH == 1 || g->SH == 2) && (g->SW == 1 || g->SW == 2) && g->DH == 1 && g->DW == 1 && g->KH <= 8 &&
@@ -92,8 +114,10 @@ long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads)
     return 0;
 }
 
+#endif
+
 /* Whether the activation runs in registers (then no residual may come before it). */
-static int dw_act_in_register(const ember_epilogue *ep, const float *residual)
+static inline int dw_act_in_register(const ember_epilogue *ep, const float *residual)
 {
     return !residual && (ep->act == EMBER_ACT_NONE || ep->act == EMBER_ACT_RELU || ep->act == EMBER_ACT_CLIP ||
                          ep->act == EMBER_ACT_HARD_SWISH);
@@ -242,6 +266,7 @@ typedef struct {
     uint32_t masks[DW_MASKED_COLUMNS][16]; /* KW pairs, one mask per L-float half */
 } dw_columns;
 
+#if DW_CORE
 /* Fills `c`; 0 where more columns need masks than it holds. */
 static int dw_plan_columns(const ember_conv_geom *g, dw_columns *c)
 {
@@ -266,6 +291,7 @@ static int dw_plan_columns(const ember_conv_geom *g, dw_columns *c)
     }
     return 1;
 }
+#endif
 
 /* One channel, straight from the input (see the top of this file). KH, KW, SH, SW are passed
  * as constants by the callers that specialize on them, so the tap loops unroll. */
@@ -297,6 +323,7 @@ dw_channel_direct(const ember_conv_geom *g, const long KH, const long KW, const 
     if (!in_reg) ember_finish_span(yc, rc, g->OH * g->OW, ep);
 }
 
+#if DW_CORE
 /* Any strides and dilations: direct, with bounds checks per tap. */
 static void dw_channel_general(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
                                const float *rc, const ember_epilogue *ep)
@@ -318,28 +345,46 @@ static void dw_channel_general(const ember_conv_geom *g, const float *xc, const 
         ember_finish_span(yr, rc ? rc + i * g->OW : NULL, g->OW, ep);
     }
 }
+#endif
 
 /* One out-of-line copy of dw_channel_direct per specialisation, so that each is compiled
  * and laid out on its own (inlined into one dispatcher, adding the unequal strides slowed the
  * 5x5 stride-1 copy by 20%). */
+#define DW_KERNEL_PARAMS \
+    const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc, const float *rc, \
+    const ember_epilogue *ep, const dw_columns *cols
 #define DW_SPECIALISED(name, kh, kw, sh, sw) \
-    static __attribute__((noinline)) void name(const ember_conv_geom *g, const float *xc, const float *wc, float b0, \
-                                               float *yc, const float *rc, const ember_epilogue *ep, \
-                                               const dw_columns *cols) \
+    DW_LINKAGE __attribute__((noinline, noipa)) void name(DW_KERNEL_PARAMS) \
     { dw_channel_direct(g, kh, kw, sh, sw, xc, wc, b0, yc, rc, ep, cols); }
-DW_SPECIALISED(dw_3x3_s11, 3, 3, 1, 1)
-DW_SPECIALISED(dw_3x3_s22, 3, 3, 2, 2)
-DW_SPECIALISED(dw_3x3_s21, 3, 3, 2, 1)
-DW_SPECIALISED(dw_3x3_s12, 3, 3, 1, 2)
-DW_SPECIALISED(dw_5x5_s11, 5, 5, 1, 1)
-DW_SPECIALISED(dw_5x5_s22, 5, 5, 2, 2)
-DW_SPECIALISED(dw_5x5_s21, 5, 5, 2, 1)
-DW_SPECIALISED(dw_5x5_s12, 5, 5, 1, 2)
-DW_SPECIALISED(dw_any_s11, g->KH, g->KW, 1, 1)
-DW_SPECIALISED(dw_any_s22, g->KH, g->KW, 2, 2)
-DW_SPECIALISED(dw_any_s21, g->KH, g->KW, 2, 1)
-DW_SPECIALISED(dw_any_s12, g->KH, g->KW, 1, 2)
+DW_LINKAGE void ember_dw_3x3_s11(DW_KERNEL_PARAMS), ember_dw_3x3_s22(DW_KERNEL_PARAMS),
+    ember_dw_3x3_s21(DW_KERNEL_PARAMS), ember_dw_3x3_s12(DW_KERNEL_PARAMS), ember_dw_5x5_s11(DW_KERNEL_PARAMS),
+    ember_dw_5x5_s22(DW_KERNEL_PARAMS), ember_dw_5x5_s21(DW_KERNEL_PARAMS), ember_dw_5x5_s12(DW_KERNEL_PARAMS),
+    ember_dw_any_s11(DW_KERNEL_PARAMS), ember_dw_any_s22(DW_KERNEL_PARAMS), ember_dw_any_s21(DW_KERNEL_PARAMS),
+    ember_dw_any_s12(DW_KERNEL_PARAMS);
+#if DW_KERNELS(DW_KERNELS_3X3)
+DW_SPECIALISED(ember_dw_3x3_s11, 3, 3, 1, 1)
+DW_SPECIALISED(ember_dw_3x3_s22, 3, 3, 2, 2)
+DW_SPECIALISED(ember_dw_3x3_s21, 3, 3, 2, 1)
+DW_SPECIALISED(ember_dw_3x3_s12, 3, 3, 1, 2)
+#endif
+#if DW_KERNELS(DW_KERNELS_5X5_EQUAL)
+DW_SPECIALISED(ember_dw_5x5_s11, 5, 5, 1, 1)
+DW_SPECIALISED(ember_dw_5x5_s22, 5, 5, 2, 2)
+#endif
+#if DW_KERNELS(DW_KERNELS_5X5_MIXED)
+DW_SPECIALISED(ember_dw_5x5_s21, 5, 5, 2, 1)
+DW_SPECIALISED(ember_dw_5x5_s12, 5, 5, 1, 2)
+#endif
+#if DW_KERNELS(DW_KERNELS_ANY_EQUAL)
+DW_SPECIALISED(ember_dw_any_s11, g->KH, g->KW, 1, 1)
+DW_SPECIALISED(ember_dw_any_s22, g->KH, g->KW, 2, 2)
+#endif
+#if DW_KERNELS(DW_KERNELS_ANY_MIXED)
+DW_SPECIALISED(ember_dw_any_s21, g->KH, g->KW, 2, 1)
+DW_SPECIALISED(ember_dw_any_s12, g->KH, g->KW, 1, 2)
+#endif
 
+#if DW_CORE
 static void dw_channel(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
                        const float *rc, const ember_epilogue *ep, const dw_columns *cols)
 {
@@ -348,9 +393,9 @@ static void dw_channel(const ember_conv_geom *g, const float *xc, const float *w
      * sizes one per stride pair. */
     static void (*const kernels[3][2][2])(const ember_conv_geom *, const float *, const float *, float, float *,
                                          const float *, const ember_epilogue *, const dw_columns *) = {
-        {{dw_3x3_s11, dw_3x3_s12}, {dw_3x3_s21, dw_3x3_s22}},
-        {{dw_5x5_s11, dw_5x5_s12}, {dw_5x5_s21, dw_5x5_s22}},
-        {{dw_any_s11, dw_any_s12}, {dw_any_s21, dw_any_s22}},
+        {{ember_dw_3x3_s11, ember_dw_3x3_s12}, {ember_dw_3x3_s21, ember_dw_3x3_s22}},
+        {{ember_dw_5x5_s11, ember_dw_5x5_s12}, {ember_dw_5x5_s21, ember_dw_5x5_s22}},
+        {{ember_dw_any_s11, ember_dw_any_s12}, {ember_dw_any_s21, ember_dw_any_s22}},
     };
     if (!cols) {
         dw_channel_general(g, xc, wc, b0, yc, rc, ep);
@@ -478,3 +523,4 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
         dw_channel(g, g->x + c * g->H * g->W, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane,
                    residual ? residual + c * plane : NULL, ep, cols);
 }
+#endif
