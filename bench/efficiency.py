@@ -1,15 +1,22 @@
 """Single-thread efficiency against this core's measured FMA peak (issue 18: a large fp32 GEMM
 >= 85% of peak, ResNet-18 >= 80%): GFLOP/s of the cpu backend at one thread, from the best
 thread CPU time of several runs (the computation runs in the calling thread at one thread, so
-other work on the machine does not inflate it the way it inflates wall time). A model's FLOPs
-are those of its convolutions and its matrix products with constant weights, counted as direct
-(2 per multiply-add), whatever algorithm a kernel uses.
+other work on the machine does not inflate it the way it inflates wall time). The peak loop
+runs between the workload's runs and the best of each is taken over the same moments: on a
+shared VM the core's speed drifts (211-242 GFLOP/s of peak within one afternoon), and with the
+peak measured once, at the start, the GEMM's figure moved from 79.7% to 87.8% between two runs
+minutes apart. A model's FLOPs are those of its convolutions and its matrix products with
+constant weights, counted as direct (2 per multiply-add), whatever algorithm a kernel uses.
 
     python bench/efficiency.py [--models DIR_OR_ONNX ...] [--gemm 1024] [--runs 15]
+
+"of peak": the best run against the best peak; "pairs": the median over the runs of each run's
+GFLOP/s against the peak measured right after it.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper, shape_inference
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from isa_gemm import measured_peak  # noqa: E402
+from isa_gemm import peak_probe  # noqa: E402
 
 import ember  # noqa: E402
 from ember.support.host import cpu_name  # noqa: E402
@@ -31,14 +38,17 @@ from ember.support.host import cpu_name  # noqa: E402
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
-def best_thread_seconds(run: Callable[[], object], runs: int) -> float:
+def interleaved(run: Callable[[], object], probe: Callable[[], float], runs: int) -> tuple[float, float, list[float]]:
+    """The best thread CPU seconds of `run` and the best GFLOP/s of the peak `probe`, called in
+    turn `runs` times (after a warm-up of each), with each pair's (seconds, peak)."""
     run()
-    best = float("inf")
+    probe()
+    pairs = []
     for _ in range(runs):
         start = time.thread_time()
         run()
-        best = min(best, time.thread_time() - start)
-    return best
+        pairs.append((time.thread_time() - start, probe()))
+    return min(s for s, _ in pairs), max(p for _, p in pairs), [p * s for s, p in pairs]
 
 
 def gemm_model(n: int) -> onnx.ModelProto:
@@ -85,23 +95,25 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        peak = measured_peak(False, Path(folder))
-    print(f"{cpu_name()}, 1 thread; measured fp32 FMA peak {peak:.1f} GFLOP/s")
-    print(f"{'workload':>24} {'ms':>9} {'GFLOP':>8} {'GFLOP/s':>9} {'of peak':>8}")
-    cases: list[tuple[str, onnx.ModelProto]] = []
-    if args.gemm:
-        cases.append((f"GEMM {args.gemm}^3", gemm_model(args.gemm)))
-    for path in args.models:
-        files = sorted(Path(path).glob("*.onnx")) if Path(path).is_dir() else [Path(path)]
-        cases += [(f.stem, onnx.load(str(f))) for f in files if f.exists()]
-    for name, model in cases:
-        compiled = ember.compile(model, backend="cpu", num_threads=1)
-        feeds = random_inputs(model)
-        seconds = best_thread_seconds(lambda c=compiled, f=feeds: c.run(f), args.runs)
-        flops = model_flops(model)
-        rate = flops / seconds / 1e9
-        print(f"{name:>24} {seconds * 1e3:9.2f} {flops / 1e9:8.2f} {rate:9.1f} {100 * rate / peak:7.1f}%")
-
+        probe = peak_probe(False, Path(folder))
+        print(f"{cpu_name()}, 1 thread; the fp32 FMA peak measured between each workload's runs")
+        print(f"{'workload':>24} {'ms':>9} {'GFLOP':>8} {'GFLOP/s':>9} {'peak':>7} {'of peak':>8} {'pairs':>7}")
+        cases: list[tuple[str, onnx.ModelProto]] = []
+        if args.gemm:
+            cases.append((f"GEMM {args.gemm}^3", gemm_model(args.gemm)))
+        for path in args.models:
+            files = sorted(Path(path).glob("*.onnx")) if Path(path).is_dir() else [Path(path)]
+            cases += [(f.stem, onnx.load(str(f))) for f in files if f.exists()]
+        for name, model in cases:
+            compiled = ember.compile(model, backend="cpu", num_threads=1)
+            feeds = random_inputs(model)
+            seconds, peak, products = interleaved(lambda c=compiled, f=feeds: c.run(f), probe, args.runs)
+            flops = model_flops(model)
+            rate = flops / seconds / 1e9
+            # Each pair's efficiency is flops / (its seconds x its peak): the median of those.
+            paired = statistics.median(flops / 1e9 / product for product in products)
+            print(f"{name:>24} {seconds * 1e3:9.2f} {flops / 1e9:8.2f} {rate:9.1f} {peak:7.1f} "
+                  f"{100 * rate / peak:7.1f}% {100 * paired:6.1f}%")
 
 if __name__ == "__main__":
     main()

@@ -110,9 +110,10 @@ void peak(long n) {  /* 16 independent accumulator chains of one FMA (or vpdpbus
 """
 
 
-def measured_peak(int8: bool, folder: Path) -> float:
-    """This core's FMA (or VNNI) peak in GFLOP/s (GOP/s): 16 independent chains, so neither
-    latency nor loads limit it; best thread CPU time of 5 calls."""
+def peak_probe(int8: bool, folder: Path):
+    """A function that times one call of this core's FMA (or VNNI) peak loop (16 independent
+    chains, so neither latency nor loads limit it) and returns its GFLOP/s (GOP/s), in thread
+    CPU time: called between a workload's runs, the peak is measured in the same moments."""
     if int8:
         code = _PEAK_C % {"type": "__m512i", "one": "_mm512_set1_epi8(1)", "add": "_mm512_add_epi32(acc[0], acc[i])",
                           "op": "acc[i] = _mm512_dpbusd_epi32(acc[i], x, y)"}
@@ -125,8 +126,13 @@ def measured_peak(int8: bool, folder: Path) -> float:
     function = ctypes.CDLL(str(library)).peak
     function.argtypes = [ctypes.c_long]
     rounds = 2_000_000
-    best = min(_timed(lambda: function(rounds)) for _ in range(5))
-    return rounds * 16 * 16 * (8 if int8 else 2) / best / 1e9
+    return lambda: rounds * 16 * 16 * (8 if int8 else 2) / _timed(lambda: function(rounds)) / 1e9
+
+
+def measured_peak(int8: bool, folder: Path) -> float:
+    """This core's FMA (or VNNI) peak in GFLOP/s (GOP/s): the best of 5 calls of peak_probe's."""
+    probe = peak_probe(int8, folder)
+    return max(probe() for _ in range(5))
 
 
 def _timed(run) -> float:
