@@ -38,9 +38,9 @@ from ember.support.host import cpu_name  # noqa: E402
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "models"
 
 
-def interleaved(run: Callable[[], object], probe: Callable[[], float], runs: int) -> tuple[float, float, list[float]]:
-    """The best thread CPU seconds of `run` and the best GFLOP/s of the peak `probe`, called in
-    turn `runs` times (after a warm-up of each), with each pair's (seconds, peak)."""
+def interleaved(run: Callable[[], object], probe: Callable[[], float], runs: int) -> list[tuple[float, float]]:
+    """`run` and the peak `probe`, called in turn `runs` times (after a warm-up of each): each
+    run's thread CPU seconds with the peak GFLOP/s measured right after it."""
     run()
     probe()
     pairs = []
@@ -48,7 +48,7 @@ def interleaved(run: Callable[[], object], probe: Callable[[], float], runs: int
         start = time.thread_time()
         run()
         pairs.append((time.thread_time() - start, probe()))
-    return min(s for s, _ in pairs), max(p for _, p in pairs), [p * s for s, p in pairs]
+    return pairs
 
 
 def gemm_model(n: int) -> onnx.ModelProto:
@@ -107,13 +107,14 @@ def main() -> None:
         for name, model in cases:
             compiled = ember.compile(model, backend="cpu", num_threads=1)
             feeds = random_inputs(model)
-            seconds, peak, products = interleaved(lambda c=compiled, f=feeds: c.run(f), probe, args.runs)
+            pairs = interleaved(lambda c=compiled, f=feeds: c.run(f), probe, args.runs)
+            seconds, peak = min(s for s, _ in pairs), max(p for _, p in pairs)
             flops = model_flops(model)
             rate = flops / seconds / 1e9
-            # Each pair's efficiency is flops / (its seconds x its peak): the median of those.
-            paired = statistics.median(flops / 1e9 / product for product in products)
+            paired = statistics.median(flops / 1e9 / s / p for s, p in pairs)
             print(f"{name:>24} {seconds * 1e3:9.2f} {flops / 1e9:8.2f} {rate:9.1f} {peak:7.1f} "
                   f"{100 * rate / peak:7.1f}% {100 * paired:6.1f}%")
+
 
 if __name__ == "__main__":
     main()

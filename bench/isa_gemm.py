@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -110,7 +111,7 @@ void peak(long n) {  /* 16 independent accumulator chains of one FMA (or vpdpbus
 """
 
 
-def peak_probe(int8: bool, folder: Path):
+def peak_probe(int8: bool, folder: Path) -> Callable[[], float]:
     """A function that times one call of this core's FMA (or VNNI) peak loop (16 independent
     chains, so neither latency nor loads limit it) and returns its GFLOP/s (GOP/s), in thread
     CPU time: called between a workload's runs, the peak is measured in the same moments."""

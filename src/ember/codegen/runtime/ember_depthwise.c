@@ -23,9 +23,9 @@
 
 /* The cpu backend compiles this file in pieces, in parallel, defining EMBER_DEPTHWISE_PIECE: 0
  * for everything but the kernels specialised to a tap size and stride pair, or one family of
- * those (DW_KERNELS_*; then hidden functions of the library rather than static ones): whole, gcc took 7.2 s on this file, the longest piece of the
- * library, and a MobileNet's first compile on a fresh machine waited for it. Without it
- * (bundles, tests) the file is whole. As in ember_gemm.c, every piece compiles the same code as
+ * those (DW_KERNELS_*; then hidden functions of the library rather than static ones). Whole,
+ * gcc took 7.2 s on this file, the longest piece of the library, and a MobileNet's first
+ * compile on a fresh machine waited for it. Without it (bundles, tests) the file is whole. As in ember_gemm.c, every piece compiles the same code as
  * the whole file: the kernels crossing pieces are `noipa`. */
 #ifdef EMBER_DEPTHWISE_PIECE
 #define DW_CORE (EMBER_DEPTHWISE_PIECE == 0)
