@@ -2,7 +2,8 @@
 model links only the library files its C names; each piece is cached under a key that changes
 with its file, any header, its -D flags, the compiler and the flags; ember_gemm.c compiled in
 pieces exports exactly what it exports whole (its tile functions stay hidden); a corrupted
-piece is rebuilt; two processes building the same pieces at once both succeed."""
+piece is rebuilt; two processes building the same pieces at once both succeed; pieces a compile
+starts building in the background before its C exists are waited for, not compiled twice."""
 from __future__ import annotations
 
 import ctypes
@@ -10,12 +11,17 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import ember.backends.cpu.backend as cpu_backend
 import ember.backends.cpu.build as build
 from ember.codegen.runtime_files import PIECES, RUNTIME_SOURCES, pieces, runtime_source, sources_named_by
+from ember.support.errors import EmberError
+from tests.helpers import single_node_graph
 
 FLAGS = build.BASE_FLAGS + build.target_flags()
 USES_GEMM = '#include "ember_gemm.h"\nlong probe(long n, long k) { return ember_gemm_scratch_bytes(n, k, 1); }\n'
@@ -140,3 +146,64 @@ def test_a_cold_build_compiles_the_model_beside_the_library_pieces(cache, monkey
     assert ctypes.CDLL(str(library)).probe(64, 8) > 0
     build.build_library(USES_GEMM.replace("probe", "probe_again"))
     assert batches[1:] == [1]
+
+
+def _gemm_piece_compiles(monkeypatch, before=None) -> list[str]:
+    """Records the -D flag of every ember_gemm.c piece the compiler is run on (from any thread);
+    `before(command)` runs first."""
+    seen: list[str] = []
+    run_compiler = build._run_compiler
+
+    def record(command, cwd=None):
+        if before is not None:
+            before(command)
+        seen.extend(flag for flag in command if flag.startswith("-DEMBER_GEMM_PIECE="))
+        run_compiler(command, cwd)
+
+    monkeypatch.setattr(build, "_run_compiler", record)
+    return seen
+
+
+def test_a_build_waits_for_the_pieces_a_prebuild_has_under_way(cache, monkeypatch):
+    """The pieces are held back until the model's build has claimed them: it waits for the
+    background builds instead of starting its own, so each piece compiles once."""
+    release = threading.Event()
+    held = lambda command: "-DEMBER_GEMM_PIECE=0" in command and release.wait(60)  # noqa: E731
+    seen = _gemm_piece_compiles(monkeypatch, held)
+    flags = build.library_flags()
+    assert build.prebuild_library(["ember_gemm.c"], flags) == len(pieces("ember_gemm.c"))
+    assert build.prebuild_library(["ember_gemm.c"], flags) == 0  # under way already
+    threading.Timer(0.5, release.set).start()
+    library = ctypes.CDLL(str(build.build_library(USES_GEMM)))
+    assert library.probe(64, 8) > 0
+    assert sorted(seen) == sorted(flag for defines in pieces("ember_gemm.c") for flag in defines)
+    assert build.prebuild_library(["ember_gemm.c"], flags) == 0  # built: nothing to start
+
+
+def test_a_piece_whose_background_build_failed_is_built_by_the_model(cache, monkeypatch):
+    failed: list[bool] = []
+
+    def fail_once(command):
+        if "-DEMBER_GEMM_PIECE=1" in command and not failed:
+            failed.append(True)
+            raise EmberError("the compiler was killed")
+
+    seen = _gemm_piece_compiles(monkeypatch, fail_once)
+    build.prebuild_library(["ember_gemm.c"], build.library_flags())
+    library = ctypes.CDLL(str(build.build_library(USES_GEMM)))
+    assert failed and library.probe(64, 8) > 0
+    assert seen.count("-DEMBER_GEMM_PIECE=1") == 1 and len(seen) == len(pieces("ember_gemm.c"))
+
+
+def test_the_cpu_backend_prebuilds_the_gemm_core_for_graphs_that_need_it(monkeypatch):
+    started: list[list[str]] = []
+    monkeypatch.setattr(cpu_backend, "prebuild_library", lambda names, flags: started.append(names) or 0)
+    x = np.ones((4, 8), np.float32)
+    relu, _ = single_node_graph("Relu", [x])
+    matmul, _ = single_node_graph("MatMul", [x, np.ones((8, 3), np.float32)], constant=(1,))
+    cpu_backend.CpuBackend().begin_compile(relu)
+    assert started == []
+    cpu_backend.CpuBackend(sanitize=True).begin_compile(matmul)
+    assert started == []  # sanitized libraries build their own way
+    cpu_backend.CpuBackend().begin_compile(matmul)
+    assert started == [["ember_gemm.c"]]

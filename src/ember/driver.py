@@ -125,6 +125,7 @@ def compile_graph(graph: Graph, backend: str | Backend = "interpreter",
     target = get_backend(backend) if isinstance(backend, str) else backend
     inputs = [TensorSpec(p.name, p.type) for p in graph.inputs]
     outputs = [TensorSpec(o.name, o.value.type) for o in graph.outputs]
+    target.begin_compile(graph)
     with gc_paused():
         program, plan, ops = prepare_program(graph, target, observer)
         if discard_graph:

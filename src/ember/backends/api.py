@@ -85,6 +85,11 @@ class Backend:
 
         return list(DEFAULT_LIR_PIPELINE)
 
+    def begin_compile(self, graph: Graph) -> None:
+        """Called with the imported graph before any pass runs on it (ember.driver.compile_graph):
+        a backend may start work that does not depend on the passes' results, to run beside
+        them (the cpu backend starts building the kernel library on a fresh machine)."""
+
     def compile(self, program: Program) -> Executable:
         raise NotImplementedError(f"backend {self.name} does not compile programs")
 

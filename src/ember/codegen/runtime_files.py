@@ -21,8 +21,8 @@ from ember.codegen.c_constants import config_header
 
 CONFIG_HEADER = "ember_config.h"
 RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_transpose.c",
-                   "ember_conv.c", "ember_depthwise.c", "ember_winograd.c", "ember_winograd4.c", "ember_gemm_bf16.c",
-                   "ember_winograd_bf16.c")
+                   "ember_conv.c", "ember_conv_shallow.c", "ember_depthwise.c", "ember_winograd.c",
+                   "ember_winograd4.c", "ember_gemm_bf16.c", "ember_winograd_bf16.c")
 
 # Every external function of the library -> the .c file defining it (all are declared in
 # ember_gemm.h; the headers' own functions are `static inline`).
@@ -35,7 +35,7 @@ EXPORTS: dict[str, str] = {
     "ember_gemm": "ember_gemm.c",
     "ember_gemm_taps": "ember_gemm.c",
     "ember_gemm_chunk_panels": "ember_gemm.c",
-    # im2col packing and direct convolution
+    # im2col packing and direct convolution; shallow convolution (a network's first layer)
     "ember_pack_im2col": "ember_conv.c",
     "ember_pack_im2col3d": "ember_conv.c",
     "ember_conv_direct_scratch_bytes": "ember_conv.c",
@@ -43,8 +43,8 @@ EXPORTS: dict[str, str] = {
     "ember_conv_direct": "ember_conv.c",
     "ember_conv_rows_scratch_floats": "ember_conv.c",
     "ember_conv_rows": "ember_conv.c",
-    "ember_conv_shallow_scratch_bytes": "ember_conv.c",
-    "ember_conv_shallow": "ember_conv.c",
+    "ember_conv_shallow_scratch_bytes": "ember_conv_shallow.c",
+    "ember_conv_shallow": "ember_conv_shallow.c",
     "ember_conv_taps_scratch_bytes": "ember_conv.c",
     "ember_conv_taps": "ember_conv.c",
     # depthwise convolution
@@ -79,6 +79,7 @@ CALLS: dict[str, tuple[str, ...]] = {
     "ember_gemm.c": (),
     "ember_transpose.c": ("ember_gemm.c",),
     "ember_conv.c": ("ember_gemm.c", "ember_transpose.c"),
+    "ember_conv_shallow.c": ("ember_gemm.c",),
     "ember_depthwise.c": ("ember_gemm.c",),
     "ember_winograd.c": ("ember_gemm.c",),
     "ember_winograd4.c": ("ember_gemm.c", "ember_transpose.c"),

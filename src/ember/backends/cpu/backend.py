@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ember.backends.api import Backend
-from ember.backends.cpu.build import build_library
+from ember.backends.cpu.build import build_library, library_flags, missing_compiler, prebuild_library
 from ember.backends.cpu.features import has_avx512_bf16, mapped_target
 from ember.backends.cpu.instrumented import InstrumentedNativeProgram
 from ember.backends.cpu.native import NativeProgram
@@ -25,6 +25,7 @@ from ember.codegen.kernels.conv_channels_last import prefers_channels_last as pr
 from ember.codegen.kernels.gemm_bf16 import PRECISIONS
 from ember.codegen.kernels.inverted_residual import runs_channels_last
 from ember.codegen.kernels.table import as_float32
+from ember.codegen.runtime_files import sources_for
 from ember.graph import Graph, Node
 from ember.lir.ir import Program
 from ember.lir.passes import DEFAULT_LIR_PIPELINE
@@ -32,6 +33,7 @@ from ember.partition.cost import analytic_seconds
 from ember.support.errors import EmberError, UnsupportedError
 from ember.support.host import default_threads, l2_cache_bytes
 from ember.support.progress import step
+from ember.types import DType
 
 if TYPE_CHECKING:
     from ember.codegen.bundle import Bundle
@@ -168,6 +170,15 @@ class CpuBackend(Backend):
             handle.write(files["library.so"])
         return NativeProgram.from_artifact(library, dict(meta), files["weights.bin"])
 
+    def begin_compile(self, graph: Graph) -> None:
+        """On a fresh machine, the GEMM core of the kernel library (a few seconds of the C
+        compiler, in pieces) starts building now, beside the passes, where the graph will
+        need it: an fp32 GEMM or convolution on Ember's own kernels (not sanitized)."""
+        if self.kernels is not C_KERNELS or self.precision != "fp32" or self.sanitize or missing_compiler():
+            return
+        if any(node.op in GEMM_OPS and node.outputs[0].type.dtype == DType.FLOAT32 for node in graph.nodes):
+            prebuild_library(sources_for({"ember_gemm"}), library_flags(list(self.compile_flags), march=self.march))
+
     def compile(self, program: Program) -> NativeProgram:
         step("generating C")
         cprogram = self.generate(program)
@@ -178,6 +189,10 @@ class CpuBackend(Backend):
         return build_library(source, extra_flags=[*self.compile_flags], sanitize=self.sanitize, march=self.march,
                              extra_sources=dict(self.c_sources), link_flags=[*self.link_flags])
 
+
+# Imported ops whose float kernels all run on the GEMM core (ember_gemm.c and its tiles): a
+# graph holding one will link it.
+GEMM_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "GRU", "LSTM", "RNN", "Attention"})
 
 _RUNS_ELSEWHERE = re.compile(r" \((?:it|they) runs? on the interpreter\)")
 

@@ -10,7 +10,9 @@ The kernel library (codegen/runtime/) is compiled into objects of its own, one p
 each .c file (runtime_files.PIECES), each keyed by its file, every header of the library, its
 -D flags, the compiler and the flags; missing pieces are compiled in parallel. A model's
 library links one object combining the pieces of the files its C names
-(runtime_files.sources_named_by), keyed by theirs."""
+(runtime_files.sources_named_by), keyed by theirs. On a fresh machine a compile may start
+building pieces before its C exists (prebuild_library: the cpu backend does for the GEMM core
+while the graph is optimized), and a build waits for those rather than compiling them twice."""
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +21,9 @@ import platform
 import re
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -162,6 +165,101 @@ def _runtime_plan(compiler: str, flags: list[str], names: list[str]) -> tuple[li
     return objects, combined, missing
 
 
+class _Background:
+    """Kernel-library pieces being built in the background (prebuild_library), by object path:
+    the future of each build. A forked child starts empty (the parent's build threads do not
+    exist in it) and builds what it needs itself."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.builds: dict[Path, Future[None]] = {}
+
+    def claim(self, missing: list[Piece]) -> tuple[list[Piece], list[Piece]]:
+        """`missing` split into the pieces a caller builds itself and those a background build
+        has under way (or has finished)."""
+        with self.lock:
+            return ([piece for piece in missing if piece[2] not in self.builds],
+                    [piece for piece in missing if piece[2] in self.builds])
+
+    def start(self, missing: list[Piece]) -> dict[Path, Future[None]]:
+        """Registers a future for each piece of `missing` no build has under way yet."""
+        with self.lock:
+            fresh = {obj: Future[None]() for _, _, obj in missing if obj not in self.builds}
+            self.builds.update(fresh)
+            return fresh
+
+    def wait(self, pieces: list[Piece]) -> list[Piece]:
+        """Waits for the background builds of `pieces`; those still missing after (a build that
+        failed, an object removed since), for the caller to build and report."""
+        late = []
+        for piece in pieces:
+            with self.lock:
+                build = self.builds.get(piece[2])
+            if build is not None and build.exception() is None and intact(piece[2]):
+                continue
+            with self.lock:
+                if self.builds.get(piece[2]) is build:
+                    self.builds.pop(piece[2], None)
+            late.append(piece)
+        return late
+
+
+_BACKGROUND = _Background()
+
+
+def _forget_background_builds() -> None:
+    global _BACKGROUND
+    _BACKGROUND = _Background()
+
+
+os.register_at_fork(after_in_child=_forget_background_builds)
+
+
+def library_flags(extra_flags: list[str] | None = None, sanitize: bool = False, march: str | None = None) -> list[str]:
+    """The compiler flags of a model library and of the kernel-library pieces it links."""
+    flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
+    if sanitize:
+        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
+    return flags
+
+
+def prebuild_library(names: list[str], flags: list[str]) -> int:
+    """Starts building, in the background, the missing pieces of the kernel library's files
+    `names` for `flags` (library_flags), and returns how many it started: what a compile
+    does on a fresh machine before its C exists, so that the compiler runs beside the Python
+    pipeline. build_library waits for them where its model needs them; a piece no model of the
+    process needs finishes before the process exits (it is cached for the next)."""
+    compiler = find_compiler()
+    _, combined, missing = _runtime_plan(compiler, flags, names)
+    started = _BACKGROUND.start(missing)
+    queued = [piece for piece in missing if piece[2] in started]
+    compile_flags = [f for f in flags if f != "-shared"]
+
+    def settle(build: Future[None]) -> Callable[[Future[None]], None]:
+        def done(job: Future[None]) -> None:
+            error = job.exception()
+            build.set_result(None) if error is None else build.set_exception(error)
+        return done
+
+    def build_all() -> None:
+        try:
+            with build_folder(combined.parent) as work:
+                _write_runtime(Path(work))
+                with ThreadPoolExecutor(max_workers=_workers(len(queued))) as pool:
+                    for index, piece in enumerate(queued):
+                        job = pool.submit(_piece_job(compiler, compile_flags, Path(work), index, piece))
+                        job.add_done_callback(settle(started[piece[2]]))
+        except BaseException as error:  # no build folder: each waiter builds its pieces itself
+            for build in started.values():
+                if not build.done():
+                    build.set_exception(error)
+
+    if not queued:
+        return 0
+    threading.Thread(target=build_all, name="ember-kernel-library", daemon=False).start()
+    return len(queued)
+
+
 def _library_step(missing: list[Piece], cache: Path) -> str:
     return f"building the kernel library (once per machine, {len(missing)} pieces, a few seconds; cache {cache})"
 
@@ -174,11 +272,15 @@ def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
         return combined
     if missing:
         step(_library_step(missing, combined.parent.parent))
+        own, background = _BACKGROUND.claim(missing)
         compile_flags = [f for f in flags if f != "-shared"]
         with build_folder(combined.parent) as work:
             _write_runtime(Path(work))
-            _run_parallel([_piece_job(compiler, compile_flags, Path(work), i, piece)
-                           for i, piece in enumerate(missing)])
+            _run_parallel([_piece_job(compiler, compile_flags, Path(work), i, piece) for i, piece in enumerate(own)])
+            late = _BACKGROUND.wait(background)
+            if late:
+                _run_parallel([_piece_job(compiler, compile_flags, Path(work), len(own) + i, piece)
+                               for i, piece in enumerate(late)])
     _combine(compiler, objects, combined)
     return combined
 
@@ -246,9 +348,7 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     own OpenMP runtime (speaks_libgomp_abi). A vendor library that uses
     OpenMP itself names its runtime in link_flags (-fopenmp or -lgomp)."""
     compiler = find_compiler()
-    flags = BASE_FLAGS + target_flags(march) + list(extra_flags or [])
-    if sanitize:
-        flags += ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-O1"]
+    flags = library_flags(extra_flags, sanitize, march)
     objects, runtime, missing = _runtime_plan(
         compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
     pool = _pool_path(compiler, flags) if speaks_libgomp_abi(compiler) else None
@@ -279,10 +379,15 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
         # the pool and the model compile side by side, not the model after the library.
         jobs = [_compile_job([*compiler.split(), *compile_flags, f"-I{work}", "-c", str(path), "-o",
                               str(path.with_suffix(".o"))], work) for path in sources]
-        jobs += [_piece_job(compiler, compile_flags, work, index, piece) for index, piece in enumerate(missing)]
+        own, background = _BACKGROUND.claim(missing)
+        jobs += [_piece_job(compiler, compile_flags, work, index, piece) for index, piece in enumerate(own)]
         if pool is not None and not intact(pool):
             jobs.append(_pool_job(compiler, flags, work, pool))
         _run_parallel(jobs)
+        late = _BACKGROUND.wait(background)
+        if late:  # its background build failed (the compiler's error is reported from here)
+            _run_parallel([_piece_job(compiler, compile_flags, work, len(own) + index, piece)
+                           for index, piece in enumerate(late)])
         if not intact(runtime):
             _combine(compiler, objects, runtime)
         objects_built = [str(path.with_suffix(".o")) for path in sources]

@@ -86,7 +86,7 @@ class DirectLayout:
 
 
 def shallow_scratch_bytes(channels: int, kernel: tuple[int, int], stride_w: int, out_w: int, threads: int) -> int:
-    """Mirror of ember_conv_shallow_scratch_bytes in runtime/ember_conv.c: per thread, the phase
+    """Mirror of ember_conv_shallow_scratch_bytes in runtime/ember_conv_shallow.c: per thread, the phase
     rows of one output row (C * KH * SW rows, each the output row rounded up to whole vectors of
     the widest target plus the kernel's reach, rounded up to whole vectors again)."""
     lanes = MAX_VECTOR_LANES

@@ -300,6 +300,56 @@ static __attribute__((noinline, noclone)) void store_activated(const ember_v16 (
     for (int i = 0; i < mr; i++) memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
 }
 
+/* `finish` on a whole full-width tile in registers, each step's case chosen once per tile
+ * rather than once per vector (the same operations on each value, in the same order): per
+ * vector, every row-count instantiation carried sixteen copies of the activation switch,
+ * most of its code and of gcc's time on it. */
+static inline __attribute__((always_inline)) void finish_tile(ember_v16 (*acc)[2], int mr, const ember_epilogue *ep,
+                                                              long row0, long col0)
+{
+    if (ep->bias && ep->bias_per_row) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < EMBER_MR; i++)
+            if (i < mr) { ember_v16 b = vsplat(ep->bias[row0 + i]); acc[i][0] += b; acc[i][1] += b; }
+    } else if (ep->bias) {
+        ember_v16 b0 = vload(ep->bias + col0), b1 = vload(ep->bias + col0 + 16);
+        #pragma GCC unroll 8
+        for (int i = 0; i < EMBER_MR; i++)
+            if (i < mr) { acc[i][0] += b0; acc[i][1] += b1; }
+    }
+    if (ep->residual) {
+        #pragma GCC unroll 8
+        for (int i = 0; i < EMBER_MR; i++) {
+            if (i < mr) {
+                const float *res = ep->residual + (row0 + i) * ep->ld_residual + col0;
+                acc[i][0] += vload(res);
+                acc[i][1] += vload(res + 16);
+            }
+        }
+    }
+    ember_epilogue act = {0};
+    act.alpha = ep->alpha;
+    act.beta = ep->beta;
+#define EMBER_TILE_ACT(ACT) \
+    act.act = ACT; \
+    _Pragma("GCC unroll 8") \
+    for (int i = 0; i < EMBER_MR; i++) \
+        if (i < mr) { acc[i][0] = finish(acc[i][0], &act, 0, 0); acc[i][1] = finish(acc[i][1], &act, 0, 0); } \
+    break;
+    switch (ep->act) {
+    case EMBER_ACT_NONE: break;
+    case EMBER_ACT_RELU: EMBER_TILE_ACT(EMBER_ACT_RELU)
+    case EMBER_ACT_CLIP: EMBER_TILE_ACT(EMBER_ACT_CLIP)
+    case EMBER_ACT_LEAKY_RELU: EMBER_TILE_ACT(EMBER_ACT_LEAKY_RELU)
+    case EMBER_ACT_HARD_SWISH: EMBER_TILE_ACT(EMBER_ACT_HARD_SWISH)
+    default:
+        #pragma GCC unroll 8
+        for (int i = 0; i < EMBER_MR; i++)
+            if (i < mr) { acc[i][0] = activate_v16(acc[i][0], ep); acc[i][1] = activate_v16(acc[i][1], ep); }
+    }
+#undef EMBER_TILE_ACT
+}
+
 /* One k step of an mr x 32 tile: B's row k (through the offset table where there is one)
  * times A's column k, added into `acc`. */
 static inline __attribute__((always_inline)) void tile_step(
@@ -377,15 +427,7 @@ static inline __attribute__((always_inline)) void tile(
         return;
     }
     if (ncols == EMBER_NR && !(ep && ep->transposed)) {
-        if (ep) {
-            #pragma GCC unroll 8
-            for (int i = 0; i < EMBER_MR; i++) {
-                if (i < mr) {
-                    acc[i][0] = finish(acc[i][0], ep, row0 + i, col0);
-                    acc[i][1] = finish(acc[i][1], ep, row0 + i, col0 + 16);
-                }
-            }
-        }
+        if (ep) finish_tile(acc, mr, ep, row0, col0);
         #pragma GCC unroll 8
         for (int i = 0; i < EMBER_MR; i++) {
             if (i < mr) { vstore(c + i * ldc, acc[i][0]); vstore(c + i * ldc + 16, acc[i][1]); }
