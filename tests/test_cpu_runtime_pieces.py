@@ -19,7 +19,16 @@ import pytest
 
 import ember.backends.cpu.backend as cpu_backend
 import ember.backends.cpu.build as build
-from ember.codegen.runtime_files import PIECES, RUNTIME_SOURCES, pieces, runtime_source, sources_named_by
+from ember.codegen.kernels.layouts import depthwise_kernel
+from ember.codegen.runtime_files import (
+    OPTIONAL_PIECES,
+    PIECES,
+    RUNTIME_SOURCES,
+    pieces,
+    pieces_named_by,
+    runtime_source,
+    sources_named_by,
+)
 from ember.support.errors import EmberError
 from tests.helpers import single_node_graph
 
@@ -40,6 +49,30 @@ def test_a_source_selects_the_files_it_names_and_their_callees():
     assert sources_named_by("ember_winograd_bf16(&g);") == [
         "ember_gemm.c", "ember_winograd.c", "ember_gemm_bf16.c", "ember_winograd_bf16.c"]
     assert sources_named_by("ember_not_a_library_function(); ember_gemmx();") == []
+
+
+def test_a_file_s_optional_pieces_are_linked_where_the_source_names_their_functions():
+    gemm = [("ember_gemm.c", defines) for defines in pieces("ember_gemm.c")]
+    core = ("ember_depthwise.c", ("-DEMBER_DEPTHWISE_PIECE=0",))
+    assert pieces_named_by("ember_depthwise(&g, NULL, w);") == [*gemm, core]
+    assert pieces_named_by("ember_depthwise(&g, ember_dw_3x3_s22, w); ember_depthwise(&g, ember_dw_3x3_s11, w);"
+                           ) == [*gemm, ("ember_depthwise.c", ("-DEMBER_DEPTHWISE_PIECE=1",)), core]
+    assert len(pieces_named_by("ember_depthwise(&g, ember_dw_any_s21, w);")) == len(gemm) + 2
+    assert pieces_named_by("ember_winograd(&g);") == [*gemm, ("ember_winograd.c", ())]
+    # Every optional function is one of its file's pieces, and the file's core piece is not optional.
+    for name, functions in OPTIONAL_PIECES.items():
+        assert set(functions.values()) < set(pieces(name))
+
+
+@pytest.mark.parametrize("kernel, strides, dilations, name", [
+    ((3, 3), (1, 1), (1, 1), "ember_dw_3x3_s11"), ((3, 3), (2, 1), (1, 1), "ember_dw_3x3_s21"),
+    ((5, 5), (2, 2), (1, 1), "ember_dw_5x5_s22"), ((7, 7), (1, 2), (1, 1), "ember_dw_any_s12"),
+    ((1, 3), (1, 1), (1, 1), "ember_dw_any_s11"), ((8, 8), (2, 2), (1, 1), "ember_dw_any_s22"),
+    ((9, 9), (1, 1), (1, 1), "NULL"), ((3, 3), (3, 3), (1, 1), "NULL"), ((3, 3), (1, 1), (2, 2), "NULL"),
+])
+def test_a_depthwise_convolution_names_the_kernel_of_its_taps_and_strides(kernel, strides, dilations, name):
+    assert depthwise_kernel(kernel, strides, dilations) == name
+    assert name == "NULL" or name in OPTIONAL_PIECES["ember_depthwise.c"]
 
 
 def test_piece_keys_change_with_every_input(cache, monkeypatch):
@@ -207,3 +240,14 @@ def test_the_cpu_backend_prebuilds_the_gemm_core_for_graphs_that_need_it(monkeyp
     assert started == []  # sanitized libraries build their own way
     cpu_backend.CpuBackend().begin_compile(matmul)
     assert started == [["ember_gemm.c"]]
+
+
+def test_a_model_builds_only_the_depthwise_kernels_it_names(cache):
+    source = ('#include "ember_gemm.h"\n'
+              "void *probe(void) { return (void *)ember_dw_3x3_s22; }\n"
+              "long probe_bytes(const ember_conv_geom *g) { return ember_depthwise_scratch_bytes(g, 1); }\n")
+    assert ctypes.CDLL(str(build.build_library(source))).probe()
+    compiler, flags = build.find_compiler(), build.library_flags()
+    built = {defines for defines in pieces("ember_depthwise.c")
+             if build.intact(build._piece_path(compiler, flags, "ember_depthwise.c", defines))}
+    assert built == {("-DEMBER_DEPTHWISE_PIECE=0",), ("-DEMBER_DEPTHWISE_PIECE=1",)}

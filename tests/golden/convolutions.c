@@ -55,7 +55,7 @@ EMBER_STEP step6(const uint8_t *restrict W, uint8_t *const *restrict in, uint8_t
         ember_epilogue ep = { .bias = NULL, .bias_per_row = 0, .residual = NULL, .ld_residual = 0, .act = EMBER_ACT_RELU, .alpha = 0x0.0p+0f, .beta = 0x0.0p+0f };
         for (long nb = 0; nb < 1; nb++) {
             ember_conv_geom g = { .x = x + nb * 8192, .C = 32, .H = 16, .W = 16, .KH = 3, .KW = 3, .SH = 2, .SW = 2, .PH = 1, .PW = 1, .DH = 1, .DW = 1, .OH = 8, .OW = 8 };
-            ember_depthwise(&g, ((const float *)(W + 256)), bias, res ? res + nb * 2048 : NULL, y + nb * 2048, &ep, ((float *)(A + 0)), 1);
+            ember_depthwise(&g, ember_dw_3x3_s22, ((const float *)(W + 256)), bias, res ? res + nb * 2048 : NULL, y + nb * 2048, &ep, ((float *)(A + 0)), 1);
         }
     }
     return 0;

@@ -50,6 +50,9 @@ EXPORTS: dict[str, str] = {
     # depthwise convolution
     "ember_depthwise_scratch_bytes": "ember_depthwise.c",
     "ember_depthwise": "ember_depthwise.c",
+    # its kernels specialised to taps and strides (the caller passes one: OPTIONAL_PIECES)
+    **{f"ember_dw_{taps}_s{strides}": "ember_depthwise.c" for taps in ("3x3", "5x5", "any")
+       for strides in ("11", "22", "21", "12")},
     # blocked transposes between NCHW and channel-last
     "ember_transpose_f32": "ember_transpose.c",
     "ember_transpose_f32_threads": "ember_transpose.c",
@@ -100,6 +103,19 @@ PIECES: dict[str, tuple[tuple[str, ...], ...]] = {
                           ("-DEMBER_DEPTHWISE_PIECE=3",), ("-DEMBER_DEPTHWISE_PIECE=0",)),
 }
 
+# Pieces a model links only where its C names one of their functions (a specialised kernel it
+# passes to the file's entry point), function -> its piece's -D flags; a file's other pieces
+# are linked wherever the file is.
+OPTIONAL_PIECES: dict[str, dict[str, tuple[str, ...]]] = {
+    "ember_depthwise.c": {
+        **{f"ember_dw_3x3_s{s}": ("-DEMBER_DEPTHWISE_PIECE=1",) for s in ("11", "22", "21", "12")},
+        **{f"ember_dw_5x5_s{s}": ("-DEMBER_DEPTHWISE_PIECE=2",) for s in ("11", "22")},
+        **{f"ember_dw_5x5_s{s}": ("-DEMBER_DEPTHWISE_PIECE=3",) for s in ("21", "12")},
+        **{f"ember_dw_any_s{s}": ("-DEMBER_DEPTHWISE_PIECE=4",) for s in ("11", "22")},
+        **{f"ember_dw_any_s{s}": ("-DEMBER_DEPTHWISE_PIECE=5",) for s in ("21", "12")},
+    },
+}
+
 _IDENTIFIER = re.compile(r"\bember_\w+\b")
 
 
@@ -126,6 +142,21 @@ def sources_for(functions: set[str] | frozenset[str]) -> list[str]:
             needed.add(name)
             pending.extend(CALLS[name])
     return [name for name in RUNTIME_SOURCES if name in needed]
+
+
+def pieces_named_by(c_text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The pieces of the library a C source needs, (file, -D flags) in library order: those of
+    each file sources_named_by gives, an optional piece only where the text names one of its
+    functions."""
+    names = set(_IDENTIFIER.findall(c_text))
+    needed = []
+    for name in sources_for(names):
+        optional = OPTIONAL_PIECES.get(name, {})
+        for defines in pieces(name):
+            owners = [function for function, flags in optional.items() if flags == defines]
+            if not owners or names.intersection(owners):
+                needed.append((name, defines))
+    return needed
 
 
 def sources_named_by(c_text: str) -> list[str]:

@@ -9,10 +9,11 @@ and one library wins. Entries are verified before use and rebuilt when anything 
 The kernel library (codegen/runtime/) is compiled into objects of its own, one per piece of
 each .c file (runtime_files.PIECES), each keyed by its file, every header of the library, its
 -D flags, the compiler and the flags; missing pieces are compiled in parallel. A model's
-library links one object combining the pieces of the files its C names
-(runtime_files.sources_named_by), keyed by theirs. On a fresh machine a compile may start
-building pieces before its C exists (prebuild_library: the cpu backend does for the GEMM core
-while the graph is optimized), and a build waits for those rather than compiling them twice."""
+library links one object combining the pieces of the files its C names (of a file's optional
+pieces, those whose functions it names: runtime_files.pieces_named_by), keyed by theirs. On a
+fresh machine a compile may start building pieces before its C exists (prebuild_library: the
+cpu backend does for the GEMM core while the graph is optimized), and a build waits for those
+rather than compiling them twice."""
 from __future__ import annotations
 
 import hashlib
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from ember.backends.cpu.cache import build_folder, cache_folder, commit, intact
 from ember.codegen import RUNTIME_SOURCES, runtime_source
-from ember.codegen.runtime_files import pieces, sources_named_by
+from ember.codegen.runtime_files import pieces, pieces_named_by
 from ember.support.errors import EmberError
 from ember.support.progress import step
 
@@ -117,8 +118,13 @@ def _piece_path(compiler: str, flags: list[str], name: str, defines: tuple[str, 
 Piece = tuple[str, tuple[str, ...], Path]  # a library file, its -D flags, its cached object
 
 
-def _pieces_of(compiler: str, flags: list[str], names: list[str]) -> list[Piece]:
-    return [(name, defines, _piece_path(compiler, flags, name, defines)) for name in names for defines in pieces(name)]
+def _every_piece(names: list[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """Every piece of the library files `names` (pieces_named_by gives a model's)."""
+    return [(name, defines) for name in names for defines in pieces(name)]
+
+
+def _pieces_of(compiler: str, flags: list[str], wanted: list[tuple[str, tuple[str, ...]]]) -> list[Piece]:
+    return [(name, defines, _piece_path(compiler, flags, name, defines)) for name, defines in wanted]
 
 
 def library_is_built(march: str | None = None) -> bool:
@@ -126,7 +132,8 @@ def library_is_built(march: str | None = None) -> bool:
     it is not, a compile first builds the pieces its model needs (seconds; tools say so)."""
     compiler = find_compiler()
     names = [name for name in RUNTIME_SOURCES if name.endswith(".c")]
-    return all(intact(obj) for _, _, obj in _pieces_of(compiler, BASE_FLAGS + target_flags(march), names))
+    return all(intact(obj) for _, _, obj in _pieces_of(compiler, BASE_FLAGS + target_flags(march),
+                                                       _every_piece(names)))
 
 
 def _workers(count: int) -> int:
@@ -155,13 +162,14 @@ def _compile_job(command: list[str], cwd: Path) -> Callable[[], None]:
     return lambda: _run_compiler(command, cwd=cwd)
 
 
-def _runtime_plan(compiler: str, flags: list[str], names: list[str]) -> tuple[list[Path], Path, list[Piece]]:
-    """For the kernel library's files `names`: their pieces' objects, the object combining
-    them, and the pieces still to build (none where the combined object is cached)."""
-    wanted = _pieces_of(compiler, flags, names)
-    objects = [obj for _, _, obj in wanted]
+def _runtime_plan(compiler: str, flags: list[str], wanted: list[tuple[str, tuple[str, ...]]],
+                  ) -> tuple[list[Path], Path, list[Piece]]:
+    """For the kernel library's pieces `wanted` (file, -D flags): their objects, the object
+    combining them, and the pieces still to build (none where the combined object is cached)."""
+    wanted_pieces = _pieces_of(compiler, flags, wanted)
+    objects = [obj for _, _, obj in wanted_pieces]
     combined = _combined_path(compiler, flags, objects)
-    missing = [] if intact(combined) else [piece for piece in wanted if not intact(piece[2])]
+    missing = [] if intact(combined) else [piece for piece in wanted_pieces if not intact(piece[2])]
     return objects, combined, missing
 
 
@@ -230,7 +238,7 @@ def prebuild_library(names: list[str], flags: list[str]) -> int:
     pipeline. build_library waits for them where its model needs them; a piece no model of the
     process needs finishes before the process exits (it is cached for the next)."""
     compiler = find_compiler()
-    _, combined, missing = _runtime_plan(compiler, flags, names)
+    _, combined, missing = _runtime_plan(compiler, flags, _every_piece(names))
     started = _BACKGROUND.start(missing)
     queued = [piece for piece in missing if piece[2] in started]
     compile_flags = [f for f in flags if f != "-shared"]
@@ -267,7 +275,7 @@ def _library_step(missing: list[Piece], cache: Path) -> str:
 def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
     """The combined object of the kernel library's files `names` on its own (its missing
     pieces built in parallel, then combined): what build_library links, where it needs it."""
-    objects, combined, missing = _runtime_plan(compiler, flags, names)
+    objects, combined, missing = _runtime_plan(compiler, flags, _every_piece(names))
     if intact(combined):
         return combined
     if missing:
@@ -350,7 +358,7 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
     compiler = find_compiler()
     flags = library_flags(extra_flags, sanitize, march)
     objects, runtime, missing = _runtime_plan(
-        compiler, flags, sources_named_by("\n".join([source, *(extra_sources or {}).values()])))
+        compiler, flags, pieces_named_by("\n".join([source, *(extra_sources or {}).values()])))
     pool = _pool_path(compiler, flags) if speaks_libgomp_abi(compiler) else None
     extras = dict(sorted((extra_sources or {}).items()))
     links = list(link_flags or [])

@@ -41,6 +41,7 @@ from ember.codegen.kernels.layouts import (
     PixelRowsLayout,
     Winograd4Layout,
     WinogradLayout,
+    depthwise_kernel,
     depthwise_scratch_bytes,
     shallow_scratch_bytes,
     taps_scratch_bytes,
@@ -172,7 +173,8 @@ def emit_conv_depthwise(em: Emitter, instr: Instr) -> str:
     w = s.writer(em).line(s.epilogue().c_init())
     with w.block(f"for (long nb = 0; nb < {s.n_batch}; nb++)"):
         w.line(s.geometry("g", f"x + nb * {image}", all_channels=True))
-        w.call("ember_depthwise", "&g", em.pointer(s.w, const=True), "bias", f"res ? res + nb * {plane} : NULL",
+        w.call("ember_depthwise", "&g", depthwise_kernel((s.kh, s.kw), (s.sh, s.sw), (s.dh, s.dw)),
+               em.pointer(s.w, const=True), "bias", f"res ? res + nb * {plane} : NULL",
                f"y + nb * {plane}", "&ep", em.scratch(instr), param(instr, "threads", 1))
     return w.text()
 

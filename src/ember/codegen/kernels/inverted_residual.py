@@ -33,7 +33,15 @@ from ember.codegen.c_writer import CWriter
 from ember.codegen.emitter import Emitter, param
 from ember.codegen.kernels.depthwise_nhwc import DEPTHWISE_NHWC, DEPTHWISE_NHWC_C, LANES, depthwise_taps
 from ember.codegen.kernels.gemm import Epilogue, gemm_call
-from ember.codegen.kernels.layouts import MR, NR, depthwise_scratch_bytes, pack_panels, pad_to_panels, threads_for
+from ember.codegen.kernels.layouts import (
+    MR,
+    NR,
+    depthwise_kernel,
+    depthwise_scratch_bytes,
+    pack_panels,
+    pad_to_panels,
+    threads_for,
+)
 from ember.codegen.kernels.registry import KernelOptions, KernelPlan, OpView
 from ember.codegen.kernels.table import C_KERNELS
 from ember.lir.ir import Buffer, Instr
@@ -374,7 +382,8 @@ def _emit_bands(em: Emitter, instr: Instr, s: _Block, threads: int) -> str:
                    f"ember_conv_geom g = {{ .x = e, .C = {ce}, .H = r1 - r0, .W = {s.w}, .KH = {s.kh}, "
                    f".KW = {s.kw}, .SH = {stride}, .SW = {a.strides[1]}, .PH = r0 - (i0 * {stride} - {pad}), "
                    f".PW = {a.pads[1]}, .DH = 1, .DW = 1, .OH = i1 - i0, .OW = {s.ow} }};",
-                   f"ember_depthwise(&g, {pointer(s.w_depthwise)}, {pointer(s.b_depthwise)}, NULL, d, "
+                   f"ember_depthwise(&g, {depthwise_kernel((s.kh, s.kw), (stride, a.strides[1]))}, "
+                   f"{pointer(s.w_depthwise)}, {pointer(s.b_depthwise)}, NULL, d, "
                    f"&ep_depthwise, dw_scratch, 1);",
                    Epilogue(bias=pointer(s.b_project), bias_per_row=True,
                             residual=f"rn ? rn + i0 * {s.ow} : NULL", ld_residual=out_pixels,

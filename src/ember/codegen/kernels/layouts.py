@@ -268,6 +268,18 @@ DEPTHWISE_BLOCKED_MAX_OW = 8
 DEPTHWISE_BLOCKED_MAX_PIXELS = 4096
 
 
+def depthwise_kernel(kernel: tuple[int, int], strides: tuple[int, int], dilations: tuple[int, int] = (1, 1)) -> str:
+    """The specialised kernel of runtime/ember_depthwise.c a depthwise convolution of these
+    taps and strides passes to ember_depthwise (ember_gemm.h), as C: "NULL" where it has none
+    (mirror of the library's dw_direct: strides of 1 or 2, no dilation, taps up to 8x8). The
+    name also makes the build link that kernel's piece of the library, and only that."""
+    (kh, kw), (sh, sw) = kernel, strides
+    if dilations != (1, 1) or sh not in (1, 2) or sw not in (1, 2) or kh > 8 or kw > 8:
+        return "NULL"
+    taps = "3x3" if kernel == (3, 3) else "5x5" if kernel == (5, 5) else "any"
+    return f"ember_dw_{taps}_s{sh}{sw}"
+
+
 def depthwise_scratch_bytes(out_hw: tuple[int, int], kernel: tuple[int, int] = (1, 1),
                             strides: tuple[int, int] = (1, 1), dilations: tuple[int, int] = (1, 1),
                             threads: int = 1) -> int:

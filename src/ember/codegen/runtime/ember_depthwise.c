@@ -23,18 +23,17 @@
 
 /* The cpu backend compiles this file in pieces, in parallel, defining EMBER_DEPTHWISE_PIECE: 0
  * for everything but the kernels specialised to a tap size and stride pair, or one family of
- * those (DW_KERNELS_*; then hidden functions of the library rather than static ones). Whole,
- * gcc took 7.2 s on this file, the longest piece of the library, and a MobileNet's first
- * compile on a fresh machine waited for it. Without it (bundles, tests) the file is whole. As in ember_gemm.c, every piece compiles the same code as
- * the whole file: the kernels crossing pieces are `noipa`. */
+ * those (DW_KERNELS_*). Whole, gcc took 7.2 s on this file, the longest piece of the library;
+ * and a model links only the families whose kernels its C names (the caller passes the kernel,
+ * runtime_files.OPTIONAL_PIECES): MobileNetV2 needs the 3x3 family alone. Without it (bundles,
+ * tests) the file is whole. As in ember_gemm.c, every piece compiles the same code as the
+ * whole file: the kernels crossing pieces are `noipa`. */
 #ifdef EMBER_DEPTHWISE_PIECE
 #define DW_CORE (EMBER_DEPTHWISE_PIECE == 0)
 #define DW_KERNELS(family) (EMBER_DEPTHWISE_PIECE == (family))
-#define DW_LINKAGE __attribute__((visibility("hidden")))
 #else
 #define DW_CORE 1
 #define DW_KERNELS(family) 1
-#define DW_LINKAGE static
 #endif
 #define DW_KERNELS_3X3 1       /* 3x3 taps, every stride pair */
 #define DW_KERNELS_5X5_EQUAL 2 /* 5x5 taps, strides 1x1 and 2x2 */
@@ -259,7 +258,7 @@ dw_tail_rows(const ember_conv_geom *g, const long KH, const long KW, const long 
  * the others (at most DW_MASKED_COLUMNS, else the general path runs) take masked windows,
  * whose masks depend on the column alone, so they are computed once a call. */
 #define DW_MASKED_COLUMNS 8
-typedef struct {
+typedef struct ember_dw_columns {
     long j_in, j_out;
     int masked;
     long j[DW_MASKED_COLUMNS];
@@ -349,18 +348,11 @@ static void dw_channel_general(const ember_conv_geom *g, const float *xc, const 
 
 /* One out-of-line copy of dw_channel_direct per specialisation, so that each is compiled
  * and laid out on its own (inlined into one dispatcher, adding the unequal strides slowed the
- * 5x5 stride-1 copy by 20%). */
-#define DW_KERNEL_PARAMS \
-    const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc, const float *rc, \
-    const ember_epilogue *ep, const dw_columns *cols
+ * 5x5 stride-1 copy by 20%). They are the library's functions (declared in ember_gemm.h), not
+ * exported from a model's library: the model passes the one its geometry takes. */
 #define DW_SPECIALISED(name, kh, kw, sh, sw) \
-    DW_LINKAGE __attribute__((noinline, noipa)) void name(DW_KERNEL_PARAMS) \
+    __attribute__((visibility("hidden"), noinline, noipa)) void name(EMBER_DW_KERNEL_PARAMS) \
     { dw_channel_direct(g, kh, kw, sh, sw, xc, wc, b0, yc, rc, ep, cols); }
-DW_LINKAGE void ember_dw_3x3_s11(DW_KERNEL_PARAMS), ember_dw_3x3_s22(DW_KERNEL_PARAMS),
-    ember_dw_3x3_s21(DW_KERNEL_PARAMS), ember_dw_3x3_s12(DW_KERNEL_PARAMS), ember_dw_5x5_s11(DW_KERNEL_PARAMS),
-    ember_dw_5x5_s22(DW_KERNEL_PARAMS), ember_dw_5x5_s21(DW_KERNEL_PARAMS), ember_dw_5x5_s12(DW_KERNEL_PARAMS),
-    ember_dw_any_s11(DW_KERNEL_PARAMS), ember_dw_any_s22(DW_KERNEL_PARAMS), ember_dw_any_s21(DW_KERNEL_PARAMS),
-    ember_dw_any_s12(DW_KERNEL_PARAMS);
 #if DW_KERNELS(DW_KERNELS_3X3)
 DW_SPECIALISED(ember_dw_3x3_s11, 3, 3, 1, 1)
 DW_SPECIALISED(ember_dw_3x3_s22, 3, 3, 2, 2)
@@ -385,26 +377,6 @@ DW_SPECIALISED(ember_dw_any_s12, g->KH, g->KW, 1, 2)
 #endif
 
 #if DW_CORE
-static void dw_channel(const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc,
-                       const float *rc, const ember_epilogue *ep, const dw_columns *cols)
-{
-    /* 3x3 and 5x5 taps get kernels specialised to every stride pair (MobileNets' equal ones,
-     * text recognisers' 2x1 and 1x2: PP-LCNet's ran 2x slower per tap unspecialised); other
-     * sizes one per stride pair. */
-    static void (*const kernels[3][2][2])(const ember_conv_geom *, const float *, const float *, float, float *,
-                                         const float *, const ember_epilogue *, const dw_columns *) = {
-        {{ember_dw_3x3_s11, ember_dw_3x3_s12}, {ember_dw_3x3_s21, ember_dw_3x3_s22}},
-        {{ember_dw_5x5_s11, ember_dw_5x5_s12}, {ember_dw_5x5_s21, ember_dw_5x5_s22}},
-        {{ember_dw_any_s11, ember_dw_any_s12}, {ember_dw_any_s21, ember_dw_any_s22}},
-    };
-    if (!cols) {
-        dw_channel_general(g, xc, wc, b0, yc, rc, ep);
-        return;
-    }
-    int taps = g->KH == 3 && g->KW == 3 ? 0 : (g->KH == 5 && g->KW == 5 ? 1 : 2);
-    kernels[taps][g->SH - 1][g->SW - 1](g, xc, wc, b0, yc, rc, ep, cols);
-}
-
 #ifdef DW_BLOCK
 
 /* Channels [0, nch) of x (planes of H x W) into pad[(PH + h) * Wp + PW + w][16]. */
@@ -494,8 +466,8 @@ static void dw_block(const ember_conv_geom *g, long c0, int nch, const float *w,
 }
 #endif
 
-void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
-                     float *y, const ember_epilogue *ep, float *scratch, int nthreads)
+void ember_depthwise(const ember_conv_geom *g, ember_dw_kernel kernel, const float *w, const float *bias,
+                     const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads)
 {
     long plane = g->OH * g->OW, taps = g->KH * g->KW;
 #ifdef DW_BLOCK
@@ -516,11 +488,16 @@ void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias
      * split its channels the same way. Two depthwise convolutions in a row (144 channels,
      * 56x56) ran the second in 88 us split so, 101 us taking 4 channels at a time as they
      * came, and 134 us split by output rows (Xeon, 2 threads; 188 us on one). */
+    /* The specialised kernel where g's columns plan (3x3 and 5x5 taps get kernels of their own
+     * for every stride pair: MobileNets' equal ones, text recognisers' 2x1 and 1x2, where
+     * PP-LCNet's ran 2x slower per tap unspecialised; other sizes one per stride pair). */
     dw_columns columns;
-    const dw_columns *cols = dw_direct(g) && dw_plan_columns(g, &columns) ? &columns : NULL;
+    const dw_columns *cols = kernel && dw_direct(g) && dw_plan_columns(g, &columns) ? &columns : NULL;
     #pragma omp parallel for num_threads(nthreads) schedule(static) if(nthreads > 1 && g->C > 1)
-    for (long c = 0; c < g->C; c++)
-        dw_channel(g, g->x + c * g->H * g->W, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane,
-                   residual ? residual + c * plane : NULL, ep, cols);
+    for (long c = 0; c < g->C; c++) {
+        const float *xc = g->x + c * g->H * g->W, *rc = residual ? residual + c * plane : NULL;
+        if (cols) kernel(g, xc, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane, rc, ep, cols);
+        else dw_channel_general(g, xc, w + c * taps, bias ? bias[c] : 0.0f, y + c * plane, rc, ep);
+    }
 }
 #endif

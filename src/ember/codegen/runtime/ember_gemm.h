@@ -103,10 +103,28 @@ void ember_transpose_f32(const float *src, long rows, long cols, long lds, float
 void ember_transpose_f32_threads(const float *src, long rows, long cols, long lds, float *dst, long ldd, int nthreads);
 void ember_finish_span_threads(float *y, const float *residual, long n, const ember_epilogue *ep, int nthreads);
 
-/* Depthwise convolution of one image: one input and one output channel per group.
- * `scratch` holds ember_depthwise_scratch_bytes(g, nthreads) bytes. */
-void ember_depthwise(const ember_conv_geom *g, const float *w, const float *bias, const float *residual,
-                     float *y, const ember_epilogue *ep, float *scratch, int nthreads);
+/* Depthwise convolution's kernels specialised to a tap size and a stride pair (ember_depthwise.c:
+ * 3x3 and 5x5 taps, any other size up to 8x8; strides 1 or 2 each way). The caller picks the
+ * one for its geometry (codegen/kernels/layouts.py depthwise_kernel), which also names it to
+ * the build: a model links only the kernels it uses. */
+struct ember_dw_columns;
+#define EMBER_DW_KERNEL_PARAMS \
+    const ember_conv_geom *g, const float *xc, const float *wc, float b0, float *yc, const float *rc, \
+    const ember_epilogue *ep, const struct ember_dw_columns *cols
+typedef void (*ember_dw_kernel)(EMBER_DW_KERNEL_PARAMS);
+void ember_dw_3x3_s11(EMBER_DW_KERNEL_PARAMS), ember_dw_3x3_s22(EMBER_DW_KERNEL_PARAMS),
+    ember_dw_3x3_s21(EMBER_DW_KERNEL_PARAMS), ember_dw_3x3_s12(EMBER_DW_KERNEL_PARAMS),
+    ember_dw_5x5_s11(EMBER_DW_KERNEL_PARAMS), ember_dw_5x5_s22(EMBER_DW_KERNEL_PARAMS),
+    ember_dw_5x5_s21(EMBER_DW_KERNEL_PARAMS), ember_dw_5x5_s12(EMBER_DW_KERNEL_PARAMS),
+    ember_dw_any_s11(EMBER_DW_KERNEL_PARAMS), ember_dw_any_s22(EMBER_DW_KERNEL_PARAMS),
+    ember_dw_any_s21(EMBER_DW_KERNEL_PARAMS), ember_dw_any_s12(EMBER_DW_KERNEL_PARAMS);
+
+/* Depthwise convolution of one image: one input and one output channel per group. `kernel`:
+ * the specialised kernel of g's taps and strides, or NULL where g has none (strides past 2,
+ * dilation, taps past 8x8: the general path). `scratch` holds
+ * ember_depthwise_scratch_bytes(g, nthreads) bytes. */
+void ember_depthwise(const ember_conv_geom *g, ember_dw_kernel kernel, const float *w, const float *bias,
+                     const float *residual, float *y, const ember_epilogue *ep, float *scratch, int nthreads);
 long ember_depthwise_scratch_bytes(const ember_conv_geom *g, int nthreads);
 
 /* Direct convolution (equal strides, no dilation) of one image group; `a` holds the weights
