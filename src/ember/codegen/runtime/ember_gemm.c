@@ -92,14 +92,21 @@ void ember_finish_span(float *y, const float *residual, long n, const ember_epil
 
 #endif
 
+/* The tiles' out-of-line helpers (stores through memory, activations without a vector case)
+ * are defined once, in the core piece, where the file is compiled in pieces (hidden functions
+ * then, `noipa` as the tiles are): each tile piece compiled its own copies before, 0.2 s of gcc
+ * a piece. They are not specialised per row count either: a copy for the constant mr of each
+ * tile function (gcc's choice) bought nothing measurable and cost 40% of the tiles' compile
+ * time. */
+#define EMBER_TILE_HELPER EMBER_TILE_LINKAGE __attribute__((noinline, noipa, unused))
+
 /* A finished tile held in memory (`out`, 32 floats a row) into C's rows (or columns, when
- * transposed), bias, residual and activation applied on the way. This and the tiles' other
- * out-of-line stores are noclone: a copy specialised for each row count (gcc's choice, for
- * the constant mr of each tile function) bought nothing measurable and cost 40% of the
- * tiles' compile time. */
-static __attribute__((noinline, noclone, unused)) void store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc,
-                                                                  int ncols, const ember_epilogue *ep, long row0,
-                                                                  long col0)
+ * transposed), bias, residual and activation applied on the way. */
+EMBER_TILE_HELPER void ember_tile_store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols,
+                                             const ember_epilogue *ep, long row0, long col0);
+#if EMBER_GEMM_CORE
+EMBER_TILE_HELPER void ember_tile_store_rows(float (*out)[EMBER_NR], int mr, float *c, long ldc, int ncols,
+                                             const ember_epilogue *ep, long row0, long col0)
 {
     if (ep && ep->transposed) {  /* c points at (row0, col0) of the transposed C */
         /* Bias (per column), residual (read transposed) and activation on the tile in memory,
@@ -130,6 +137,7 @@ static __attribute__((noinline, noclone, unused)) void store_rows(float (*out)[E
                               ncols, ep);
     }
 }
+#endif
 
 /* Tile columns [s, s + run) lie on one row of the output grid (see ember_epilogue.grid_w);
  * the first `kept` of them are output columns, stored from output position `at` on. Returns
@@ -164,7 +172,7 @@ typedef struct {
 #define EMBER_PORTABLE_TILE 1
 #endif
 
-#if !defined(EMBER_PORTABLE_TILE) && EMBER_GEMM_ANY_TILES
+#if !defined(EMBER_PORTABLE_TILE)
 /* The AVX-512 tile: here ember_vn is ember_v16 (see ember_simd.h). */
 
 /* Bias, residual and activation on one 16-wide vector of row `row`, columns [col, col + 16),
@@ -200,13 +208,16 @@ static inline int activated_in_memory(int act)
 
 /* Such an activation on one vector, out of line (the tiles' register allocation stays as
  * without it). */
-static __attribute__((noinline)) ember_v16 activate_v16(ember_v16 v, const ember_epilogue *ep)
+EMBER_TILE_HELPER ember_v16 ember_tile_activate_v16(ember_v16 v, const ember_epilogue *ep);
+#if EMBER_GEMM_CORE
+EMBER_TILE_HELPER ember_v16 ember_tile_activate_v16(ember_v16 v, const ember_epilogue *ep)
 {
     float tmp[16];
     vstore(tmp, v);
     ember_finish_span(tmp, NULL, 16, ep);
     return vload(tmp);
 }
+#endif
 
 /* A grid tile's bias (per row) and activation, once per vector with the activation's case
  * chosen once per tile: per stored vector, as the runs below would, it cost the direct
@@ -239,8 +250,11 @@ static inline void finish_grid_tile(const ember_v16 (*acc)[2], int mr, const emb
 
 /* The tile's rows onto the output grid: each run's kept columns are contiguous in C, so they
  * go out as masked vector stores, the residual coming in the same way. */
-static __attribute__((noinline, noclone)) void store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
-                       const ember_epilogue *ep, long row0, long col0)
+EMBER_TILE_HELPER void ember_tile_store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+                                             const ember_epilogue *ep, long row0, long col0);
+#if EMBER_GEMM_CORE
+EMBER_TILE_HELPER void ember_tile_store_grid(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+                                             const ember_epilogue *ep, long row0, long col0)
 {
     float *row_base = c - col0;  /* C's columns are output positions from here on */
     /* Without a residual the tile is finished once, before the runs (finish_grid_tile); with
@@ -268,20 +282,23 @@ static __attribute__((noinline, noclone)) void store_grid(const ember_v16 (*acc)
                 } else {
                     v = acc[i][h] + vn_load_masked(ep->residual + (row0 + i) * ep->ld_residual + lane0, mask);
                     v = finish(v, &rest, row0 + i, lane0);
-                    if (act_after) v = activate_v16(v, ep);
+                    if (act_after) v = ember_tile_activate_v16(v, ep);
                 }
                 vn_store_masked(row_base + i * ldc + lane0, mask, v);
             }
         }
     }
 }
+#endif
 
 /* The tile with such an activation, through memory: bias and residual added, then the
  * activation as one vector loop over the whole tile (mr x 32 independent values:
  * ember_finish_span), then stored. */
-static __attribute__((noinline, noclone)) void store_activated(const ember_v16 (*acc)[2], int mr, float *c, long ldc,
-                                                               int ncols, const ember_epilogue *ep, long row0,
-                                                               long col0)
+EMBER_TILE_HELPER void ember_tile_store_activated(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+                                                  const ember_epilogue *ep, long row0, long col0);
+#if EMBER_GEMM_CORE
+EMBER_TILE_HELPER void ember_tile_store_activated(const ember_v16 (*acc)[2], int mr, float *c, long ldc, int ncols,
+                                                  const ember_epilogue *ep, long row0, long col0)
 {
     float out[EMBER_MR][EMBER_NR];
     for (int i = 0; i < mr; i++) {
@@ -299,6 +316,7 @@ static __attribute__((noinline, noclone)) void store_activated(const ember_v16 (
     ember_finish_span(&out[0][0], NULL, (long)mr * EMBER_NR, ep);
     for (int i = 0; i < mr; i++) memcpy(c + i * ldc, out[i], (size_t)ncols * sizeof(float));
 }
+#endif
 
 /* `finish` on a whole full-width tile in registers, each step's case chosen once per tile
  * rather than once per vector (the same operations on each value, in the same order): per
@@ -345,7 +363,7 @@ static inline __attribute__((always_inline)) void finish_tile(ember_v16 (*acc)[2
     default:
         #pragma GCC unroll 8
         for (int i = 0; i < EMBER_MR; i++)
-            if (i < mr) { acc[i][0] = activate_v16(acc[i][0], ep); acc[i][1] = activate_v16(acc[i][1], ep); }
+            if (i < mr) { acc[i][0] = ember_tile_activate_v16(acc[i][0], ep); acc[i][1] = ember_tile_activate_v16(acc[i][1], ep); }
     }
 #undef EMBER_TILE_ACT
 }
@@ -422,8 +440,8 @@ static inline __attribute__((always_inline)) void tile(
         #pragma GCC unroll 8
         for (int i = 0; i < EMBER_MR; i++)
             if (i < mr) { held[i][0] = acc[i][0]; held[i][1] = acc[i][1]; }
-        if (ep->grid_w) store_grid((const ember_v16 (*)[2])held, mr, c, ldc, ncols, ep, row0, col0);
-        else store_activated((const ember_v16 (*)[2])held, mr, c, ldc, ncols, ep, row0, col0);
+        if (ep->grid_w) ember_tile_store_grid((const ember_v16 (*)[2])held, mr, c, ldc, ncols, ep, row0, col0);
+        else ember_tile_store_activated((const ember_v16 (*)[2])held, mr, c, ldc, ncols, ep, row0, col0);
         return;
     }
     if (ncols == EMBER_NR && !(ep && ep->transposed)) {
@@ -439,7 +457,7 @@ static inline __attribute__((always_inline)) void tile(
         vstore(out[i], acc[i][0]);
         vstore(out[i] + 16, acc[i][1]);
     }
-    store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
+    ember_tile_store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
 }
 
 /* The half-width tiles (a last panel of at most 16 columns), one function per row count: out of
@@ -557,7 +575,7 @@ static void tile_portable(int mr, long kc, const float *a, long a_rs, long a_ks,
         }
     }
     if (!(ep && ep->grid_w)) {
-        store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
+        ember_tile_store_rows(out, mr, c, ldc, ncols, ep, row0, col0);
         return;
     }
     /* Onto the output grid: the kept columns of each run, then their epilogue. */
