@@ -1,9 +1,10 @@
 """The GEMM core's tiles at the edges of their shapes (runtime/ember_gemm.c): a last panel of at
 most 16 columns takes the half-width tile, others the full one; rows 1..8 per tile (1 and 2
 take the split-k path); every epilogue (bias, residual, activation on registers or through
-memory, Gelu's vectorized one among them) on both. FullyConnected with packed weights,
-MatMul with B read in place (its tail panel packed at run time), and small convolutions
-whose pixel count leaves a narrow last panel, each against the interpreter."""
+memory, Gelu's vectorized one among them) on both. FullyConnected with packed weights, MatMul
+with B read in place (its tail panel packed at run time), and small convolutions whose pixel
+count leaves a narrow last panel, each against the interpreter; the half tiles of every row
+count called directly, C row-major and transposed."""
 from __future__ import annotations
 
 import numpy as np
@@ -46,7 +47,8 @@ def _fc_graph(m: int, k: int, n: int, activation: str | None, residual: bool):
 
 
 # (M, K, N): N % 32 in 1..16 takes the half-width tile for its last panel, 0 or 17..31 not.
-SHAPES = [(1, 64, 10), (2, 33, 16), (3, 7, 1), (8, 64, 10), (9, 5, 42), (13, 40, 17), (16, 3, 48), (5, 70, 32)]
+SHAPES = [(1, 64, 10), (2, 33, 16), (3, 7, 1), (8, 64, 10), (9, 5, 42), (13, 40, 17), (16, 3, 48), (5, 70, 32),
+          (7, 20, 10), (6, 9, 40), (13, 40, 12), (15, 16, 5)]
 
 
 @pytest.mark.parametrize("m,k,n", SHAPES)
@@ -144,3 +146,45 @@ def test_pointwise_b_is_copied_only_where_rows_alias_and_panels_are_deep():
     assert pointwise_b(32 * 32, 96) == "panels" and pointwise_b(48 * 64, 480) == "panels"
     assert pointwise_b(32 * 32, 32) == "direct"  # shallow panels fit the sets they share
     assert pointwise_b(56 * 56, 144) == pointwise_b(12 * 40, 480) == pointwise_b(8 * 32, 480) == "direct"
+
+
+HALF_TILES = r"""
+#include "ember_gemm.h"
+/* C = A B + bias + residual, relu; A row-major M x K, B row-major K x N read in place. */
+void run(long M, long N, long K, const float *a, const float *b, const float *bias, int per_row,
+         const float *residual, int transposed, float *c, float *scratch)
+{
+    ember_epilogue ep = { .bias = bias, .bias_per_row = per_row, .residual = residual,
+                          .ld_residual = transposed ? M : N, .act = EMBER_ACT_RELU, .transposed = transposed };
+    ember_gemm(M, N, K, a, K, 1, EMBER_MR * K, NULL, NULL, NULL, b, N, NULL, c, transposed ? M : N, &ep, scratch, 1);
+}
+"""
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_half_tiles_of_every_row_count_store_where_their_rows_go(transposed):
+    """Every edge row count against a last panel of at most 16 columns: bias per row or per
+    column, a residual, C row-major or transposed (where each tile's rows land in C)."""
+    import ctypes
+
+    from ember.backends.cpu.build import build_library
+
+    library = ctypes.CDLL(str(build_library(HALF_TILES)))
+    pointer = ctypes.POINTER(ctypes.c_float)
+    rng = np.random.default_rng(3)
+    for m in range(1, 17):
+        n, k = 42, 19  # a full panel, then 10 columns
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+        per_row = not transposed and m % 2 == 1
+        bias = rng.standard_normal(m if per_row else n).astype(np.float32)
+        residual = rng.standard_normal((m, n)).astype(np.float32)
+        expected = np.maximum(a @ b + (bias[:, None] if per_row else bias) + residual, 0)
+        stored = np.ascontiguousarray(residual.T) if transposed else residual
+        c = np.full((n, m) if transposed else (m, n), np.nan, np.float32)
+        scratch = np.zeros(1 << 16, np.float32)
+        library.run(ctypes.c_long(m), ctypes.c_long(n), ctypes.c_long(k),
+                    *(x.ctypes.data_as(pointer) for x in (a, b, bias)), ctypes.c_int(per_row),
+                    stored.ctypes.data_as(pointer), ctypes.c_int(transposed), c.ctypes.data_as(pointer),
+                    scratch.ctypes.data_as(pointer))
+        got = c.T if transposed else c
+        assert relative_error(got, expected) <= 1e-5, m
