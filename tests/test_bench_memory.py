@@ -1,5 +1,6 @@
-"""Memory: the weight blob is laid out page-aligned once and the native program runs it in
-place (one copy of the packed weights, not two); results are unchanged."""
+"""Memory: the weight blob is laid out page-aligned once (on a huge page from 2 MB up) and the
+native program runs it in place (one copy of the packed weights, not two); results are
+unchanged."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 import ember
 from ember.backends.cpu.backend import CpuBackend
 from ember.backends.cpu.native import NativeProgram
-from ember.codegen.emitter import BLOB_ALIGN, WeightBlob, page_aligned_zeros
+from ember.codegen.emitter import BLOB_ALIGN, HUGE_PAGE, WeightBlob, page_aligned_zeros
 from ember.driver import load_model, prepare_program
 from tests.conftest import EXAMPLES
 
@@ -22,9 +23,12 @@ def _program():
 
 
 def test_page_aligned_zeros():
-    for size in (1, 64, 4097):
+    for size in (1, 64, 4097, HUGE_PAGE, 5 * HUGE_PAGE + 12345):
         block = page_aligned_zeros(size)
         assert block.ctypes.data % BLOB_ALIGN == 0 and block.size == size and not block.any()
+        assert size < HUGE_PAGE or block.ctypes.data % HUGE_PAGE == 0  # huge pages can back it
+        block[:] = 7  # writable, all of it
+        assert block.sum() == 7 * size
 
 
 def test_weight_blob_is_page_aligned_with_each_weight_at_its_offset():
