@@ -9,8 +9,9 @@ import pytest
 import ember
 from ember.backends.cpu.backend import CpuBackend
 from ember.backends.cpu.native import NativeProgram
-from ember.codegen.emitter import BLOB_ALIGN, HUGE_PAGE, WeightBlob, page_aligned_zeros
+from ember.codegen.emitter import BLOB_ALIGN, WeightBlob, page_aligned_zeros
 from ember.driver import load_model, prepare_program
+from ember.support.heap import HUGE_PAGE
 from tests.conftest import EXAMPLES
 
 LENET = str(EXAMPLES / "lenet.onnx")

@@ -16,9 +16,7 @@ node (sanitized: model names never reach the source raw). Output is deterministi
 program and options give the same bytes."""
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import mmap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +26,7 @@ from ember.codegen.c_types import c_type
 from ember.codegen.c_writer import CWriter
 from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, OperandKind, Program, resolve_address
 from ember.support.errors import EmberError
-from ember.support.heap import release_freed_memory
+from ember.support.heap import HUGE_PAGE, huge_page_zeros, release_freed_memory
 from ember.support.names import sanitize_identifier
 
 if TYPE_CHECKING:
@@ -96,23 +94,14 @@ _TRIM_EVERY_BYTES = 8 << 20
 BLOB_ALIGN = 4096
 
 
-HUGE_PAGE = 2 << 20
-
-
 def page_aligned_zeros(nbytes: int) -> np.ndarray:
-    """`nbytes` zero bytes starting on a BLOB_ALIGN boundary. From a huge page up, on a huge
-    page boundary of private memory the kernel is asked to back with transparent huge pages
-    (Linux, where THP is `madvise` or `always`): the native code runs its weights in place from
-    this blob, and GEMV-like models read all of them every step, a TLB miss every 4 KB page
-    otherwise (Xeon, 1 thread, bench/ab_revisions.py: GRU 0.93x, MLP 0.94x, BERT 0.98x,
-    MobileNetV2 0.98x the time; ResNet-18 within its noise, 0.98-1.02x)."""
-    if nbytes >= HUGE_PAGE and hasattr(mmap, "MADV_HUGEPAGE"):
-        region = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        raw = np.frombuffer(region, np.uint8)  # zeros, and the array keeps the mapping alive
-        start = (-raw.ctypes.data) % HUGE_PAGE
-        with contextlib.suppress(OSError):  # no THP in this kernel: 4 KB pages, as np.zeros gives
-            region.madvise(mmap.MADV_HUGEPAGE, start, nbytes // mmap.PAGESIZE * mmap.PAGESIZE)
-        return raw[start:start + nbytes]
+    """`nbytes` zero bytes starting on a BLOB_ALIGN boundary, from a huge page up on huge pages
+    (support/heap.py): the native code runs its weights in place from this blob, and GEMV-like
+    models read all of them every step, a TLB miss every 4 KB page otherwise (Xeon, 1 thread,
+    bench/ab_revisions.py: GRU 0.93x, MLP 0.94x, BERT 0.98x, MobileNetV2 0.98x the time;
+    ResNet-18 within its noise, 0.98-1.02x)."""
+    if nbytes >= HUGE_PAGE:
+        return huge_page_zeros(nbytes)
     raw = np.zeros(nbytes + BLOB_ALIGN, np.uint8)
     start = (-raw.ctypes.data) % BLOB_ALIGN
     return raw[start:start + nbytes]
