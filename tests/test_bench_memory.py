@@ -32,6 +32,14 @@ def test_page_aligned_zeros():
         assert block.sum() == 7 * size
 
 
+def test_activation_arenas_from_a_huge_page_up_start_on_one():
+    from ember.backends.cpu.native import _Arena
+
+    assert _Arena(3 * HUGE_PAGE + 64, 2).memory.ctypes.data % HUGE_PAGE == 0
+    small = _Arena(4096, 1).memory
+    assert small.ctypes.data % BLOB_ALIGN == 0 and small.size == 4096
+
+
 def test_weight_blob_is_page_aligned_with_each_weight_at_its_offset():
     _, program = _program()
     weights = [w for w in program.weights if w.data is not None]
