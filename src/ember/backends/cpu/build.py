@@ -241,6 +241,8 @@ def prebuild_library(names: list[str], flags: list[str]) -> int:
     _, combined, missing = _runtime_plan(compiler, flags, _every_piece(names))
     started = _BACKGROUND.start(missing)
     queued = [piece for piece in missing if piece[2] in started]
+    if not queued:
+        return 0
     compile_flags = [f for f in flags if f != "-shared"]
 
     def settle(build: Future[None]) -> Callable[[Future[None]], None]:
@@ -262,10 +264,21 @@ def prebuild_library(names: list[str], flags: list[str]) -> int:
                 if not build.done():
                     build.set_exception(error)
 
-    if not queued:
-        return 0
     threading.Thread(target=build_all, name="ember-kernel-library", daemon=False).start()
     return len(queued)
+
+
+def _build_missing(compiler: str, compile_flags: list[str], work: Path, missing: list[Piece],
+                   jobs: list[Callable[[], None]]) -> None:
+    """The pieces `missing` built into the cache from `work` (the library's sources written
+    there) beside `jobs`, in one parallel batch: those a background build has under way are
+    waited for instead, and built here only where that build failed (its error reported from
+    here)."""
+    own, background = _BACKGROUND.claim(missing)
+    _run_parallel([*jobs, *(_piece_job(compiler, compile_flags, work, i, piece) for i, piece in enumerate(own))])
+    late = _BACKGROUND.wait(background)
+    if late:
+        _run_parallel([_piece_job(compiler, compile_flags, work, len(own) + i, piece) for i, piece in enumerate(late)])
 
 
 def _library_step(missing: list[Piece], cache: Path) -> str:
@@ -280,15 +293,9 @@ def _runtime_object(compiler: str, flags: list[str], names: list[str]) -> Path:
         return combined
     if missing:
         step(_library_step(missing, combined.parent.parent))
-        own, background = _BACKGROUND.claim(missing)
-        compile_flags = [f for f in flags if f != "-shared"]
         with build_folder(combined.parent) as work:
             _write_runtime(Path(work))
-            _run_parallel([_piece_job(compiler, compile_flags, Path(work), i, piece) for i, piece in enumerate(own)])
-            late = _BACKGROUND.wait(background)
-            if late:
-                _run_parallel([_piece_job(compiler, compile_flags, Path(work), len(own) + i, piece)
-                               for i, piece in enumerate(late)])
+            _build_missing(compiler, [f for f in flags if f != "-shared"], Path(work), missing, [])
     _combine(compiler, objects, combined)
     return combined
 
@@ -387,15 +394,9 @@ def build_library(source: str, extra_flags: list[str] | None = None, sanitize: b
         # the pool and the model compile side by side, not the model after the library.
         jobs = [_compile_job([*compiler.split(), *compile_flags, f"-I{work}", "-c", str(path), "-o",
                               str(path.with_suffix(".o"))], work) for path in sources]
-        own, background = _BACKGROUND.claim(missing)
-        jobs += [_piece_job(compiler, compile_flags, work, index, piece) for index, piece in enumerate(own)]
         if pool is not None and not intact(pool):
             jobs.append(_pool_job(compiler, flags, work, pool))
-        _run_parallel(jobs)
-        late = _BACKGROUND.wait(background)
-        if late:  # its background build failed (the compiler's error is reported from here)
-            _run_parallel([_piece_job(compiler, compile_flags, work, len(own) + index, piece)
-                           for index, piece in enumerate(late)])
+        _build_missing(compiler, compile_flags, work, missing, jobs)
         if not intact(runtime):
             _combine(compiler, objects, runtime)
         objects_built = [str(path.with_suffix(".o")) for path in sources]
