@@ -26,7 +26,7 @@ from ember.codegen.c_types import c_type
 from ember.codegen.c_writer import CWriter
 from ember.lir.ir import MARKERS, Buffer, BufferKind, Instr, OperandKind, Program, resolve_address
 from ember.support.errors import EmberError
-from ember.support.heap import HUGE_PAGE, huge_page_zeros, release_freed_memory
+from ember.support.heap import PAGE_BYTES, page_aligned_zeros, release_freed_memory
 from ember.support.names import sanitize_identifier
 
 if TYPE_CHECKING:
@@ -91,20 +91,7 @@ _TRIM_EVERY_BYTES = 8 << 20
 
 # The blob starts on a page: the native program runs it in place (no second copy of the
 # weights at load), and where it falls in the cache does not change from one process to the next.
-BLOB_ALIGN = 4096
-
-
-def page_aligned_zeros(nbytes: int) -> np.ndarray:
-    """`nbytes` zero bytes starting on a BLOB_ALIGN boundary, from a huge page up on huge pages
-    (support/heap.py): the native code runs its weights in place from this blob, and GEMV-like
-    models read all of them every step, a TLB miss every 4 KB page otherwise (Xeon, 1 thread,
-    bench/ab_revisions.py: GRU 0.93x, MLP 0.94x, BERT 0.98x, MobileNetV2 0.98x the time;
-    ResNet-18 within its noise, 0.98-1.02x)."""
-    if nbytes >= HUGE_PAGE:
-        return huge_page_zeros(nbytes)
-    raw = np.zeros(nbytes + BLOB_ALIGN, np.uint8)
-    start = (-raw.ctypes.data) % BLOB_ALIGN
-    return raw[start:start + nbytes]
+BLOB_ALIGN = PAGE_BYTES
 
 
 class WeightBlob:

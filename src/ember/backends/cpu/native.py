@@ -26,20 +26,20 @@ from ember.backends.cpu.threads import openmp_wait_policy, share_pool
 from ember.codegen import CProgram
 from ember.lir.ir import Program
 from ember.support.errors import EmberError
-from ember.support.heap import HUGE_PAGE, huge_page_zeros
+from ember.support.heap import page_aligned_zeros
 from ember.types import DType
 
 
 class _Arena:
     """Activation memory with its address, and the input and output pointer tables of the run
     that uses it (a run holds its arena alone, so the tables are filled in place, no ctypes
-    array built per run). From 2 MB up on huge pages, as the weights (GRU 0.96-0.98x the time
-    beside the blob's change alone; the other shared models within noise)."""
+    array built per run). Page-aligned, from 2 MB up on huge pages, as the weights
+    (support/heap.py)."""
 
     __slots__ = ("memory", "address", "in_ptrs", "out_ptrs")
 
     def __init__(self, nbytes: int, outputs: int) -> None:
-        self.memory = huge_page_zeros(nbytes) if nbytes >= HUGE_PAGE else _aligned_empty(nbytes)
+        self.memory = page_aligned_zeros(nbytes)
         self.address = self.memory.ctypes.data
         self.in_ptrs = _pointer_table(1)
         self.out_ptrs = _pointer_table(max(outputs, 1))
