@@ -20,8 +20,8 @@ from importlib import resources
 from ember.codegen.c_constants import config_header
 
 CONFIG_HEADER = "ember_config.h"
-RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm.c", "ember_transpose.c",
-                   "ember_conv.c", "ember_conv_shallow.c", "ember_depthwise.c", "ember_winograd.c",
+RUNTIME_SOURCES = (CONFIG_HEADER, "ember_gemm.h", "ember_math.h", "ember_simd.h", "ember_gemm_tiles.h", "ember_gemm.c",
+                   "ember_transpose.c", "ember_conv.c", "ember_conv_shallow.c", "ember_depthwise.c", "ember_winograd.c",
                    "ember_winograd4.c", "ember_gemm_bf16.c", "ember_winograd_bf16.c")
 
 # Every external function of the library -> the .c file defining it (all are declared in
